@@ -1,0 +1,21 @@
+# One command per job. Each does its own set-up on a fresh machine (see scripts/setup.sh).
+PY ?= .venv/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: setup test test-all lint serve bench
+
+setup:
+	bash scripts/setup.sh
+
+test: setup
+	bash scripts/test.sh
+
+test-all: setup
+	RADSCREEN_TEST_SLOW=1 bash scripts/test.sh -m ""
+
+lint: setup
+	$(PY) -m ruff check . && $(PY) -m mypy
+
+serve: setup
+	.venv/bin/radscreen serve --host $(HOST) --port $(PORT)

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command: lint, type-check, then the test suite. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/python -m ruff check .
+.venv/bin/python -m mypy
+.venv/bin/python -m pytest -m "not slow" "$@"

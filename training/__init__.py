@@ -1,0 +1,1 @@
+"""Radial Screen: training package."""
