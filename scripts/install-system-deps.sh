@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that the deploy and dashboard tests use:
+#   prometheus       -> promtool (config/rules checks) and a real Prometheus for the scrape test
+#   chromium         -> headless browser for the clinician-page test (driven by Playwright/Selenium)
+#   chromium-driver  -> chromedriver, the Selenium fallback
+# Tolerant: does nothing when everything is already installed, and never fails the caller when apt is
+# unavailable (the tests then skip with a reason naming the missing binary).
+set -uo pipefail
+
+packages=(prometheus chromium chromium-driver)
+binaries=(promtool chromium chromedriver)
+
+missing=()
+for i in "${!packages[@]}"; do
+    if ! command -v "${binaries[$i]}" >/dev/null 2>&1; then
+        missing+=("${packages[$i]}")
+    fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+    echo "install-system-deps: all present (${packages[*]})"
+    exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-system-deps: apt-get not found; missing: ${missing[*]} (related tests will skip)" >&2
+    exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO="sudo -n"
+    else
+        echo "install-system-deps: not root and no sudo; missing: ${missing[*]} (related tests will skip)" >&2
+        exit 0
+    fi
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+echo "install-system-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq || echo "install-system-deps: apt-get update failed" >&2
+# --no-install-recommends keeps the Prometheus package from pulling node-exporter and friends.
+if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
+    echo "install-system-deps: apt-get install failed for ${missing[*]} (related tests will skip)" >&2
+fi
+exit 0

@@ -1,0 +1,303 @@
+"""FHIR R4 rendering of a prediction, for clinical systems that ingest FHIR rather than our JSON.
+
+Shape chosen: one ``Bundle`` of type ``collection`` (not a ``DiagnosticReport`` with contained
+resources), because every part is then a first-class resource a receiving system can store and
+reference on its own, and the bundle is a single POSTable document. It holds:
+
+- ``DiagnosticReport`` — status ``preliminary`` (an automated, unreviewed result of a model that is not
+  cleared for clinical use; a human must confirm it), conclusion text stating the referral decision in
+  plain words and the not-for-clinical-use note, ``result`` references to the four observations,
+  ``identifier`` for the request id and (if given) the caller's opaque ``study_id``;
+- ``Observation`` referable-DR probability — ``valueQuantity`` in ``%`` (UCUM), the decision threshold
+  as ``referenceRange.high``, the diagnosis label as ``interpretation``;
+- ``Observation`` mutual information — ``valueQuantity`` in ``nat`` (no UCUM code exists for nats, so
+  unit text only), the calibrated referral threshold as ``referenceRange.high``;
+- ``Observation`` image quality — ``valueBoolean`` = gradable, the score and each issue as components;
+- ``Observation`` referral recommendation — ``valueBoolean`` = refer to an expert, reasons as coded
+  components with plain-word displays;
+- ``Device`` — the model: name, version, sha256 of its artifact manifest as identifier, MC samples,
+  training data and intended use.
+
+Codes that no public terminology covers live in our own code system :data:`CODE_SYSTEM`. References
+between entries are ``urn:uuid:`` full URLs derived deterministically from the request id, so the same
+response always renders to the same bundle (auditable; a retried upload is recognisably a duplicate).
+
+Validated in tests against ``fhir.resources.R4B`` (FHIR 4.3.0; the resources used here are unchanged
+from R4 4.0.1). Example::
+
+    from service.fhir import to_fhir_bundle
+    bundle = to_fhir_bundle(response_json)   # dict, ready for json.dumps
+"""
+
+from __future__ import annotations
+
+import html
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+FHIR_MEDIA_TYPE = "application/fhir+json"
+CODE_SYSTEM = "urn:radial-screen:fhir:codes"
+STUDY_ID_SYSTEM = "urn:radial-screen:study-id"
+REQUEST_ID_SYSTEM = "urn:radial-screen:request-id"
+MODEL_SHA256_SYSTEM = "urn:radial-screen:model-sha256"
+UCUM = "http://unitsofmeasure.org"
+OBSERVATION_CATEGORY = "http://terminology.hl7.org/CodeSystem/observation-category"
+SNOMED = "http://snomed.info/sct"
+_UUID_NAMESPACE = uuid.UUID("6f1d3d4e-6a0e-4c7b-9a53-2f7d0c1b9e11")  # fixed: stable ids across restarts
+
+NOT_FOR_CLINICAL_USE = (
+    "NOT FOR CLINICAL USE: research prototype; a qualified clinician must make every diagnostic decision."
+)
+
+# Plain-word reasons, shared with the dashboard wording.
+REASON_TEXT: dict[str, str] = {
+    "uncertain": "the model is uncertain about this image",
+    "image_quality": "image quality too low to grade",
+}
+
+
+def _code(code: str, display: str) -> dict[str, Any]:
+    """A CodeableConcept from our own code system."""
+    return {"coding": [{"system": CODE_SYSTEM, "code": code, "display": display}], "text": display}
+
+
+def _percent(fraction: float) -> dict[str, Any]:
+    """A UCUM percent Quantity from a fraction in [0, 1]."""
+    return {"value": round(100.0 * fraction, 4), "unit": "%", "system": UCUM, "code": "%"}
+
+
+def _urn(request_id: str, part: str) -> str:
+    """Deterministic ``urn:uuid:`` for one bundle entry of one request."""
+    return f"urn:uuid:{uuid.uuid5(_UUID_NAMESPACE, f'{request_id}/{part}')}"
+
+
+def _require(body: dict[str, Any], key: str) -> Any:
+    """Fetch a required response field, or say which one is missing."""
+    if key not in body:
+        raise ValueError(f"prediction response lacks '{key}'; expected the /v1/predict JSON (DESIGN.md §4)")
+    return body[key]
+
+
+def referral_sentence(body: dict[str, Any]) -> str:
+    """The referral decision in plain words, e.g. "Refer: the model is uncertain about this image"."""
+    if not body.get("refer_to_expert"):
+        return "No referral: the model is confident and the image is gradable"
+    reasons = [REASON_TEXT.get(r, str(r).replace("_", " ")) for r in body.get("referral_reasons") or []]
+    return "Refer: " + ("; ".join(reasons) if reasons else "referred to an expert")
+
+
+def _device(model: dict[str, Any]) -> dict[str, Any]:
+    """The model as a FHIR Device: name, version, sha256 identifier, intended use as a note."""
+    sha = str(model.get("sha256", ""))
+    device: dict[str, Any] = {
+        "resourceType": "Device",
+        "identifier": [{"system": MODEL_SHA256_SYSTEM, "value": sha}] if sha else [],
+        "status": "active",
+        "deviceName": [{"name": str(model.get("name", "unknown")), "type": "model-name"}],
+        "type": _code("bayesian-dr-screening-model", "Uncertainty-aware DR screening model (software)"),
+        "version": [{"value": str(model.get("version", "unknown"))}],
+        "note": [
+            {"text": f"Intended use: {model.get('intended_use', 'not stated')}"},
+            {"text": f"Training data: {model.get('training_data', 'not stated')}. {NOT_FOR_CLINICAL_USE}"},
+        ],
+    }
+    if "mc_samples" in model:
+        device["property"] = [
+            {
+                "type": _code("mc-samples", "Fixed posterior draws per prediction"),
+                "valueQuantity": [{"value": int(model["mc_samples"]), "unit": "draws"}],
+            }
+        ]
+    if not device["identifier"]:
+        del device["identifier"]
+    return device
+
+
+def _observation(
+    code: dict[str, Any], device_ref: str, issued: str, **value: Any
+) -> dict[str, Any]:
+    """An Observation skeleton (status preliminary, imaging category, device-made) plus its value."""
+    return {
+        "resourceType": "Observation",
+        "status": "preliminary",
+        "category": [
+            {"coding": [{"system": OBSERVATION_CATEGORY, "code": "imaging", "display": "Imaging"}]}
+        ],
+        "code": code,
+        "issued": issued,
+        "device": {"reference": device_ref},
+        **value,
+    }
+
+
+def _observations(body: dict[str, Any], device_ref: str, issued: str) -> dict[str, dict[str, Any]]:
+    """The four Observations keyed by entry name (probability, mi, quality, referral)."""
+    diagnosis = _require(body, "diagnosis")
+    unc = _require(body, "uncertainty")
+    quality = _require(body, "quality")
+    probability = float(diagnosis["referable_dr_probability"])
+    label = str(diagnosis.get("label", "referable" if probability >= 0.5 else "non_referable"))
+    decision_threshold = float(diagnosis.get("decision_threshold", 0.5))
+    mi = float(unc["mutual_information"])
+    mi_threshold = float(unc["referral_threshold"])
+    unit = str(unc.get("unit", "nat"))
+
+    prob_obs = _observation(
+        _code("referable-dr-probability", "Probability of referable diabetic retinopathy"),
+        device_ref,
+        issued,
+        valueQuantity=_percent(probability),
+        interpretation=[_code(label, label.replace("_", " ").capitalize())],
+        referenceRange=[
+            {
+                "high": _percent(decision_threshold),
+                "text": "Decision threshold: at or above it the diagnosis label is 'referable'",
+            }
+        ],
+    )
+    mi_obs = _observation(
+        _code("mutual-information", "Model uncertainty (mutual information, epistemic)"),
+        device_ref,
+        issued,
+        valueQuantity={"value": mi, "unit": unit},
+        interpretation=[
+            _code("above-referral-threshold", "Above the calibrated referral threshold")
+            if mi > mi_threshold
+            else _code("within-referral-threshold", "Within the calibrated referral threshold")
+        ],
+        referenceRange=[
+            {
+                "high": {"value": mi_threshold, "unit": unit},
+                "text": "Calibrated referral threshold: above it the image is referred to an expert",
+            }
+        ],
+    )
+    quality_components: list[dict[str, Any]] = []
+    if quality.get("score") is not None:
+        quality_components.append(
+            {
+                "code": _code("image-quality-score", "Image quality score (0-1)"),
+                "valueQuantity": {"value": float(quality["score"]), "unit": "1", "system": UCUM, "code": "1"},
+            }
+        )
+    for issue in quality.get("issues") or []:
+        quality_components.append(
+            {"code": _code("image-quality-issue", "Image quality issue"), "valueString": str(issue)}
+        )
+    quality_obs = _observation(
+        _code("image-gradable", "Fundus image gradable"),
+        device_ref,
+        issued,
+        valueBoolean=bool(quality["gradable"]),
+        **({"component": quality_components} if quality_components else {}),
+    )
+    refer = bool(_require(body, "refer_to_expert"))
+    reasons = [str(r) for r in body.get("referral_reasons") or []]
+    referral_obs = _observation(
+        _code("refer-to-expert", "Referral to an eye-care professional recommended"),
+        device_ref,
+        issued,
+        valueBoolean=refer,
+        note=[{"text": referral_sentence(body)}],
+        **(
+            {
+                "component": [
+                    {
+                        "code": _code("referral-reason", "Referral reason"),
+                        "valueCodeableConcept": _code(r, REASON_TEXT.get(r, r.replace("_", " "))),
+                    }
+                    for r in reasons
+                ]
+            }
+            if reasons
+            else {}
+        ),
+    )
+    return {"probability": prob_obs, "mi": mi_obs, "quality": quality_obs, "referral": referral_obs}
+
+
+def _conclusion(body: dict[str, Any]) -> str:
+    """One paragraph: decision, probability, uncertainty, model provenance, not-for-clinical-use."""
+    d, u, m = body["diagnosis"], body["uncertainty"], body.get("model", {})
+    return (
+        f"{referral_sentence(body)}. "
+        f"Referable-DR probability {100.0 * float(d['referable_dr_probability']):.1f}% "
+        f"(label: {str(d.get('label', '')).replace('_', ' ')}); "
+        f"uncertainty (mutual information) {float(u['mutual_information']):.4f} {u.get('unit', 'nat')} "
+        f"against referral threshold {float(u['referral_threshold']):.4f}. "
+        f"Model {m.get('name', '?')} {m.get('version', '?')} (sha256 {str(m.get('sha256', ''))[:12]}), "
+        f"trained on {m.get('training_data', 'unstated')} data. {NOT_FOR_CLINICAL_USE}"
+    )
+
+
+def to_fhir_bundle(body: dict[str, Any], *, issued: datetime | None = None) -> dict[str, Any]:
+    """Render one ``/v1/predict`` response dict as a FHIR R4 ``Bundle`` (type ``collection``).
+
+    ``issued`` stamps the report and observations (default: now, UTC); pass it for reproducible output.
+    Raises ``ValueError`` naming the missing field when ``body`` is not a prediction response.
+    """
+    if not isinstance(body, dict):
+        raise ValueError(f"expected the prediction response as a dict, got {type(body).__name__}")
+    request_id = str(body.get("request_id") or uuid.uuid4())
+    stamp = (issued or datetime.now(UTC)).astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    model = _require(body, "model")
+    device_ref = _urn(request_id, "device")
+    observations = _observations(body, device_ref, stamp)
+    conclusion = _conclusion(body)
+    identifiers = [{"system": REQUEST_ID_SYSTEM, "value": request_id}]
+    if body.get("study_id"):
+        identifiers.append({"system": STUDY_ID_SYSTEM, "value": str(body["study_id"])})
+    report = {
+        "resourceType": "DiagnosticReport",
+        "identifier": identifiers,
+        "status": "preliminary",
+        "code": {
+            "coding": [
+                {"system": SNOMED, "code": "4855003", "display": "Retinopathy due to diabetes mellitus"},
+                {"system": CODE_SYSTEM, "code": "referable-dr-screening", "display": "Referable DR screen"},
+            ],
+            "text": "Automated referable diabetic retinopathy screening (research prototype)",
+        },
+        "issued": stamp,
+        "result": [{"reference": _urn(request_id, key)} for key in observations],
+        "conclusion": conclusion,
+        "conclusionCode": [
+            _code("refer", "Refer to an eye-care professional")
+            if body.get("refer_to_expert")
+            else _code("no-referral", "No referral recommended by the model")
+        ],
+        "text": {
+            "status": "generated",
+            "div": f'<div xmlns="http://www.w3.org/1999/xhtml"><p>{html.escape(conclusion)}</p></div>',
+        },
+    }
+    entries: list[dict[str, Any]] = [{"fullUrl": _urn(request_id, "report"), "resource": report}]
+    entries += [{"fullUrl": _urn(request_id, key), "resource": obs} for key, obs in observations.items()]
+    entries.append({"fullUrl": device_ref, "resource": _device(model)})
+    return {
+        "resourceType": "Bundle",
+        "identifier": {"system": REQUEST_ID_SYSTEM, "value": request_id},
+        "type": "collection",
+        "timestamp": stamp,
+        "entry": entries,
+    }
+
+
+def to_fhir_batch_bundle(bodies: list[dict[str, Any]], *, issued: datetime | None = None) -> dict[str, Any]:
+    """Several predictions as one ``collection`` Bundle: each prediction's entries, in order.
+
+    Items that are not predictions (e.g. a per-image error in a batch) are skipped; the caller keeps the
+    JSON form for those.
+    """
+    stamp_time = issued or datetime.now(UTC)
+    entries: list[dict[str, Any]] = []
+    for body in bodies:
+        if isinstance(body, dict) and "diagnosis" in body and "model" in body:
+            entries += to_fhir_bundle(body, issued=stamp_time)["entry"]
+    return {
+        "resourceType": "Bundle",
+        "type": "collection",
+        "timestamp": stamp_time.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "entry": entries,
+    }
