@@ -1,0 +1,194 @@
+"""Input discovery for the batch job: a folder of images or a CSV manifest, with hygiene checks.
+
+Every input row becomes exactly one :class:`InputItem`. Rows that cannot be scored for a reason known
+before any file is read (a duplicate id, a path escaping the input root, an empty path cell) carry an
+``error`` and turn into error rows in the output; nothing is silently dropped. Problems that make the
+whole input unusable (missing folder, missing manifest columns) raise :class:`InputError` with a message
+that names the file and what was expected.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+# Lower-case suffixes treated as images when scanning a folder (and tried for extension-less
+# manifest entries, e.g. the EyePACS ``image`` column "10_left" for ``10_left.jpeg``).
+IMAGE_EXTENSIONS: tuple[str, ...] = (".jpeg", ".jpg", ".png", ".tif", ".tiff", ".bmp", ".webp")
+DEFAULT_PATH_COLUMNS: tuple[str, ...] = ("image", "path")
+
+# Stable error kinds for rows rejected before reading (also used as summary keys).
+DUPLICATE_ID = "duplicate-id"
+PATH_OUTSIDE_ROOT = "path-outside-input-root"
+MISSING_PATH = "missing-path"
+
+
+class InputError(Exception):
+    """The input as a whole cannot be used (missing folder/manifest, missing columns, ...)."""
+
+
+@dataclass(frozen=True)
+class RowError:
+    """Why one input row will not be scored: a stable kind and a human detail."""
+
+    kind: str
+    detail: str
+
+    def text(self) -> str:
+        """The ``error`` column value: ``"<kind>: <detail>"``."""
+        return f"{self.kind}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class InputItem:
+    """One input row: its id (unique among scorable rows), the path as given, and where to read it.
+
+    ``file`` is the resolved file to read (``None`` when ``error`` is set before reading).
+    """
+
+    index: int
+    id: str
+    path: str
+    file: Path | None
+    error: RowError | None = None
+
+
+@dataclass(frozen=True)
+class InputSource:
+    """A described input: what it is (for the job's resume metadata) and its items in input order."""
+
+    description: str
+    items: list[InputItem]
+
+
+def _inside(root: Path, file: Path) -> bool:
+    """Whether ``file`` (after resolving symlinks and ``..``) lies under ``root`` (already resolved)."""
+    try:
+        file.resolve().relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
+def discover_folder(folder: Path) -> InputSource:
+    """All image files under ``folder`` (recursive), sorted by relative POSIX path; id = that path.
+
+    Symlinked files that resolve outside the folder become ``path-outside-input-root`` error rows.
+    """
+    if not folder.is_dir():
+        raise InputError(f"input folder {folder} does not exist or is not a directory")
+    root = folder.resolve()
+    rel_paths: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames.sort()
+        for name in filenames:
+            if name.startswith(".") or Path(name).suffix.lower() not in IMAGE_EXTENSIONS:
+                continue
+            rel_paths.append(Path(dirpath, name).relative_to(folder).as_posix())
+    rel_paths.sort()
+    items: list[InputItem] = []
+    for index, rel in enumerate(rel_paths):
+        file = folder / rel
+        shown = str(file)
+        if not _inside(root, file):
+            err = RowError(PATH_OUTSIDE_ROOT, "symlink resolves outside the input folder")
+            items.append(InputItem(index, rel, shown, None, err))
+        else:
+            items.append(InputItem(index, rel, shown, file))
+    return InputSource(description=f"folder:{root}", items=items)
+
+
+def _pick_column(fieldnames: Sequence[str], wanted: str | None, defaults: Sequence[str], manifest: Path,
+                 what: str) -> str:
+    """The column to use: ``wanted`` if given, else the first of ``defaults`` present."""
+    candidates = [wanted] if wanted else list(defaults)
+    for name in candidates:
+        if name in fieldnames:
+            return name
+    raise InputError(
+        f"manifest {manifest} has no {what} column: expected {' or '.join(repr(c) for c in candidates)}"
+        f" (found columns: {', '.join(repr(f) for f in fieldnames) or 'none'}); "
+        f"choose one with --{what}-column"
+    )
+
+
+def _resolve_entry(root: Path, value: str) -> Path:
+    """The file a manifest cell points to: relative to ``root``; extension-less names try image suffixes."""
+    candidate = Path(value) if os.path.isabs(value) else root / value
+    if not candidate.suffix and not candidate.exists():
+        for ext in IMAGE_EXTENSIONS:
+            for suffix in (ext, ext.upper()):
+                alt = candidate.with_name(candidate.name + suffix)
+                if alt.exists():
+                    return alt
+    return candidate
+
+
+def discover_manifest(manifest: Path, *, path_column: str | None = None, id_column: str | None = None,
+                      image_root: Path | None = None) -> InputSource:
+    """Rows of a CSV manifest in file order.
+
+    ``path_column`` defaults to the first of ``image``/``path`` present; ``id_column`` defaults to the
+    path value itself. Relative paths are resolved against ``image_root`` (default: the manifest's
+    folder), and every path must stay inside that root. The first occurrence of an id is scored; each
+    later duplicate becomes a ``duplicate-id`` error row naming the first occurrence's line.
+    """
+    if not manifest.is_file():
+        raise InputError(f"manifest {manifest} does not exist or is not a file")
+    root_dir = image_root if image_root is not None else manifest.parent
+    if not root_dir.is_dir():
+        raise InputError(f"image root {root_dir} for manifest {manifest} is not a directory")
+    root = root_dir.resolve()
+    with manifest.open(newline="", encoding="utf-8-sig") as fh:
+        reader = csv.DictReader(fh)
+        fieldnames = [f.strip() for f in (reader.fieldnames or [])]
+        reader.fieldnames = fieldnames
+        pcol = _pick_column(fieldnames, path_column, DEFAULT_PATH_COLUMNS, manifest, "path")
+        icol = _pick_column(fieldnames, id_column, (), manifest, "id") if id_column else pcol
+        rows = list(reader)
+
+    items: list[InputItem] = []
+    first_line: dict[str, int] = {}
+    for index, row in enumerate(rows):
+        line = index + 2  # 1-based, after the header line
+        value = (row.get(pcol) or "").strip()
+        item_id = (row.get(icol) or "").strip() or value
+        if not value:
+            err = RowError(MISSING_PATH, f"empty {pcol!r} cell on line {line} of {manifest.name}")
+            items.append(InputItem(index, item_id or f"line-{line}", value, None, err))
+            continue
+        if item_id in first_line:
+            err = RowError(
+                DUPLICATE_ID, f"id on line {line} duplicates line {first_line[item_id]} of {manifest.name}"
+            )
+            items.append(InputItem(index, item_id, value, None, err))
+            continue
+        first_line[item_id] = line
+        file = _resolve_entry(root_dir, value)
+        if not _inside(root, file):
+            err = RowError(PATH_OUTSIDE_ROOT, f"path on line {line} is outside the image root {root}")
+            items.append(InputItem(index, item_id, value, None, err))
+            continue
+        items.append(InputItem(index, item_id, value, file))
+    desc = f"manifest:{manifest.resolve()}|root:{root}|path:{pcol}|id:{icol}"
+    return InputSource(description=desc, items=items)
+
+
+def discover(input_path: Path, *, path_column: str | None = None, id_column: str | None = None,
+             image_root: Path | None = None) -> InputSource:
+    """A folder or a ``.csv`` manifest, dispatched on what ``input_path`` is."""
+    if input_path.is_dir():
+        if path_column or id_column or image_root:
+            raise InputError(
+                "--path-column, --id-column and --image-root apply to a CSV manifest, not a folder"
+            )
+        return discover_folder(input_path)
+    if input_path.suffix.lower() == ".csv":
+        return discover_manifest(input_path, path_column=path_column, id_column=id_column,
+                                 image_root=image_root)
+    if not input_path.exists():
+        raise InputError(f"input {input_path} does not exist (expected a folder or a .csv manifest)")
+    raise InputError(f"input {input_path} is neither a folder nor a .csv manifest")

@@ -1,0 +1,158 @@
+"""One batch scoring job, start to finish: discover inputs, resume, score, assemble, summarise.
+
+The engines (local pool or Ray Data) only produce rows; this module owns everything that makes the job
+resumable and loss-free: it opens the parts folder (refusing another model's results), hands the engine
+only the inputs not yet committed, commits rows through the one :class:`ChunkWriter`, and finally
+assembles the results file in input order from the committed parts plus the rows rejected up front.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from tqdm import tqdm
+
+from service.batch.inputs import InputSource, discover
+from service.batch.local import PoolKind, run_local
+from service.batch.output import output_format, output_model_shas, write_output
+from service.batch.parts import ChunkWriter, PartStore, PartStoreError
+from service.batch.rows import Row, error_row
+from service.batch.summary import SummaryBuilder, format_summary, plot_summary, write_summary_json
+
+if TYPE_CHECKING:
+    from service.scoring import Scorer
+
+logger = logging.getLogger(__name__)
+
+EngineKind = Literal["local", "ray"]
+
+
+@dataclass(frozen=True)
+class BatchJobConfig:
+    """Everything one run needs; rerunning with the same values resumes the same job."""
+
+    input: Path
+    output: Path
+    model_dir: Path | None = None
+    backend: str = "torch"
+    device: str = "auto"
+    precision: str = "fp32"
+    batch_size: int = 16
+    workers: int = 2
+    pool: PoolKind = "thread"
+    engine: EngineKind = "local"
+    restart: bool = False
+    summary: Path | None = None
+    plot: Path | None = None
+    id_column: str | None = None
+    path_column: str | None = None
+    image_root: Path | None = None
+    chunk_size: int = 256
+    flush_seconds: float = 30.0
+    progress: bool = True
+    ray_address: str | None = None
+    ray_actors: int = 1
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What a finished run produced."""
+
+    output: Path
+    rows: int
+    scored_now: int
+    summary: dict[str, Any]
+
+
+def parts_dir_for(output: Path) -> Path:
+    """The resume folder next to the output: ``results.csv`` -> ``results.csv.parts/``."""
+    return output.with_name(output.name + ".parts")
+
+
+def load_scorer(cfg: BatchJobConfig) -> Scorer:
+    """The one shared inference path (``service.scoring.Scorer``) for this job's model settings."""
+    from service.scoring import Scorer
+
+    return Scorer.from_artifact(cfg.model_dir, backend=cfg.backend, device=cfg.device,
+                                precision=cfg.precision)
+
+
+def _check_existing_output(output: Path, parts_dir: Path, sha: str, restart: bool) -> None:
+    """Refuse to overwrite a results file of another model when no parts folder says otherwise."""
+    if restart or parts_dir.exists() or not output.exists():
+        return
+    shas = output_model_shas(output)
+    if shas and shas != {sha}:
+        raise PartStoreError(
+            f"{output} holds results from model sha256 {', '.join(sorted(shas))}, not from the loaded model "
+            f"{sha}; pass --restart to replace it, or write to another --output"
+        )
+
+
+def assemble(source: InputSource, store: PartStore, sha: str) -> Iterator[Row]:
+    """Every input row exactly once, in input order: committed rows, and the up-front error rows."""
+    for item in source.items:
+        if item.error is not None:
+            yield error_row(item, item.error, sha)
+            continue
+        row = store.get(item.id)
+        if row is None:  # the engine finished without committing it: a bug, never a silent loss
+            raise RuntimeError(f"input row {item.index} has no committed result; rerun to resume")
+        yield {**row, "path": item.path}
+
+
+def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
+    """Run (or resume) the job described by ``cfg`` and return the summary; see the module docstring."""
+    output_format(cfg.output)  # unsupported suffix or missing pyarrow: fail before any work
+    source = discover(cfg.input, path_column=cfg.path_column, id_column=cfg.id_column,
+                      image_root=cfg.image_root)
+    scorer = scorer if scorer is not None else load_scorer(cfg)
+    sha = str(scorer.model_identity["sha256"])
+    parts_dir = parts_dir_for(cfg.output)
+    _check_existing_output(cfg.output, parts_dir, sha, cfg.restart)
+
+    with PartStore.open(parts_dir, model_sha256=sha, input_description=source.description,
+                        restart=cfg.restart) as store:
+        done = store.done_ids
+        todo = [it for it in source.items if it.error is None and it.id not in done]
+        n_done = sum(1 for it in source.items if it.error is None) - len(todo)
+        if n_done:
+            logger.info("resuming: %d of %d inputs already scored", n_done, len(source.items))
+        writer = ChunkWriter(store, chunk_size=cfg.chunk_size, flush_seconds=cfg.flush_seconds)
+        with tqdm(total=len(source.items) - sum(it.error is not None for it in source.items), initial=n_done,
+                  unit="img", desc="scoring", disable=not cfg.progress, dynamic_ncols=True) as bar:
+
+            def emit(rows: list[Row]) -> None:
+                writer.add(rows)
+                bar.update(len(rows))
+
+            if cfg.engine == "local":
+                run_local(todo, scorer, emit, batch_size=cfg.batch_size, workers=cfg.workers, pool=cfg.pool)
+            elif cfg.engine == "ray":
+                from service.batch.ray_engine import run_ray
+
+                run_ray(todo, cfg, scorer, emit)
+            else:
+                raise ValueError(f"unknown engine {cfg.engine!r}; expected one of: local, ray")
+            writer.flush()
+
+        builder = SummaryBuilder(
+            decision_threshold=scorer.calibration.decision_threshold,
+            referral_threshold_mi=scorer.calibration.referral_threshold_mi,
+            model={k: scorer.model_identity[k] for k in ("name", "version", "sha256")},
+        )
+        n_rows = write_output(cfg.output, (builder.add(r) for r in assemble(source, store, sha)))
+
+    summary = builder.build()
+    if cfg.summary is not None:
+        write_summary_json(cfg.summary, summary)
+    if cfg.plot is not None:
+        plot_summary(cfg.plot, builder)
+    return JobResult(output=cfg.output, rows=n_rows, scored_now=len(todo), summary=summary)
+
+
+__all__ = ["BatchJobConfig", "JobResult", "format_summary", "parts_dir_for", "run_job"]

@@ -1,0 +1,125 @@
+"""The local engine: files are read and prepared in a worker pool while the model scores batches.
+
+Reading + ``prepare_image`` (decode, quality gate, resize, normalise) run in a thread or process pool,
+``prefetch`` images ahead of the model; the main thread gathers ``batch_size`` prepared images, runs one
+batched ``Scorer.score_batch`` forward and emits the rows of the whole window in input order. Bad files
+become error rows here and never stop the job.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from service.batch.inputs import InputItem, RowError
+from service.batch.rows import FILE_NOT_FOUND, UNREADABLE_FILE, Row, error_row, scored_row
+
+if TYPE_CHECKING:
+    from service.imaging import ImagePipeline
+    from service.scoring import PreparedImage, Scorer
+
+logger = logging.getLogger(__name__)
+
+PoolKind = Literal["thread", "process"]
+UNEXPECTED_ERROR = "unexpected-error"
+
+
+def load_prepared(file: str, pipeline: ImagePipeline) -> PreparedImage | RowError:
+    """Read one file and run ``prepare_image`` on it; any failure becomes a :class:`RowError`.
+
+    Module-level (picklable) so a process pool can run it.
+    """
+    from service.scoring import ImageRejected, prepare_image
+
+    try:
+        data = Path(file).read_bytes()
+    except FileNotFoundError:
+        return RowError(FILE_NOT_FOUND, "the file does not exist")
+    except OSError as exc:
+        return RowError(UNREADABLE_FILE, f"the file cannot be read ({type(exc).__name__}: {exc.strerror})")
+    try:
+        return prepare_image(data, pipeline)
+    except ImageRejected as exc:
+        return RowError(exc.problem_type, exc.detail)
+    except Exception as exc:  # a bad image must not end a long job; the row records what happened
+        logger.exception("unexpected error while preparing an image")
+        return RowError(UNEXPECTED_ERROR, f"{type(exc).__name__} while preparing the image")
+
+
+def make_executor(pool: PoolKind, workers: int) -> Executor:
+    """A thread pool (PIL and numpy release the GIL while decoding) or a process pool (spawned)."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    if pool == "thread":
+        return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="radscreen-prepare")
+    if pool == "process":
+        import multiprocessing
+
+        return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    raise ValueError(f"unknown pool {pool!r}; expected one of: thread, process")
+
+
+def prepared_stream(items: Sequence[InputItem], pipeline: ImagePipeline, executor: Executor,
+                    prefetch: int) -> Iterator[tuple[InputItem, PreparedImage | RowError]]:
+    """``(item, prepared-or-error)`` in input order, keeping up to ``prefetch`` reads in flight."""
+    pending: deque[tuple[InputItem, Future[PreparedImage | RowError]]] = deque()
+    it = iter(items)
+    exhausted = False
+    while True:
+        while not exhausted and len(pending) < prefetch:
+            item = next(it, None)
+            if item is None:
+                exhausted = True
+                break
+            assert item.file is not None, "rows with input errors never reach the reader"
+            pending.append((item, executor.submit(load_prepared, str(item.file), pipeline)))
+        if not pending:
+            return
+        item, future = pending.popleft()
+        yield item, future.result()
+
+
+def score_window(window: list[tuple[InputItem, PreparedImage | RowError]], scorer: Scorer) -> list[Row]:
+    """Rows for a window of prepared images/errors, in window order, using one batched forward."""
+    from service.scoring import PreparedImage, score_payload
+
+    sha = str(scorer.model_identity["sha256"])
+    prepared = [p for _, p in window if isinstance(p, PreparedImage)]
+    scores = iter(scorer.score_batch(prepared) if prepared else [])
+    rows: list[Row] = []
+    for item, result in window:
+        if isinstance(result, RowError):
+            rows.append(error_row(item, result, sha))
+        else:
+            rows.append(scored_row(item, score_payload(next(scores), scorer)))
+    return rows
+
+
+def run_local(items: Sequence[InputItem], scorer: Scorer, emit: Callable[[list[Row]], None], *,
+              batch_size: int = 16, workers: int = 2, pool: PoolKind = "thread",
+              prefetch: int | None = None) -> None:
+    """Score ``items`` (all readable-looking inputs still to do) and pass their rows to ``emit``.
+
+    ``emit`` receives the rows of each window (``batch_size`` prepared images plus any error rows met
+    on the way) in input order.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if not items:
+        return
+    ahead = prefetch if prefetch is not None else 2 * batch_size + workers
+    with make_executor(pool, workers) as executor:
+        window: list[tuple[InputItem, PreparedImage | RowError]] = []
+        n_prepared = 0
+        for item, result in prepared_stream(items, scorer.pipeline, executor, ahead):
+            window.append((item, result))
+            n_prepared += not isinstance(result, RowError)
+            if n_prepared >= batch_size:
+                emit(score_window(window, scorer))
+                window, n_prepared = [], 0
+        if window:
+            emit(score_window(window, scorer))

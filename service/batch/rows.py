@@ -1,0 +1,123 @@
+"""The batch output row: its columns, how a scored image and an error become one, and cell encodings.
+
+A scored row is built from :func:`service.scoring.score_payload` — the same body ``POST /predict``
+returns — so the batch job and the HTTP service report the same numbers for the same image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from service.batch.inputs import InputItem, RowError
+
+Row = dict[str, Any]
+
+COLUMNS: tuple[str, ...] = (
+    "id",
+    "path",
+    "referable_dr_probability",
+    "label",
+    "mutual_information",
+    "predictive_entropy",
+    "expected_entropy",
+    "gradable",
+    "quality_score",
+    "quality_issues",
+    "refer_to_expert",
+    "referral_reasons",
+    "model_sha256",
+    "error",
+)
+FLOAT_COLUMNS = frozenset(
+    {"referable_dr_probability", "mutual_information", "predictive_entropy", "expected_entropy",
+     "quality_score"}
+)
+BOOL_COLUMNS = frozenset({"gradable", "refer_to_expert"})
+LIST_COLUMNS = frozenset({"quality_issues", "referral_reasons"})
+LIST_SEPARATOR = ";"  # CSV encoding of the list columns
+
+# Error kinds raised while reading a file (before the image reaches prepare_image).
+FILE_NOT_FOUND = "file-not-found"
+UNREADABLE_FILE = "unreadable-file"
+
+
+def problem_kind(problem_type: str) -> str:
+    """A short stable kind from an RFC 9457 problem ``type`` (a URI's last segment, or the slug itself)."""
+    kind = problem_type.rstrip("/").rsplit("/", 1)[-1]
+    return kind or "error"
+
+
+def scored_row(item: InputItem, payload: Mapping[str, Any]) -> Row:
+    """The row for a scored image, taken from the ``POST /predict`` body ``payload``."""
+    diagnosis = payload["diagnosis"]
+    uncertainty = payload["uncertainty"]
+    quality = payload["quality"]
+    return {
+        "id": item.id,
+        "path": item.path,
+        "referable_dr_probability": float(diagnosis["referable_dr_probability"]),
+        "label": str(diagnosis["label"]),
+        "mutual_information": float(uncertainty["mutual_information"]),
+        "predictive_entropy": float(uncertainty["predictive_entropy"]),
+        "expected_entropy": float(uncertainty["expected_entropy"]),
+        "gradable": bool(quality["gradable"]),
+        "quality_score": float(quality["score"]),
+        "quality_issues": [str(i) for i in quality["issues"]],
+        "refer_to_expert": bool(payload["refer_to_expert"]),
+        "referral_reasons": [str(r) for r in payload["referral_reasons"]],
+        "model_sha256": str(payload["model"]["sha256"]),
+        "error": "",
+    }
+
+
+def error_row(item: InputItem, error: RowError, model_sha256: str) -> Row:
+    """The row for an input that was not scored: every result column empty, ``error`` = kind + detail."""
+    row: Row = dict.fromkeys(COLUMNS)
+    row.update(
+        id=item.id, path=item.path, quality_issues=[], referral_reasons=[], model_sha256=model_sha256,
+        error=error.text(),
+    )
+    return row
+
+
+def error_kind(row: Mapping[str, Any]) -> str | None:
+    """The error kind of a row (text before the first ``": "``), or ``None`` for a scored row."""
+    text = row.get("error") or ""
+    return text.split(": ", 1)[0] if text else None
+
+
+def to_csv_cells(row: Mapping[str, Any]) -> list[str]:
+    """CSV cells in :data:`COLUMNS` order: lists joined by ``;``, booleans ``true``/``false``, None empty."""
+    cells: list[str] = []
+    for col in COLUMNS:
+        value = row.get(col)
+        if value is None:
+            cells.append("")
+        elif col in LIST_COLUMNS:
+            cells.append(LIST_SEPARATOR.join(value))
+        elif col in BOOL_COLUMNS:
+            cells.append("true" if value else "false")
+        elif col in FLOAT_COLUMNS:
+            cells.append(repr(float(value)))  # shortest round-trip form: no precision lost
+        else:
+            cells.append(str(value))
+    return cells
+
+
+def from_csv_cells(record: Mapping[str, str]) -> Row:
+    """Inverse of :func:`to_csv_cells` (used to read results back, e.g. for the summary and tests)."""
+    row: Row = {}
+    for col in COLUMNS:
+        text = record.get(col, "")
+        if col in LIST_COLUMNS:
+            row[col] = text.split(LIST_SEPARATOR) if text else []
+        elif text == "" and col in FLOAT_COLUMNS | BOOL_COLUMNS | {"label"}:
+            row[col] = None
+        elif col in BOOL_COLUMNS:
+            row[col] = text == "true"
+        elif col in FLOAT_COLUMNS:
+            row[col] = float(text)
+        else:
+            row[col] = text
+    return row

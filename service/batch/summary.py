@@ -1,0 +1,157 @@
+"""End-of-job summary: counts, referral rates, distributions of probability and MI, and a histogram plot.
+
+Rates are over the scored images (rows without an error); errors are counted by kind. The thresholds
+shown come from the model's calibration (as reported in the ``POST /predict`` body), so the plot marks the
+same MI referral threshold the referral decision used.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from service.batch.rows import Row, error_kind
+
+QUANTILES: tuple[float, ...] = (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0)
+
+
+@dataclass
+class SummaryBuilder:
+    """Accumulates rows (streamed during output assembly) into a summary dictionary."""
+
+    decision_threshold: float | None = None
+    referral_threshold_mi: float | None = None
+    model: dict[str, Any] = field(default_factory=dict)
+    total: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
+    labels: Counter[str] = field(default_factory=Counter)
+    referred: int = 0
+    ungradable: int = 0
+    probabilities: list[float] = field(default_factory=list)
+    mutual_information: list[float] = field(default_factory=list)
+
+    def add(self, row: Row) -> Row:
+        """Count one row (returned unchanged, so this can sit in a generator pipeline)."""
+        self.total += 1
+        kind = error_kind(row)
+        if kind is not None:
+            self.errors[kind] += 1
+            return row
+        self.probabilities.append(float(row["referable_dr_probability"]))
+        self.mutual_information.append(float(row["mutual_information"]))
+        self.labels[str(row["label"])] += 1
+        self.ungradable += 0 if row["gradable"] else 1
+        if row["refer_to_expert"]:
+            self.referred += 1
+        self.reasons.update(row["referral_reasons"])
+        return row
+
+    def add_all(self, rows: Iterable[Row]) -> SummaryBuilder:
+        """Count every row of ``rows``."""
+        for row in rows:
+            self.add(row)
+        return self
+
+    def build(self) -> dict[str, Any]:
+        """The summary as a JSON-ready dictionary."""
+        scored = len(self.probabilities)
+
+        def rate(n: int) -> float | None:
+            return n / scored if scored else None
+
+        return {
+            "model": self.model,
+            "counts": {
+                "inputs": self.total,
+                "scored": scored,
+                "errors": sum(self.errors.values()),
+                "errors_by_type": dict(sorted(self.errors.items())),
+                "ungradable": self.ungradable,
+                "by_label": dict(sorted(self.labels.items())),
+            },
+            "referral": {
+                "referred": self.referred,
+                "rate": rate(self.referred),
+                "by_reason": {k: {"count": v, "rate": rate(v)} for k, v in sorted(self.reasons.items())},
+                "referral_threshold_mi": self.referral_threshold_mi,
+                "decision_threshold": self.decision_threshold,
+            },
+            "distributions": {
+                "referable_dr_probability": _describe(self.probabilities),
+                "mutual_information": _describe(self.mutual_information),
+            },
+        }
+
+
+def _describe(values: list[float]) -> dict[str, float] | None:
+    """Mean and quantiles (q00 = min ... q100 = max) of ``values``; ``None`` when empty."""
+    if not values:
+        return None
+    arr = np.asarray(values, dtype=np.float64)
+    out = {"mean": float(arr.mean())}
+    out.update({f"q{round(q * 100):02d}": float(v) for q, v in zip(QUANTILES, np.quantile(arr, QUANTILES),
+                                                                   strict=True)})
+    return out
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A few human lines for the terminal."""
+    counts, referral = summary["counts"], summary["referral"]
+    lines = [f"inputs {counts['inputs']}  scored {counts['scored']}  errors {counts['errors']}"]
+    for kind, n in counts["errors_by_type"].items():
+        lines.append(f"  error {kind}: {n}")
+    if referral["rate"] is not None:
+        lines.append(f"referred to expert: {referral['referred']} ({referral['rate']:.1%} of scored)")
+        for reason, entry in referral["by_reason"].items():
+            lines.append(f"  {reason}: {entry['count']} ({entry['rate']:.1%})")
+    for name, dist in summary["distributions"].items():
+        if dist:
+            lines.append(f"{name}: median {dist['q50']:.4g}  5-95% [{dist['q05']:.4g}, {dist['q95']:.4g}]"
+                         f"  mean {dist['mean']:.4g}")
+    return "\n".join(lines)
+
+
+def write_summary_json(path: Path, summary: dict[str, Any]) -> None:
+    """Write the summary JSON (pretty, stable key order)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+
+def plot_summary(path: Path, builder: SummaryBuilder, *, bins: int = 40) -> None:
+    """PNG with histograms of probability (decision threshold marked) and MI (referral threshold marked)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax_p, ax_mi = fig.subplots(1, 2)
+    n = len(builder.probabilities)
+    ax_p.hist(builder.probabilities, bins=bins, range=(0.0, 1.0), color="#4477aa")
+    ax_p.set_xlabel("referable-DR probability")
+    ax_p.set_ylabel("images")
+    ax_p.set_title(f"Probability (n={n})")
+    if builder.decision_threshold is not None:
+        ax_p.axvline(builder.decision_threshold, color="black", linestyle="--",
+                     label=f"decision threshold {builder.decision_threshold:.3g}")
+        ax_p.legend(loc="best")
+    # MI lives in [0, ln 2] but is usually far below it: zoom to the data and the threshold.
+    mi_top = max([*builder.mutual_information, builder.referral_threshold_mi or 0.0, 1e-6]) * 1.1
+    ax_mi.hist(builder.mutual_information, bins=bins, range=(0.0, min(mi_top, float(np.log(2.0)))),
+               color="#ee6677")
+    ax_mi.set_xlabel("mutual information (nat)")
+    ax_mi.set_title("Epistemic uncertainty (MI)")
+    if builder.referral_threshold_mi is not None:
+        referred = sum(1 for v in builder.mutual_information if v > builder.referral_threshold_mi)
+        ax_mi.axvline(builder.referral_threshold_mi, color="black", linestyle="--",
+                      label=f"referral threshold {builder.referral_threshold_mi:.3g} ({referred} above)")
+        ax_mi.legend(loc="best")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
