@@ -1,0 +1,258 @@
+"""ONNX Runtime backend for the serving form: K fixed posterior draws as one weight-free ONNX graph.
+
+The graph is built with ``onnx.helper`` straight from :attr:`DrawnNetwork.plan`, mirroring the grouped
+torch strategy:
+
+* the first convolution runs K·out filters on the image ``[B, C, H, W]`` (group = 1), every later one is a
+  grouped convolution (group = K) over ``[B, K·C, H, W]`` — draw d owns channels ``d·C … (d+1)·C − 1``;
+* LeakyRelu / Relu, MaxPool 2×2;
+* global pooling: ReduceMean and ReduceMax over H, W, reshaped to ``[B, K, C]``, concatenated (mean first,
+  as :class:`models.layers.GlobalMeanMaxPool`) and transposed to ``[K, B, 2C]``;
+* each linear layer is one batched MatMul ``[K, B, F] @ [K, F, O] + [K, 1, O]``; output logits ``[K, B, O]``.
+
+**The drawn weights are not in the graph.** Every weight is declared as an initializer whose data is
+*external* (a placeholder location, ``drawn-weights``, that never exists on disk), and the session
+supplies the values from memory with ``SessionOptions.add_external_initializers``. The weights are
+therefore constants to ONNX Runtime (it may pre-pack conv filters and fold shapes, which graph *inputs*
+would forbid) while a saved graph stays a few KB instead of ≈460 MB at full size. The alternative —
+declaring weights as graph inputs bound once through IOBinding — also works but hides the weights from the
+optimiser; ``SessionOptions.add_initializer`` alone is not enough (ORT rejects a node input that the graph
+does not declare).
+
+Example::
+
+    net = materialise_draws(model, k=16, seed=artifact.config.draw_seed)
+    session = OnnxDrawnSession(net, device="cpu", intra_op_threads=2)
+    logits = session.run(images)        # np.float32 [B, C, H, W] -> [K, B, O]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from models.draws import DrawnNetwork
+
+OPSET = 17
+IR_VERSION = 8  # the IR version that goes with opset 17; ORT 1.31 reads up to 13
+EXTERNAL_LOCATION = "drawn-weights"  # placeholder: the values are injected at session creation
+INPUT_NAME = "images"
+OUTPUT_NAME = "logits"
+
+
+def _external_initializer(name: str, shape: tuple[int, ...]) -> TensorProto:
+    """A float32 initializer declared with external data: shape and name only, no bytes."""
+    tensor = TensorProto()
+    tensor.name = name
+    tensor.data_type = TensorProto.FLOAT
+    tensor.dims.extend(shape)
+    tensor.data_location = TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", EXTERNAL_LOCATION
+    return tensor
+
+
+def weight_shapes(net: DrawnNetwork) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of the injected weights, in graph order (see :func:`drawn_weights`)."""
+    k = net.k
+    out: dict[str, tuple[int, ...]] = {}
+    for i, conv in enumerate(net.convs):
+        _, o, c, kh, kw = conv.weight.shape  # [K, out, in, kh, kw]
+        out[f"conv{i}.weight"] = (k * o, c, kh, kw)
+        out[f"conv{i}.bias"] = (k * o,)
+    for i, lin in enumerate(net.linears):
+        _, o, f = lin.weight.shape  # [K, out, in]
+        out[f"linear{i}.weight_t"] = (k, f, o)
+        out[f"linear{i}.bias"] = (k, 1, o)
+    return out
+
+
+def drawn_weights(net: DrawnNetwork) -> dict[str, np.ndarray]:
+    """The drawn weights in the layouts the graph expects (fp32, C-contiguous, CPU).
+
+    ``conv{i}.weight`` [K·out, in, kh, kw], ``conv{i}.bias`` [K·out], ``linear{i}.weight_t`` [K, in, out],
+    ``linear{i}.bias`` [K, 1, out].
+    """
+    out: dict[str, np.ndarray] = {}
+    for i, conv in enumerate(net.convs):
+        w = conv.weight.detach().float().cpu()  # [K, out, in, kh, kw]
+        out[f"conv{i}.weight"] = np.ascontiguousarray(w.reshape(-1, *w.shape[2:]).numpy())
+        out[f"conv{i}.bias"] = np.ascontiguousarray(conv.bias.detach().float().cpu().reshape(-1).numpy())
+    for i, lin in enumerate(net.linears):
+        w = lin.weight.detach().float().cpu()  # [K, out, in]
+        out[f"linear{i}.weight_t"] = np.ascontiguousarray(w.transpose(1, 2).numpy())  # [K, in, out]
+        out[f"linear{i}.bias"] = np.ascontiguousarray(lin.bias.detach().float().cpu().unsqueeze(1).numpy())
+    return out
+
+
+def build_onnx_graph(net: DrawnNetwork) -> onnx.ModelProto:
+    """The weight-free ONNX graph (opset 17, dynamic batch and image size) of ``net``'s plan."""
+    k = net.k
+    convs, linears = net.convs, net.linears
+    in_channels = convs[0].weight.shape[2]
+    num_outputs = linears[-1].weight.shape[1]
+    nodes: list[onnx.NodeProto] = []
+    inits: list[TensorProto] = [helper.make_tensor("gpool.shape", TensorProto.INT64, [3], [0, k, -1])]
+    inits += [_external_initializer(name, shape) for name, shape in weight_shapes(net).items()]
+
+    h, replicated, per_draw = INPUT_NAME, False, False  # layout: [B, C, H, W] -> [B, K*C, ...] -> [K, B, F]
+    for step, op in enumerate(net.plan):
+        out = f"t{step}_{op[0]}"
+        if op[0] == "conv":
+            i = int(op[1])  # type: ignore[misc]
+            conv = convs[i]
+            kh, kw = conv.weight.shape[-2:]
+            nodes.append(helper.make_node(
+                "Conv", [h, f"conv{i}.weight", f"conv{i}.bias"], [out], name=f"conv{i}",
+                group=k if replicated else 1, kernel_shape=[kh, kw], strides=[conv.stride] * 2,
+                pads=[conv.padding] * 4,
+            ))
+            replicated = True
+        elif op[0] == "act":
+            if net.activation == "leaky_relu":
+                nodes.append(helper.make_node("LeakyRelu", [h], [out], alpha=float(net.negative_slope)))
+            else:
+                nodes.append(helper.make_node("Relu", [h], [out]))
+        elif op[0] == "pool":
+            nodes.append(helper.make_node("MaxPool", [h], [out], kernel_shape=[2, 2], strides=[2, 2]))
+        elif op[0] == "gpool":
+            if not replicated:
+                raise ValueError("build_onnx_graph: global pooling before any convolution is not supported")
+            nodes += [
+                helper.make_node("ReduceMean", [h], [f"{out}_mean"], axes=[2, 3], keepdims=0),  # [B, K*C]
+                helper.make_node("ReduceMax", [h], [f"{out}_max"], axes=[2, 3], keepdims=0),
+                helper.make_node("Reshape", [f"{out}_mean", "gpool.shape"], [f"{out}_mean3"]),  # [B, K, C]
+                helper.make_node("Reshape", [f"{out}_max", "gpool.shape"], [f"{out}_max3"]),
+                helper.make_node("Concat", [f"{out}_mean3", f"{out}_max3"], [f"{out}_cat"], axis=2),
+                helper.make_node("Transpose", [f"{out}_cat"], [out], perm=[1, 0, 2]),  # [K, B, 2C]
+            ]
+            per_draw = True
+        elif op[0] == "linear":
+            if not per_draw:
+                raise ValueError("build_onnx_graph: a linear layer must follow global pooling")
+            i = int(op[1])  # type: ignore[misc]
+            nodes += [
+                helper.make_node("MatMul", [h, f"linear{i}.weight_t"], [f"{out}_mm"], name=f"linear{i}"),
+                helper.make_node("Add", [f"{out}_mm", f"linear{i}.bias"], [out]),  # [K, B, O]
+            ]
+        else:
+            raise ValueError(f"build_onnx_graph: unknown plan op {op!r}")
+        h = out
+    if not per_draw:
+        raise ValueError("build_onnx_graph: the plan ends before global pooling; expected logits [K, B, O]")
+    nodes.append(helper.make_node("Identity", [h], [OUTPUT_NAME]))
+
+    graph = helper.make_graph(
+        nodes,
+        "radscreen_drawn_network",
+        [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["batch", in_channels, "h", "w"])],
+        [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [k, "batch", num_outputs])],
+        initializer=inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION,
+        producer_name="radial-screen", doc_string=f"{k} fixed posterior draws; weights injected at load",
+    )
+    _check_graph(model)
+    return model
+
+
+def _check_graph(model: onnx.ModelProto) -> None:
+    """Run the ONNX checker; it insists external data exists on disk, so check a copy in which the
+    injected weights are declared as graph inputs instead."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    external = [t for t in probe.graph.initializer if t.data_location == TensorProto.EXTERNAL]
+    for t in external:
+        probe.graph.initializer.remove(t)
+        probe.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    onnx.checker.check_model(probe, full_check=True)
+
+
+def export_graph(net: DrawnNetwork, path: str | Path) -> Path:
+    """Write the weight-free graph (a few KB) for inspection or deployment; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(build_onnx_graph(net).SerializeToString())
+    return path
+
+
+def _load_graph(graph: onnx.ModelProto | str | Path, net: DrawnNetwork) -> onnx.ModelProto:
+    """Read a weight-free graph and check that the weights it declares are exactly ``net``'s."""
+    model = graph if isinstance(graph, onnx.ModelProto) else onnx.load(str(graph), load_external_data=False)
+    declared = {
+        t.name: tuple(t.dims) for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL
+    }
+    expected = weight_shapes(net)
+    if declared != expected:
+        wrong = sorted(set(declared.items()) ^ set(expected.items()))
+        raise ValueError(
+            f"ONNX graph does not fit this DrawnNetwork (K={net.k}): mismatched weights {wrong[:4]}; "
+            "export the graph from the same artifact and K"
+        )
+    return model
+
+
+def default_providers(device: str) -> list[str]:
+    """CUDA then CPU on a cuda device, else CPU only."""
+    if device.startswith("cuda"):
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+class OnnxDrawnSession:
+    """An ONNX Runtime session running all K draws of ``net`` in one call.
+
+    The weights are copied out of ``net`` once (fp32) and injected as external initializers; this object
+    keeps them alive for the session's lifetime, as ORT requires. ``graph`` (a ModelProto or a file from
+    :func:`export_graph`) replaces the graph built from ``net``; its declared weights must match ``net``.
+    """
+
+    def __init__(
+        self,
+        net: DrawnNetwork,
+        *,
+        providers: list[str] | None = None,
+        device: str = "cpu",
+        intra_op_threads: int | None = None,
+        graph: onnx.ModelProto | str | Path | None = None,
+    ) -> None:
+        self.k = net.k
+        self.in_channels = int(net.convs[0].weight.shape[2])
+        self.providers = providers or default_providers(device)
+        available = set(ort.get_available_providers())
+        missing = [p for p in self.providers if p not in available]
+        if missing:
+            raise ValueError(
+                f"ONNX Runtime providers not available: {', '.join(missing)}; "
+                f"this build offers: {', '.join(sorted(available))}"
+            )
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if intra_op_threads is not None:
+            options.intra_op_num_threads = intra_op_threads
+        self._arrays = drawn_weights(net)  # the OrtValues below borrow these buffers
+        self._values = {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in self._arrays.items()}
+        options.add_external_initializers(list(self._values), list(self._values.values()))
+        model = build_onnx_graph(net) if graph is None else _load_graph(graph, net)
+        self.session = ort.InferenceSession(model.SerializeToString(), options, providers=self.providers)
+
+    @property
+    def active_providers(self) -> list[str]:
+        """The providers ORT actually assigned (CUDA silently falls back to CPU when unusable)."""
+        return list(self.session.get_providers())
+
+    def run(self, images: np.ndarray) -> np.ndarray:
+        """Logits ``[K, B, O]`` for float32 images ``[B, C, H, W]`` (already normalised)."""
+        if images.dtype != np.float32:
+            raise TypeError(f"OnnxDrawnSession.run expects float32 images, got {images.dtype}")
+        if images.ndim != 4 or images.shape[1] != self.in_channels:
+            raise ValueError(
+                f"OnnxDrawnSession.run expects images [B, {self.in_channels}, H, W], got {images.shape}"
+            )
+        (logits,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: np.ascontiguousarray(images)})
+        return np.asarray(logits)

@@ -1,0 +1,126 @@
+"""ONNX Runtime backend: agreement with the torch DrawnNetwork, and a graph that carries no weights."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, numpy_helper
+
+from models.draws import DrawnNetwork, materialise_draws
+from models.onnx_backend import (
+    EXTERNAL_LOCATION,
+    OnnxDrawnSession,
+    build_onnx_graph,
+    export_graph,
+    weight_shapes,
+)
+from models.sampling import seeded
+from models.vgg import VGGConfig, build_vgg16_star, mc_logits
+
+
+@cache
+def tiny_net(activation: str, k: int, strategy: str = "grouped") -> DrawnNetwork:
+    torch.manual_seed(0)
+    # rho_init -3 (σ ≈ 0.05) so that the K draws differ visibly in their logits.
+    model = build_vgg16_star(VGGConfig(width=4, input_size=64, activation=activation, rho_init=-3.0))
+    return materialise_draws(model, k=k, seed=11, strategy=strategy)
+
+
+def images(batch: int, size: int = 64, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((batch, 3, size, size)).astype(np.float32)
+
+
+def baked_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of tensor data stored inside the graph file itself."""
+    inside = [t for t in model.graph.initializer if t.data_location != TensorProto.EXTERNAL]
+    return sum(numpy_helper.to_array(t).nbytes for t in inside)
+
+
+@pytest.mark.parametrize("activation", ["leaky_relu", "relu"])
+@pytest.mark.parametrize("k", [4, 16])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_onnx_matches_torch_drawn_network(activation: str, k: int, batch: int) -> None:
+    net = tiny_net(activation, k)
+    x = images(batch)
+    expected = net(torch.from_numpy(x)).numpy()  # [K, B, O]
+    got = OnnxDrawnSession(net, intra_op_threads=1).run(x)
+    assert got.shape == (k, batch, 1) and got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-4)
+    assert np.ptp(expected[:, 0, 0]) > 1e-2  # the K draws disagree, so the comparison is per draw
+
+
+def test_onnx_matches_the_seeded_reference_loop() -> None:
+    """ORT == the Bayesian model's own seeded K-sample forward (the 16-pass reference), per draw."""
+    torch.manual_seed(0)
+    model = build_vgg16_star(VGGConfig(width=4, input_size=64, rho_init=-3.0)).eval()
+    x = images(2, seed=3)
+    with torch.no_grad(), seeded(model, 5):
+        reference = mc_logits(model, torch.from_numpy(x), 16).numpy()  # [S, B, O]
+    net = materialise_draws(model, k=16, seed=5, strategy="loop")
+    np.testing.assert_allclose(OnnxDrawnSession(net).run(x), reference, atol=1e-4, rtol=1e-4)
+
+
+def test_dynamic_batch_and_image_size() -> None:
+    net = tiny_net("leaky_relu", 4)
+    session = OnnxDrawnSession(net)
+    for batch, size in [(2, 64), (5, 96)]:
+        x = images(batch, size)
+        np.testing.assert_allclose(session.run(x), net(torch.from_numpy(x)).numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_graph_carries_no_weights() -> None:
+    net = tiny_net("leaky_relu", 16)
+    model = build_onnx_graph(net)
+    assert baked_bytes(model) < 64  # only the reshape target [0, K, -1]
+    external = {t.name: t for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL}
+    assert {n: tuple(t.dims) for n, t in external.items()} == weight_shapes(net)
+    for t in external.values():
+        assert not t.raw_data and not t.float_data
+        assert {e.key: e.value for e in t.external_data} == {"location": EXTERNAL_LOCATION}
+    assert [i.name for i in model.graph.input] == ["images"]  # the weights are not inputs either
+    assert model.opset_import[0].version >= 17
+
+
+def test_exported_graph_is_small_and_runs_with_injected_weights(tmp_path: Path) -> None:
+    net = tiny_net("relu", 4)
+    path = export_graph(net, tmp_path / "graph.onnx")
+    assert path.stat().st_size < 16_000
+    x = images(2)
+    np.testing.assert_allclose(OnnxDrawnSession(net, graph=path).run(x), net(torch.from_numpy(x)).numpy(),
+                               atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="does not fit this DrawnNetwork"):
+        OnnxDrawnSession(tiny_net("relu", 16), graph=path)
+
+
+def test_full_width_graph_is_under_a_megabyte(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = build_vgg16_star(VGGConfig(width=46, input_size=64))
+    net = materialise_draws(model, k=16, seed=0)  # ≈ 490 MB of drawn weights in memory
+    path = export_graph(net, tmp_path / "graph.onnx")
+    assert path.stat().st_size < 1_000_000
+    drawn_bytes = sum(4 * int(np.prod(s)) for s in weight_shapes(net).values())
+    assert drawn_bytes > 400_000_000  # what a baked-in graph would have weighed
+
+
+def test_run_rejects_wrong_inputs() -> None:
+    session = OnnxDrawnSession(tiny_net("leaky_relu", 4))
+    with pytest.raises(TypeError, match="float32"):
+        session.run(images(1).astype(np.float64))
+    with pytest.raises(ValueError, match=r"\[B, 3, H, W\]"):
+        session.run(images(1)[:, :2])
+
+
+def test_unavailable_provider_is_named() -> None:
+    with pytest.raises(ValueError, match="NoSuchExecutionProvider"):
+        OnnxDrawnSession(tiny_net("leaky_relu", 4), providers=["NoSuchExecutionProvider"])
+
+
+def test_default_providers_follow_the_device() -> None:
+    session = OnnxDrawnSession(tiny_net("leaky_relu", 4), device="cpu")
+    assert session.providers == ["CPUExecutionProvider"]
+    assert session.active_providers == ["CPUExecutionProvider"]
