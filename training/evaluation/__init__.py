@@ -15,7 +15,7 @@ from training.evaluation.referral import (
 )
 from training.evaluation.report import EvaluationReport, MIHistogram
 from training.evaluation.threshold import ReferralThreshold, mi_referral_threshold, referral_rate
-from training.evaluation.uncertainty import McUncertainty, binary_entropy, mc_uncertainty
+from training.evaluation.uncertainty import McUncertainty, mc_uncertainty
 
 __all__ = [
     "DEFAULT_FRACTIONS",
@@ -27,7 +27,6 @@ __all__ = [
     "ReferralThreshold",
     "ReliabilityBins",
     "Strategy",
-    "binary_entropy",
     "evaluate_predictions",
     "expected_calibration_error",
     "mc_uncertainty",

@@ -1,16 +1,14 @@
-"""Binary uncertainty decomposition on numpy arrays of Monte Carlo probabilities.
+"""Binary uncertainty decomposition for numpy arrays of Monte Carlo probabilities.
 
 Evaluation works on the saved outputs of S stochastic forward passes (``mc_probs`` of shape ``[S, N]``),
-so it needs neither the model nor torch. The formulas are the ones of ``models.uncertainty`` (DESIGN.md §2,
-natural log, unit nat), restated here so that the numbers in an evaluation report and the numbers the
-service returns mean the same thing:
+so it does not need the model. The maths is delegated to ``models.uncertainty.binary_uncertainty`` (the
+function the service uses), so that the numbers in an evaluation report and the numbers the service
+returns are the same numbers (DESIGN.md §2, natural log, unit nat):
 
 - p̄ = mean_s p_s (probability of referable DR);
 - predictive entropy H[p̄], with H(p) = -p ln p - (1 - p) ln(1 - p) and 0 ln 0 = 0;
 - expected entropy mean_s H[p_s] (aleatoric part);
 - mutual information MI = H[p̄] - mean_s H[p_s], clipped at 0 against rounding, so 0 ≤ MI ≤ ln 2.
-
-A test checks this module against ``models.uncertainty.binary_uncertainty`` whenever that is importable.
 """
 
 from __future__ import annotations
@@ -18,8 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import entr
+
+from models.uncertainty import binary_uncertainty
 
 FloatArray = NDArray[np.float64]
 
@@ -32,12 +32,6 @@ class McUncertainty:
     predictive_entropy: FloatArray
     expected_entropy: FloatArray
     mutual_information: FloatArray
-
-
-def binary_entropy(p: ArrayLike) -> FloatArray:
-    """Entropy in nats of a Bernoulli(p) variable, elementwise, with 0 ln 0 = 0 (``scipy.special.entr``)."""
-    q = np.asarray(p, dtype=np.float64)
-    return np.asarray(entr(q) + entr(1.0 - q), dtype=np.float64)
 
 
 def validate_mc_probs(mc_probs: ArrayLike) -> FloatArray:
@@ -62,14 +56,11 @@ def validate_mc_probs(mc_probs: ArrayLike) -> FloatArray:
 
 def mc_uncertainty(mc_probs: ArrayLike) -> McUncertainty:
     """Decompose the uncertainty of ``mc_probs`` ``[S, N]`` into p̄, H[p̄], E_s H[p_s] and MI (nats)."""
-    probs = validate_mc_probs(mc_probs)  # [S, N]
-    p_bar = probs.mean(axis=0)  # [N]
-    predictive = binary_entropy(p_bar)  # [N]
-    expected = binary_entropy(probs).mean(axis=0)  # [N]
-    mi = np.clip(predictive - expected, 0.0, None)  # [N]
+    probs = validate_mc_probs(mc_probs)  # [S, N] float64
+    u = binary_uncertainty(torch.from_numpy(probs))  # float64 tensors [N]
     return McUncertainty(
-        probability=p_bar,
-        predictive_entropy=predictive,
-        expected_entropy=expected,
-        mutual_information=mi,
+        probability=u.probability.numpy(),
+        predictive_entropy=u.predictive_entropy.numpy(),
+        expected_entropy=u.expected_entropy.numpy(),
+        mutual_information=u.mutual_information.numpy(),
     )
