@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import onnx
@@ -22,9 +23,11 @@ from models.onnx_backend import (
 from models.sampling import seeded
 from models.vgg import VGGConfig, build_vgg16_star, mc_logits
 
+Activation = Literal["leaky_relu", "relu"]
+
 
 @cache
-def tiny_net(activation: str, k: int, strategy: str = "grouped") -> DrawnNetwork:
+def tiny_net(activation: Activation, k: int, strategy: str = "grouped") -> DrawnNetwork:
     torch.manual_seed(0)
     # rho_init -3 (σ ≈ 0.05) so that the K draws differ visibly in their logits.
     model = build_vgg16_star(VGGConfig(width=4, input_size=64, activation=activation, rho_init=-3.0))
@@ -44,7 +47,7 @@ def baked_bytes(model: onnx.ModelProto) -> int:
 @pytest.mark.parametrize("activation", ["leaky_relu", "relu"])
 @pytest.mark.parametrize("k", [4, 16])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_onnx_matches_torch_drawn_network(activation: str, k: int, batch: int) -> None:
+def test_onnx_matches_torch_drawn_network(activation: Activation, k: int, batch: int) -> None:
     net = tiny_net(activation, k)
     x = images(batch)
     expected = net(torch.from_numpy(x)).numpy()  # [K, B, O]
