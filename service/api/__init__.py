@@ -1,0 +1,1 @@
+"""Thin HTTP routers: they translate requests to engine calls and results to response models."""

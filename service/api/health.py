@@ -1,0 +1,44 @@
+"""Liveness, readiness and Prometheus metrics (open even when an API key is configured)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+
+from service.deps import EngineDep, MetricsDep
+from service.metrics import CONTENT_TYPE_LATEST
+from service.schemas import Health, Readiness
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", response_model=Health, summary="The process is alive")
+async def healthz() -> Health:
+    return Health()
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    summary="The model is loaded, verified and warm",
+    responses={503: {"model": Readiness, "description": "Still loading, or failed to load"}},
+)
+async def readyz(engine: EngineDep) -> JSONResponse:
+    if engine.state == "ready":
+        return JSONResponse(Readiness(status="ready").model_dump())
+    detail = engine.error if engine.state == "failed" else "loading and warming up the model"
+    return JSONResponse(
+        Readiness(status=engine.state, detail=detail).model_dump(),
+        status_code=503,
+        headers={"Retry-After": "2"},
+    )
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}}},
+)
+async def metrics(metrics: MetricsDep) -> Response:
+    return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)

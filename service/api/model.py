@@ -1,0 +1,49 @@
+"""GET /v1/model: identity, calibration, preprocessing, runtime and the model card."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from service.deps import ApiKeyDep, EngineDep, SettingsDep
+from service.schemas import ModelResponse, problem_responses
+
+router = APIRouter(tags=["model"], dependencies=[ApiKeyDep])
+
+
+@router.get(
+    "/v1/model",
+    response_model=ModelResponse,
+    summary="The loaded model: identity, card, calibration",
+    responses=problem_responses(401, 503),
+)
+async def model_info(engine: EngineDep, settings: SettingsDep) -> ModelResponse:
+    scorer = engine.require_ready()
+    cal, pipe = scorer.calibration, scorer.pipeline
+    return ModelResponse.model_validate(
+        {
+            "model": scorer.model_identity,
+            "calibration": {
+                "referral_threshold_mi": cal.referral_threshold_mi,
+                "decision_threshold": cal.decision_threshold,
+                "target_referral_rate": cal.target_referral_rate,
+                "dataset": cal.dataset,
+                "validation": cal.validation,
+            },
+            "preprocessing": {
+                "input_size": pipe.size,
+                "mean": list(pipe.mean),
+                "std": list(pipe.std),
+                "max_upload_bytes": pipe.max_bytes,
+                "max_pixels": pipe.max_pixels,
+            },
+            "runtime": {
+                "backend": scorer.backend.name,
+                "device": scorer.backend.device,
+                "precision": scorer.precision,
+                "max_batch_size": settings.max_batch_size,
+                "max_wait_ms": settings.max_wait_ms,
+            },
+            "model_card": scorer.model_card,
+            "disclaimer": scorer.disclaimer,
+        }
+    )

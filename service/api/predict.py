@@ -1,0 +1,178 @@
+"""POST /v1/predict (alias /predict) and POST /v1/predict/batch."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+
+from service.api.uploads import STUDY_ID_MAX, STUDY_ID_PATTERN, check_study_id, read_uploads
+from service.deps import ApiKeyDep, EngineDep, SettingsDep
+from service.engine import Prediction
+from service.errors import ServiceProblem, problem_body, request_id_of
+from service.imaging import ImageRejected
+from service.schemas import (
+    EXAMPLE_PREDICTION,
+    BatchItem,
+    BatchResponse,
+    PredictionResponse,
+    problem_responses,
+)
+from service.scoring import Scorer, score_payload
+
+router = APIRouter(tags=["predict"], dependencies=[ApiKeyDep])
+
+FHIR_MEDIA_TYPE = "application/fhir+json"
+StudyIdQuery = Annotated[
+    str | None,
+    Query(
+        max_length=STUDY_ID_MAX,
+        pattern=STUDY_ID_PATTERN,
+        description="Opaque id echoed back (never logged); also accepted as a form field.",
+    ),
+]
+FormatQuery = Annotated[
+    Literal["json", "fhir"] | None,
+    Query(description="'fhir' returns a FHIR R4 Bundle (same as Accept: application/fhir+json)."),
+]
+
+_IMAGE_SCHEMA = {"type": "string", "format": "binary", "description": "JPEG, PNG, TIFF, WebP or BMP."}
+_SINGLE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["image"],
+                    "properties": {
+                        "image": _IMAGE_SCHEMA,
+                        "study_id": {"type": "string", "maxLength": STUDY_ID_MAX},
+                    },
+                },
+            },
+            "image/jpeg": {"schema": _IMAGE_SCHEMA},
+            "image/png": {"schema": _IMAGE_SCHEMA},
+            "image/tiff": {"schema": _IMAGE_SCHEMA},
+        },
+    },
+}
+_BATCH_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["image"],
+                    "properties": {
+                        "image": {"type": "array", "items": _IMAGE_SCHEMA},
+                        "study_id": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+            },
+        },
+    },
+}
+_FHIR_CONTENT = {FHIR_MEDIA_TYPE: {"schema": {"type": "object", "description": "FHIR R4 Bundle"}}}
+
+
+def _wants_fhir(request: Request, fmt: str | None) -> bool:
+    return fmt == "fhir" or FHIR_MEDIA_TYPE in request.headers.get("accept", "")
+
+
+def _result(pred: Prediction, scorer: Scorer, study_id: str | None) -> dict[str, Any]:
+    body = score_payload(pred.scored.score, scorer)
+    body["study_id"] = study_id
+    body["timing_ms"] = {
+        "decode": round(pred.decode_ms, 3),
+        "queue": round(pred.scored.queue_ms, 3),
+        "inference": round(pred.scored.inference_ms, 3),
+    }
+    return body
+
+
+def _fhir(body: dict[str, Any]) -> JSONResponse:
+    try:
+        from service.fhir import to_fhir_bundle
+    except ImportError as exc:
+        raise ServiceProblem("not-acceptable", 406, "FHIR output is not available in this build.") from exc
+    return JSONResponse(to_fhir_bundle(body), media_type=FHIR_MEDIA_TYPE)
+
+
+@router.post(
+    "/v1/predict",
+    response_model=PredictionResponse,
+    summary="Score one fundus photograph",
+    description=(
+        "Send the image as multipart/form-data field `image` or as the raw body with an image/* "
+        "Content-Type. Returns the referable-DR probability, its uncertainty (mutual information "
+        "over the fixed posterior draws), the image-quality verdict and whether to refer to an expert."
+    ),
+    responses={
+        200: {"content": {"application/json": {"example": EXAMPLE_PREDICTION}, **_FHIR_CONTENT}},
+        **problem_responses(400, 401, 406, 413, 415, 422, 503),
+    },
+    openapi_extra=_SINGLE_BODY,
+)
+async def predict(
+    request: Request,
+    engine: EngineDep,
+    settings: SettingsDep,
+    study_id: StudyIdQuery = None,
+    format: FormatQuery = None,
+) -> Any:
+    scorer = engine.require_ready()
+    uploads, form_ids = await read_uploads(request, max_files=1)
+    sid = check_study_id(form_ids[0] if form_ids else study_id)
+    pred = await engine.predict(uploads[0].data)
+    body = _result(pred, scorer, sid)
+    if _wants_fhir(request, format):
+        return _fhir({"request_id": request_id_of(request), **body})
+    return PredictionResponse(request_id=request_id_of(request), **body)
+
+
+router.add_api_route(
+    "/predict",
+    predict,
+    methods=["POST"],
+    response_model=PredictionResponse,
+    summary="Alias of POST /v1/predict",
+    responses=problem_responses(400, 401, 413, 415, 422, 503),
+    openapi_extra=_SINGLE_BODY,
+)
+
+
+@router.post(
+    "/v1/predict/batch",
+    response_model=BatchResponse,
+    summary="Score several images in one request",
+    description=(
+        "Several multipart `image` parts; items come back in the same order, each with either a "
+        "`result` or a `problem` (a bad image does not fail the others). Optional `study_id` parts "
+        "must then be given once per image."
+    ),
+    responses=problem_responses(401, 413, 415, 422, 503),
+    openapi_extra=_BATCH_BODY,
+)
+async def predict_batch(request: Request, engine: EngineDep, settings: SettingsDep) -> BatchResponse:
+    scorer = engine.require_ready()
+    uploads, study_ids = await read_uploads(request, max_files=settings.max_batch_items)
+    if study_ids and len(study_ids) != len(uploads):
+        raise ServiceProblem(
+            "validation-error",
+            422,
+            f"Got {len(study_ids)} study_id parts for {len(uploads)} images; give one per image or none.",
+        )
+    ids = [check_study_id(s) for s in study_ids] or [None] * len(uploads)
+    outcomes = await engine.predict_many([u.data for u in uploads])
+    rid = request_id_of(request)
+    items = []
+    for i, (upload, outcome, sid) in enumerate(zip(uploads, outcomes, ids, strict=True)):
+        if isinstance(outcome, ImageRejected):
+            problem = problem_body(outcome.problem_type, outcome.status, outcome.detail, rid)
+            items.append(BatchItem(index=i, filename=upload.filename, problem=problem))  # type: ignore[arg-type]
+        else:
+            items.append(BatchItem(index=i, filename=upload.filename, result=_result(outcome, scorer, sid)))  # type: ignore[arg-type]
+    return BatchResponse(request_id=rid, count=len(items), items=items)

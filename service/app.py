@@ -1,0 +1,86 @@
+"""The FastAPI application factory.
+
+``create_app(settings)`` wires one independent app: its own settings, metrics registry and
+engine on ``app.state``; the lifespan starts loading the model in the background (readiness
+turns true only after load, verification, materialisation of the draws and warm-up) and stops the
+batcher on shutdown.
+
+Run it with ``radscreen serve`` or ``uvicorn --factory service.app:create_app``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from starlette.middleware.cors import CORSMiddleware
+
+from service.api import health, model, pages, predict
+from service.api.pages import STATIC_DIR
+from service.engine import Engine, ScorerFactory
+from service.errors import install_error_handlers
+from service.metrics import ServiceMetrics
+from service.middleware import RequestContextMiddleware
+from service.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+DESCRIPTION = """Uncertainty-aware screening for referable diabetic retinopathy (EyePACS grade >= 2).
+
+Every answer carries the model's identity (artifact sha256), its uncertainty (mutual information
+over K fixed posterior draws of a Radial Bayesian VGG-16*), an image-quality verdict and whether
+the image should be referred to an expert. Errors are RFC 9457 `application/problem+json`.
+
+**Decision support only, not a diagnosis.** See `GET /v1/model` for the model card.
+"""
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    engine: Engine = app.state.engine
+    loading = asyncio.create_task(engine.load(), name="radscreen-load")
+    try:
+        yield
+    finally:
+        loading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loading
+        await engine.stop()
+
+
+def create_app(settings: Settings | None = None, *, scorer_factory: ScorerFactory | None = None) -> FastAPI:
+    """Build the app. ``scorer_factory`` replaces ``Scorer.from_artifact`` (tests, benchmarks)."""
+    settings = settings if settings is not None else Settings()
+    logging.getLogger("service").setLevel(settings.log_level.upper())
+    metrics = ServiceMetrics()
+    app = FastAPI(
+        title="Radial Screen",
+        version="1.0.0",
+        summary="Uncertainty-aware diabetic-retinopathy screening",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.engine = Engine(settings, metrics, scorer_factory)
+
+    install_error_handlers(app)
+    for router in (predict.router, model.router, health.router, pages.router):
+        app.include_router(router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static")
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Content-Type", "X-API-Key", "X-Request-ID", "Accept"],
+            expose_headers=["X-Request-ID", "Retry-After"],
+            max_age=600,
+        )
+    app.add_middleware(RequestContextMiddleware, settings=settings, metrics=metrics)  # outermost
+    return app

@@ -1,0 +1,103 @@
+"""Inference backends for the fixed posterior draws: images in, per-draw logits out.
+
+Both run the same ``DrawnNetwork`` (K materialised draws, ``models.draws``):
+
+- ``TorchBackend``: eager torch, channels-last input, optional bf16/fp16 autocast, CPU or CUDA;
+- ``OnnxBackend``: ``models.onnx_backend.OnnxDrawnSession`` (CUDA provider on GPU, CPU otherwise),
+  fp32 only; the drawn weights are injected at load time, never baked into a file.
+
+Agreement (fp32, tests/service/test_scoring.py): probability and MI equal to 1e-4 between the two.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal, Protocol
+
+import numpy as np
+import torch
+
+from models.draws import DrawnNetwork
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class Backend(Protocol):
+    """Runs the K draws on a batch: float32 [B, C, H, W] -> float32 logits [K, B, O]."""
+
+    name: str
+    device: str
+
+    def run(self, x: np.ndarray) -> np.ndarray: ...
+
+
+def resolve_device(device: Literal["auto", "cpu", "cuda"]) -> str:
+    """'auto' -> 'cuda' when a GPU is visible, else 'cpu'; asking for cuda without one is an error."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            "device='cuda' was requested but no CUDA device is available; use 'auto' or 'cpu'."
+        )
+    return device
+
+
+class TorchBackend:
+    """Eager torch execution of the drawn network."""
+
+    name = "torch"
+
+    def __init__(self, net: DrawnNetwork, *, device: str, precision: str) -> None:
+        self.device = device
+        self.precision = precision
+        net = net.to(device)
+        # channels-last applies to the 4-D (grouped-conv) weight buffers only
+        self.net = net.to(memory_format=torch.channels_last).eval()  # type: ignore[call-overload]
+        if device == "cpu" and precision == "fp16":
+            logger.warning("fp16 autocast on CPU is slow on most CPUs; bf16 is the usual CPU choice")
+
+    @torch.inference_mode()
+    def run(self, x: np.ndarray) -> np.ndarray:
+        xt = torch.from_numpy(x).to(self.device).contiguous(memory_format=torch.channels_last)  # [B, C, H, W]
+        if self.precision == "fp32":
+            logits = self.net(xt)
+        else:
+            with torch.autocast(device_type=self.device, dtype=_DTYPES[self.precision]):
+                logits = self.net(xt)
+        return logits.float().cpu().numpy()  # [K, B, O]
+
+
+class OnnxBackend:
+    """ONNX Runtime execution of the drawn network (weights injected as graph inputs)."""
+
+    name = "onnxruntime"
+
+    def __init__(self, net: DrawnNetwork, *, device: str, precision: str) -> None:
+        from models.onnx_backend import OnnxDrawnSession
+
+        if precision != "fp32":
+            raise ValueError(
+                f"precision={precision!r} is not supported by the onnxruntime backend; use fp32 "
+                "or the torch backend for bf16/fp16."
+            )
+        self.device = device
+        providers = (
+            ["CUDAExecutionProvider", "CPUExecutionProvider"]
+            if device == "cuda"
+            else ["CPUExecutionProvider"]
+        )
+        self.session = OnnxDrawnSession(net, providers=providers)
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(self.session.run(np.ascontiguousarray(x, dtype=np.float32)), dtype=np.float32)
+
+
+def make_backend(net: DrawnNetwork, *, backend: str, device: str, precision: str) -> Backend:
+    """Build the named backend; unknown names raise ValueError listing the valid ones."""
+    if backend == "torch":
+        return TorchBackend(net, device=device, precision=precision)
+    if backend == "onnxruntime":
+        return OnnxBackend(net, device=device, precision=precision)
+    raise ValueError(f"Unknown backend {backend!r}; expected one of: torch, onnxruntime.")

@@ -1,0 +1,141 @@
+"""The service's inference engine: model lifecycle, decode pool and micro-batcher (no FastAPI).
+
+``Engine.load()`` runs in the background from the app's lifespan: it loads and verifies the
+artifact, materialises the K draws, warms the backend (batch 1; on GPU also ``max_batch_size``),
+starts the batcher and only then reports ``ready``. Until then predictions raise ``NotReady``
+(503 + Retry-After) while /healthz already answers, so orchestrators can tell "starting" from
+"dead". A load failure (e.g. a sha256 mismatch) leaves the engine ``failed`` with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Literal
+
+from service.batcher import MicroBatcher, Scored
+from service.metrics import ServiceMetrics
+from service.scoring import ImageRejected, PreparedImage, Scorer, prepare_image
+from service.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+State = Literal["loading", "ready", "failed"]
+ScorerFactory = Callable[[Settings], Scorer]
+
+
+class NotReady(Exception):  # noqa: N818
+    """The model is still loading (or failed to load)."""
+
+    def __init__(self, detail: str, retry_after: int = 2) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One scored image with its timings in ms."""
+
+    scored: Scored
+    decode_ms: float
+
+
+def scorer_from_settings(settings: Settings) -> Scorer:
+    """The default factory: the configured artifact, backend, device, precision and limits."""
+    return Scorer.from_artifact(
+        settings.model_dir,
+        backend=settings.backend,
+        device=settings.device,
+        precision=settings.precision,
+        mc_samples=settings.mc_samples,
+        max_pixels=settings.max_pixels,
+        max_bytes=settings.max_upload_bytes,
+    )
+
+
+class Engine:
+    """Owns the scorer, the decode thread pool and the batcher of one app."""
+
+    def __init__(
+        self, settings: Settings, metrics: ServiceMetrics, factory: ScorerFactory | None = None
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.factory = factory or scorer_from_settings
+        self.state: State = "loading"
+        self.error: str | None = None
+        self.scorer: Scorer | None = None
+        self.batcher: MicroBatcher | None = None
+        self._decode_pool = ThreadPoolExecutor(settings.decode_workers, thread_name_prefix="radscreen-decode")
+
+    async def load(self) -> None:
+        """Load, verify, materialise, warm up, start batching; then ready (see module docstring)."""
+        started = time.perf_counter()
+        try:
+            scorer = await asyncio.to_thread(self.factory, self.settings)
+            # on CPU one small pass is enough; on GPU also the largest batch (cuDNN algorithm choice)
+            sizes = [1] if scorer.backend.device == "cpu" else sorted({1, self.settings.max_batch_size})
+            await asyncio.to_thread(scorer.warmup, sizes)
+        except Exception as exc:
+            self.state, self.error = "failed", f"{type(exc).__name__}: {exc}"
+            logger.error("model failed to load: %s", self.error)
+            return
+        self.scorer = scorer
+        self.batcher = MicroBatcher(
+            scorer,
+            max_batch_size=self.settings.max_batch_size,
+            max_wait_ms=self.settings.max_wait_ms,
+            queue_size=self.settings.queue_size,
+            metrics=self.metrics,
+        )
+        self.batcher.start()
+        self.metrics.set_model(scorer.model_identity)
+        self.metrics.ready.set(1)
+        self.state = "ready"
+        logger.info("ready", extra={"load_s": round(time.perf_counter() - started, 3)})
+
+    async def stop(self) -> None:
+        self.metrics.ready.set(0)
+        if self.batcher is not None:
+            await self.batcher.stop()
+        self._decode_pool.shutdown(wait=False, cancel_futures=True)
+
+    def require_ready(self) -> Scorer:
+        if self.state == "ready" and self.scorer is not None:
+            return self.scorer
+        if self.state == "failed":
+            raise NotReady(f"The model failed to load ({self.error}); fix the artifact and restart.", 30)
+        raise NotReady("The model is loading and warming up; retry shortly.")
+
+    async def prepare(self, data: bytes) -> PreparedImage:
+        """Decode/validate/quality-check off the event loop; raises ImageRejected."""
+        scorer = self.require_ready()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._decode_pool, prepare_image, data, scorer.pipeline)
+
+    async def predict(self, data: bytes) -> Prediction:
+        """One image: decode, then batch with whatever else is in flight."""
+        prepared = await self.prepare(data)
+        assert self.batcher is not None  # set together with ready
+        scored = await self.batcher.submit(prepared)
+        return Prediction(scored, prepared.decode_ms)
+
+    async def predict_many(self, images: Sequence[bytes]) -> list[Prediction | ImageRejected]:
+        """Several images in order; a rejected image becomes its ImageRejected, the others are scored."""
+        self.require_ready()
+        outcomes = await asyncio.gather(*(self.prepare(d) for d in images), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, ImageRejected):
+                raise outcome
+        prepared = [o for o in outcomes if isinstance(o, PreparedImage)]
+        assert self.batcher is not None
+        scored = iter(await self.batcher.submit_many(prepared))
+        return [
+            o if isinstance(o, ImageRejected) else Prediction(next(scored), o.decode_ms)  # type: ignore[union-attr]
+            for o in outcomes
+        ]

@@ -1,0 +1,99 @@
+"""Prometheus metrics of one app instance (the table in docs/contracts.md), on its own registry.
+
+Each ``create_app`` builds its own ``ServiceMetrics`` with a fresh ``CollectorRegistry``, so several
+apps in one process (tests, benchmarks) never clash over metric names.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from service.scoring import ImageScore
+
+__all__ = ["CONTENT_TYPE_LATEST", "ServiceMetrics"]
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128)
+PROBABILITY_BUCKETS = tuple(round(0.1 * i, 1) for i in range(1, 11))
+MI_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7)
+
+
+class ServiceMetrics:
+    """All collectors of the service, registered on ``self.registry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "radscreen_requests",
+            "HTTP requests by route template and status code.",
+            ["endpoint", "status"],
+            registry=r,
+        )
+        self.request_latency = Histogram(
+            "radscreen_request_latency_seconds",
+            "HTTP request latency (whole request).",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "radscreen_queue_wait_seconds",
+            "Time an image waited in the micro-batch queue.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.inference = Histogram(
+            "radscreen_inference_seconds",
+            "Time of one batched forward of the K draws.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "radscreen_batch_size", "Images per batched forward.", buckets=BATCH_BUCKETS, registry=r
+        )
+        self.queue_depth = Gauge("radscreen_queue_depth", "Images waiting in the queue.", registry=r)
+        self.predictions = Counter("radscreen_predictions", "Predictions by label.", ["label"], registry=r)
+        self.referrals = Counter(
+            "radscreen_referrals", "Referrals to an expert by reason.", ["reason"], registry=r
+        )
+        self.probability = Histogram(
+            "radscreen_probability",
+            "Predicted referable-DR probability (drift watch).",
+            buckets=PROBABILITY_BUCKETS,
+            registry=r,
+        )
+        self.mutual_information = Histogram(
+            "radscreen_mutual_information",
+            "Mutual information in nats (drift watch).",
+            buckets=MI_BUCKETS,
+            registry=r,
+        )
+        self.model_info = Gauge(
+            "radscreen_model_info", "The loaded model (value 1).", ["name", "version", "sha256"], registry=r
+        )
+        self.ready = Gauge("radscreen_ready", "1 when the model is loaded and warm.", registry=r)
+        # pre-create the label sets we know so dashboards see zeros instead of gaps
+        for label in ("referable", "non_referable"):
+            self.predictions.labels(label=label)
+        for reason in ("uncertain", "image_quality"):
+            self.referrals.labels(reason=reason)
+
+    def observe_score(self, score: ImageScore) -> None:
+        """Count one prediction: label, referral reasons, probability and MI distributions."""
+        self.predictions.labels(label=score.label).inc()
+        for reason in score.referral_reasons:
+            self.referrals.labels(reason=reason).inc()
+        self.probability.observe(score.probability)
+        self.mutual_information.observe(score.mutual_information)
+
+    def set_model(self, identity: dict[str, object]) -> None:
+        self.model_info.clear()
+        self.model_info.labels(
+            name=str(identity["name"]), version=str(identity["version"]), sha256=str(identity["sha256"])
+        ).set(1)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of this registry."""
+        return generate_latest(self.registry)

@@ -1,0 +1,261 @@
+"""The shared inference path: bytes -> PreparedImage -> ImageScore -> JSON-ready dict.
+
+Plain Python/numpy/torch; no FastAPI. The HTTP service (through ``service.batcher``) and the batch
+job (``service.batch``) both use exactly this module, so an image gets the same answer whichever
+way it is scored.
+
+Example::
+
+    scorer = Scorer.from_artifact(Path("models/default"), backend="torch", mc_samples=16)
+    prepared = prepare_image(Path("eye.jpg").read_bytes(), scorer.pipeline)   # may raise ImageRejected
+    [score] = scorer.score_batch([prepared])
+    body = score_payload(score, scorer)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.uncertainty import binary_uncertainty
+from service.backends import Backend, make_backend, resolve_device
+from service.imaging import ImagePipeline, ImageRejected, decode_rgb, fov_square, resize_square
+from service.quality import QualityReport, assess_quality
+
+__all__ = [
+    "ImagePipeline",
+    "ImageRejected",
+    "ImageScore",
+    "PreparedImage",
+    "QualityReport",
+    "Scorer",
+    "ScorerCalibration",
+    "prepare_image",
+    "score_payload",
+]
+
+logger = logging.getLogger(__name__)
+
+REASON_UNCERTAIN = "uncertain"
+REASON_QUALITY = "image_quality"
+
+
+@dataclass(frozen=True)
+class PreparedImage:
+    """A validated, quality-assessed, normalised image ready for the network."""
+
+    pixels: np.ndarray  # float32 [C, H, W], normalised with the artifact's mean/std
+    quality: QualityReport
+    decode_ms: float
+
+
+def prepare_image(data: bytes, pipeline: ImagePipeline) -> PreparedImage:
+    """Decode, validate, quality-check and preprocess one image; raises ImageRejected (400/413/415)."""
+    start = time.perf_counter()
+    rgb = decode_rgb(data, max_pixels=pipeline.max_pixels, max_bytes=pipeline.max_bytes, target=pipeline.size)
+    square = fov_square(rgb)  # uint8 [S, S, 3]
+    quality = assess_quality(square)
+    pixels = pipeline.normalise(resize_square(square, pipeline.size))  # [3, size, size]
+    return PreparedImage(pixels=pixels, quality=quality, decode_ms=(time.perf_counter() - start) * 1e3)
+
+
+@dataclass(frozen=True)
+class ImageScore:
+    """The model's answer for one image, with the referral decision already taken."""
+
+    probability: float  # p̄ = mean over the K draws of P(referable)
+    label: str  # "referable" | "non_referable" at the decision threshold
+    mutual_information: float  # nats, in [0, ln 2]
+    predictive_entropy: float
+    expected_entropy: float
+    refer_to_expert: bool
+    referral_reasons: list[str]
+    quality: QualityReport
+
+
+@dataclass(frozen=True)
+class ScorerCalibration:
+    """Thresholds from the artifact's calibration.json."""
+
+    referral_threshold_mi: float  # refer when MI > this (nats)
+    decision_threshold: float  # label referable when p̄ >= this
+    target_referral_rate: float
+    dataset: str
+    validation: dict[str, Any] = field(default_factory=dict)
+
+
+class Scorer:
+    """K fixed posterior draws behind one backend, plus the artifact's preprocessing and thresholds."""
+
+    def __init__(
+        self,
+        *,
+        backend: Backend,
+        pipeline: ImagePipeline,
+        model_identity: dict[str, Any],
+        calibration: ScorerCalibration,
+        model_card: str = "",
+        precision: str = "fp32",
+    ) -> None:
+        self.backend = backend
+        self.pipeline = pipeline
+        self.model_identity = model_identity
+        self.calibration = calibration
+        self.model_card = model_card
+        self.precision = precision
+
+    @classmethod
+    def from_artifact(
+        cls,
+        model_dir: Path | None = None,
+        *,
+        backend: str = "torch",
+        device: str = "auto",
+        precision: str = "fp32",
+        mc_samples: int | None = None,
+        max_pixels: int = 40_000_000,
+        max_bytes: int = 20 * 1024 * 1024,
+    ) -> Scorer:
+        """Load and verify the artifact, materialise the draws with its seed, build the backend.
+
+        ``mc_samples=None`` takes the artifact's K (the calibration was set for it); another K is
+        allowed but logged, since the MI referral threshold then no longer matches exactly.
+        """
+        from models.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
+        from models.draws import materialise_draws
+
+        artifact = load_artifact(model_dir if model_dir is not None else DEFAULT_ARTIFACT_DIR)
+        cfg, cal = artifact.config, artifact.calibration
+        k = cfg.mc_samples if mc_samples is None else mc_samples
+        if k != cfg.mc_samples:
+            logger.warning(
+                "mc_samples=%d differs from the artifact's %d, for which its MI referral threshold was set",
+                k,
+                cfg.mc_samples,
+            )
+        net = materialise_draws(artifact.build_model(), k=k, seed=cfg.draw_seed)
+        dev = resolve_device(device)  # type: ignore[arg-type]
+        engine = make_backend(net, backend=backend, device=dev, precision=precision)
+        identity = {
+            "name": cfg.name,
+            "version": cfg.version,
+            "sha256": artifact.sha256,
+            "mc_samples": k,
+            "training_data": cfg.training_data,
+            "intended_use": cfg.intended_use,
+        }
+        calibration = ScorerCalibration(
+            referral_threshold_mi=cal.referral_threshold_mi,
+            decision_threshold=cal.decision_threshold,
+            target_referral_rate=cal.target_referral_rate,
+            dataset=cal.dataset,
+            validation=dict(cal.validation),
+        )
+        pipeline = ImagePipeline(
+            size=cfg.input_size, mean=cfg.mean, std=cfg.std, max_pixels=max_pixels, max_bytes=max_bytes
+        )
+        logger.info(
+            "model loaded",
+            extra={
+                "model": cfg.name,
+                "version": cfg.version,
+                "sha256": artifact.sha256,
+                "backend": backend,
+                "device": dev,
+                "precision": precision,
+                "k": k,
+            },
+        )
+        return cls(
+            backend=engine,
+            pipeline=pipeline,
+            model_identity=identity,
+            calibration=calibration,
+            model_card=artifact.model_card,
+            precision=precision,
+        )
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """float32 [B, C, H, W] -> per-draw probabilities float64 [K, B]."""
+        logits = self.backend.run(x)  # [K, B, O]
+        return torch.sigmoid(torch.from_numpy(logits[..., 0]).double()).numpy()
+
+    def score_batch(self, images: Sequence[PreparedImage]) -> list[ImageScore]:
+        """Score several prepared images with ONE batched forward of the K draws."""
+        if not images:
+            return []
+        x = np.stack([im.pixels for im in images]).astype(np.float32, copy=False)  # [B, C, H, W]
+        unc = binary_uncertainty(torch.from_numpy(self.forward(x)))  # each [B]
+        cal = self.calibration
+        out: list[ImageScore] = []
+        for i, im in enumerate(images):
+            p = float(unc.probability[i])
+            mi = float(unc.mutual_information[i])
+            reasons = []
+            if mi > cal.referral_threshold_mi:
+                reasons.append(REASON_UNCERTAIN)
+            if not im.quality.gradable:
+                reasons.append(REASON_QUALITY)
+            out.append(
+                ImageScore(
+                    probability=p,
+                    label="referable" if p >= cal.decision_threshold else "non_referable",
+                    mutual_information=mi,
+                    predictive_entropy=float(unc.predictive_entropy[i]),
+                    expected_entropy=float(unc.expected_entropy[i]),
+                    refer_to_expert=bool(reasons),
+                    referral_reasons=reasons,
+                    quality=im.quality,
+                )
+            )
+        return out
+
+    def warmup(self, batch_sizes: Sequence[int] = (1,)) -> None:
+        """Run the backend once per batch size so first requests do not pay allocation/JIT costs."""
+        size = self.pipeline.size
+        for b in batch_sizes:
+            self.backend.run(np.zeros((b, 3, size, size), dtype=np.float32))
+
+    @property
+    def disclaimer(self) -> str:
+        ident = self.model_identity
+        return (
+            f"Decision support only, not a diagnosis. Model {ident['name']} {ident['version']} "
+            f"(sha256 {ident['sha256'][:12]}), trained on {ident['training_data']} data. "
+            f"Intended use: {ident['intended_use']} A clinician must review every result."
+        )
+
+
+def score_payload(score: ImageScore, scorer: Scorer) -> dict[str, Any]:
+    """The DESIGN §4 response body for one image, minus request_id, study_id and timing_ms."""
+    cal = scorer.calibration
+    return {
+        "model": dict(scorer.model_identity),
+        "diagnosis": {
+            "referable_dr_probability": score.probability,
+            "label": score.label,
+            "decision_threshold": cal.decision_threshold,
+        },
+        "uncertainty": {
+            "mutual_information": score.mutual_information,
+            "predictive_entropy": score.predictive_entropy,
+            "expected_entropy": score.expected_entropy,
+            "unit": "nat",
+            "referral_threshold": cal.referral_threshold_mi,
+        },
+        "quality": {
+            "gradable": score.quality.gradable,
+            "score": score.quality.score,
+            "issues": list(score.quality.issues),
+        },
+        "refer_to_expert": score.refer_to_expert,
+        "referral_reasons": list(score.referral_reasons),
+        "disclaimer": scorer.disclaimer,
+    }

@@ -1,0 +1,90 @@
+"""Service configuration, read from ``RADSCREEN_*`` environment variables (or a ``.env`` file).
+
+The settings object is built once by the app factory (``create_app(settings)``) and handed to
+request handlers through a FastAPI dependency (``service.deps.SettingsDep``); nothing reads the
+environment at import time.
+
+Example::
+
+    RADSCREEN_BACKEND=onnxruntime RADSCREEN_MC_SAMPLES=16 RADSCREEN_API_KEY=s3cret radscreen serve
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Backend = Literal["torch", "onnxruntime"]
+Device = Literal["auto", "cpu", "cuda"]
+Precision = Literal["fp32", "bf16", "fp16"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+def default_model_dir() -> Path:
+    """The embedded default artifact shipped inside ``models/`` (imported lazily: no import-time work)."""
+    from models.artifact import DEFAULT_ARTIFACT_DIR
+
+    return Path(DEFAULT_ARTIFACT_DIR)
+
+
+class Settings(BaseSettings):
+    """Every knob of the inference service; each field maps to ``RADSCREEN_<FIELD>``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RADSCREEN_", env_file=".env", extra="ignore", protected_namespaces=()
+    )
+
+    model_dir: Path = Field(
+        default_factory=default_model_dir,
+        description="Artifact directory (weights.safetensors, config.json, calibration.json, manifest.json).",
+    )
+    backend: Backend = Field(default="torch", description="Inference backend for the fixed posterior draws.")
+    device: Device = Field(default="auto", description="'auto' = cuda when available, else cpu.")
+    precision: Precision = Field(default="fp32", description="Autocast precision of the torch backend.")
+    mc_samples: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description="Fixed posterior draws K per image; default: the artifact's (16).",
+    )
+    max_batch_size: int = Field(
+        default=8, ge=1, le=512, description="Micro-batcher: images per forward pass."
+    )
+    max_wait_ms: float = Field(
+        default=5.0, ge=0, le=10_000, description="Micro-batcher: longest wait to fill a batch."
+    )
+    queue_size: int = Field(
+        default=64, ge=1, description="Images allowed to wait; beyond it requests get 503."
+    )
+    max_upload_bytes: int = Field(
+        default=20 * 1024 * 1024, ge=1024, description="Largest image file accepted."
+    )
+    max_pixels: int = Field(
+        default=40_000_000, ge=1, description="Largest width*height accepted (checked pre-decode)."
+    )
+    max_batch_items: int = Field(
+        default=16, ge=1, le=256, description="Most images in one /v1/predict/batch call."
+    )
+    decode_workers: int = Field(
+        default=2, ge=1, le=64, description="Threads decoding and preprocessing images."
+    )
+    api_key: SecretStr | None = Field(
+        default=None, description="When set, X-API-Key must match (health/metrics open)."
+    )
+    cors_origins: list[str] = Field(
+        default_factory=list, description='JSON list, e.g. ["https://dash.example"].'
+    )
+    log_level: LogLevel = Field(default="info", description="Python logging level of the service loggers.")
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_log_level(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("api_key", mode="after")
+    @classmethod
+    def _empty_key_is_none(cls, value: SecretStr | None) -> SecretStr | None:
+        return None if value is not None and not value.get_secret_value() else value
