@@ -1,0 +1,179 @@
+"""The serving form: K fixed posterior draws materialised once and run as one deterministic network.
+
+At load the service draws K weight sets from the posterior with the seed recorded in the artifact; every
+request then runs the same K draws, so answers are reproducible across restarts and replicas and no
+sampling happens on the hot path.  The draws are taken exactly as a seeded ``K``-sample forward would take
+them (layer by layer, weight then bias), so ``DrawnNetwork(x) == mc_logits(model, x, K)`` under
+``seeded(model, seed)``.
+
+Execution strategies (same numbers, different speed — see ``benchmarks/bench_core.py``):
+
+* ``"grouped"``: the K draws are one network of grouped convolutions (groups = K) over ``[B, K·C, H, W]``;
+  the first convolution needs no input replication (one conv with K·out filters on ``[B, C, H, W]``).
+* ``"loop"``: K sequential passes, one per draw — the reference "16-pass loop" with fixed weights.
+
+``plan`` lists the operations in order — ``("conv", i)``, ``("act",)``, ``("pool",)``, ``("gpool",)``,
+``("linear", i)`` — so other backends (ONNX) can rebuild the same graph from the tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from models.layers import BayesConv2d, BayesLinear, PerSample, Strategy, check_strategy
+from models.sampling import seeded
+from models.vgg import VGGStar
+
+Op = tuple[str] | tuple[str, int]
+
+
+@dataclass(frozen=True)
+class DrawnConv:
+    weight: Tensor  # [K, out, in, kh, kw]
+    bias: Tensor  # [K, out]
+    stride: int
+    padding: int
+
+
+@dataclass(frozen=True)
+class DrawnLinear:
+    weight: Tensor  # [K, out, in]
+    bias: Tensor  # [K, out]
+
+
+class DrawnNetwork(nn.Module):
+    """K fixed draws of a Bayesian VGG-16*: ``forward(x [B, C, H, W]) -> logits [K, B, O]``."""
+
+    def __init__(self, plan: list[Op], convs: list[DrawnConv], linears: list[DrawnLinear], *,
+                 activation: str, negative_slope: float, strategy: str = "grouped") -> None:
+        super().__init__()
+        self.plan = plan
+        self.k = convs[0].weight.shape[0]
+        self.activation = activation
+        self.negative_slope = negative_slope
+        self.strategy: Strategy = check_strategy(strategy)
+        self.conv_meta = [(c.stride, c.padding) for c in convs]
+        # Buffers hold the grouped layout ([K*out, in, kh, kw], 4-D, so channels-last applies to them).
+        for i, c in enumerate(convs):
+            self.register_buffer(f"conv{i}_weight", c.weight.reshape(-1, *c.weight.shape[2:]).contiguous())
+            self.register_buffer(f"conv{i}_bias", c.bias.reshape(-1).contiguous())
+        for i, lin in enumerate(linears):
+            self.register_buffer(f"linear{i}_weight", lin.weight.contiguous())
+            self.register_buffer(f"linear{i}_bias", lin.bias.contiguous())
+        self.n_convs, self.n_linears = len(convs), len(linears)
+
+    @property
+    def convs(self) -> list[DrawnConv]:
+        out = []
+        for i, (stride, padding) in enumerate(self.conv_meta):
+            w: Tensor = getattr(self, f"conv{i}_weight")
+            out.append(DrawnConv(w.reshape(self.k, -1, *w.shape[1:]), getattr(self, f"conv{i}_bias")
+                                 .reshape(self.k, -1), stride, padding))
+        return out
+
+    @property
+    def linears(self) -> list[DrawnLinear]:
+        return [DrawnLinear(getattr(self, f"linear{i}_weight"), getattr(self, f"linear{i}_bias"))
+                for i in range(self.n_linears)]
+
+    def _act(self, x: Tensor) -> Tensor:
+        return F.leaky_relu(x, self.negative_slope) if self.activation == "leaky_relu" else F.relu(x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dim() != 4:
+            raise ValueError(f"DrawnNetwork expects images [B, C, H, W], got shape {tuple(x.shape)}.")
+        if self.strategy == "loop":
+            return torch.stack([self._forward_one(x, d) for d in range(self.k)])
+        return self._forward_grouped(x)
+
+    def _forward_grouped(self, x: Tensor) -> Tensor:
+        k, b = self.k, x.shape[0]
+        h = x  # [B, C, H, W], becomes [B, K*C', H', W'] after the first conv
+        for op in self.plan:
+            if op[0] == "conv":
+                i = op[1]  # type: ignore[misc]
+                stride, padding = self.conv_meta[i]
+                w, bias = getattr(self, f"conv{i}_weight"), getattr(self, f"conv{i}_bias")
+                groups = 1 if i == 0 else k  # first conv: all K·out filters see the same image
+                h = F.conv2d(h, w, bias, stride, padding, groups=groups)
+            elif op[0] == "act":
+                h = self._act(h)
+            elif op[0] == "pool":
+                h = F.max_pool2d(h, 2)
+            elif op[0] == "gpool":
+                c = h.shape[1] // k
+                feats = torch.cat([h.mean(dim=(-2, -1)).reshape(b, k, c),
+                                   h.amax(dim=(-2, -1)).reshape(b, k, c)], dim=-1)  # [B, K, 2C]
+                h = feats.transpose(0, 1)  # [K, B, 2C]
+            elif op[0] == "linear":
+                i = op[1]  # type: ignore[misc]
+                w, bias = getattr(self, f"linear{i}_weight"), getattr(self, f"linear{i}_bias")
+                h = torch.baddbmm(bias.unsqueeze(1).to(h.dtype), h, w.transpose(1, 2).to(h.dtype))
+        return h  # [K, B, O]
+
+    def _forward_one(self, x: Tensor, d: int) -> Tensor:
+        """Draw ``d`` alone — one ordinary deterministic forward pass."""
+        h = x
+        for op in self.plan:
+            if op[0] == "conv":
+                i = op[1]  # type: ignore[misc]
+                stride, padding = self.conv_meta[i]
+                w = getattr(self, f"conv{i}_weight")
+                out = w.shape[0] // self.k
+                bias = getattr(self, f"conv{i}_bias")
+                h = F.conv2d(h, w[d * out:(d + 1) * out], bias[d * out:(d + 1) * out], stride, padding)
+            elif op[0] == "act":
+                h = self._act(h)
+            elif op[0] == "pool":
+                h = F.max_pool2d(h, 2)
+            elif op[0] == "gpool":
+                h = torch.cat([h.mean(dim=(-2, -1)), h.amax(dim=(-2, -1))], dim=-1)  # [B, 2C]
+            elif op[0] == "linear":
+                i = op[1]  # type: ignore[misc]
+                h = F.linear(h, getattr(self, f"linear{i}_weight")[d].to(h.dtype),
+                             getattr(self, f"linear{i}_bias")[d].to(h.dtype))
+        return h  # [B, O]
+
+
+@torch.no_grad()
+def materialise_draws(model: VGGStar, *, k: int = 16, seed: int, strategy: str = "grouped") -> DrawnNetwork:
+    """Draw ``k`` weight sets from ``model``'s posterior with ``seed`` and build the fixed network.
+
+    The draws are made on the CPU generator in forward order, so they are identical across devices.
+    """
+    if not model.config.is_bayesian:
+        raise ValueError(f"materialise_draws needs a Bayesian model (radial/gaussian), got {model.config.layer!r}.")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}.")
+    plan: list[Op] = []
+    convs: list[DrawnConv] = []
+    linears: list[DrawnLinear] = []
+    with seeded(model, seed):
+        for m in model.features:
+            if isinstance(m, BayesConv2d):
+                w, b = m.sample_parameters(k)
+                plan.append(("conv", len(convs)))
+                convs.append(DrawnConv(w.detach().clone(), b.detach().clone(), m.stride, m.padding))
+            elif isinstance(m, nn.LeakyReLU | nn.ReLU):
+                plan.append(("act",))
+            elif isinstance(m, PerSample):
+                plan.append(("pool",))
+            else:
+                raise TypeError(f"materialise_draws: unsupported layer {type(m).__name__} in features.")
+        plan.append(("gpool",))
+        head = model.head
+        if not isinstance(head, BayesLinear):
+            raise TypeError(f"materialise_draws: unsupported head {type(head).__name__}.")
+        w, b = head.sample_parameters(k)
+        plan.append(("linear", 0))
+        linears.append(DrawnLinear(w.detach().clone(), b.detach().clone()))
+        for m in model.modules():  # the draws must not linger as 'last samples' for a KL term
+            if isinstance(m, BayesConv2d | BayesLinear):
+                m.last_sample = {}
+    cfg = model.config
+    return DrawnNetwork(plan, convs, linears, activation=cfg.activation, negative_slope=cfg.negative_slope,
+                        strategy=strategy).eval()

@@ -1,0 +1,68 @@
+"""Explicit control of weight sampling: seeds and mean-only passes, never a side effect of ``.train()``.
+
+Stochastic layers (Bayesian weights, MC dropout) read two attributes at forward time: ``generator`` (the
+``torch.Generator`` noise is drawn from; ``None`` = torch's global RNG) and ``use_mean`` (use μ / no dropout).
+These context managers set them on every stochastic layer of a model and restore them afterwards::
+
+    with seeded(model, 1234):
+        logits = mc_logits(model, x, samples=16)   # reproducible
+    with use_means(model):
+        logits = model(x[None])                    # the NLL-only first epoch trains the means this way
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+
+@runtime_checkable
+class StochasticLayer(Protocol):
+    generator: torch.Generator | None
+    use_mean: bool
+
+
+def stochastic_layers(model: nn.Module) -> list[StochasticLayer]:
+    """Every module of ``model`` whose forward draws random numbers, in registration (= forward) order."""
+    return [m for m in model.modules() if isinstance(m, StochasticLayer)]
+
+
+@contextmanager
+def sampling_generator(model: nn.Module, generator: torch.Generator | None) -> Iterator[None]:
+    """All stochastic layers draw from ``generator``, in forward order."""
+    layers = stochastic_layers(model)
+    saved = [m.generator for m in layers]
+    for m in layers:
+        m.generator = generator
+    try:
+        yield
+    finally:
+        for m, g in zip(layers, saved, strict=True):
+            m.generator = g
+
+
+@contextmanager
+def seeded(model: nn.Module, seed: int) -> Iterator[torch.Generator]:
+    """Sample from a fresh CPU generator seeded with ``seed`` (same draws on CPU and GPU)."""
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(seed)
+    with sampling_generator(model, generator):
+        yield generator
+
+
+@contextmanager
+def use_means(model: nn.Module, enabled: bool = True) -> Iterator[None]:
+    """Run every stochastic layer deterministically at its mean (Bayesian: w = μ; dropout: off)."""
+    layers = stochastic_layers(model)
+    saved = [m.use_mean for m in layers]
+    for m in layers:
+        m.use_mean = enabled
+    try:
+        yield
+    finally:
+        for m, flag in zip(layers, saved, strict=True):
+            m.use_mean = flag

@@ -1,0 +1,113 @@
+"""VGG-16* builders and the serving form (fixed posterior draws)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.draws import materialise_draws
+from models.layers import BayesConv2d
+from models.registry import MODEL_BUILDERS, create_model
+from models.sampling import seeded, use_means
+from models.vgg import VGGConfig, build_vgg16_star, count_parameters, mc_logits
+
+
+def test_vgg16_star_has_the_papers_parameter_count() -> None:
+    model = build_vgg16_star(VGGConfig(width=46, num_outputs=1))
+    assert count_parameters(model) == 15_207_142  # 7,603,571 weights+biases, each with μ and ρ
+    convs = [m for m in model.modules() if isinstance(m, BayesConv2d)]
+    assert [c.out_channels for c in convs] == [46] * 2 + [92] * 2 + [184] * 3 + [368] * 6
+    assert convs[0].stride == 2 and all(c.stride == 1 for c in convs[1:])
+    assert model.head.in_features == 736  # concat(global mean, global max) of 368 channels
+
+
+def test_same_builder_yields_every_family() -> None:
+    n = {k: count_parameters(create_model(k, width=4, input_size=64)) for k in MODEL_BUILDERS}
+    assert n["radial_vgg16_star"] == n["gaussian_vgg16_star"] == 2 * n["deterministic_vgg16_star"]
+    assert n["dropout_vgg16_star"] == n["deterministic_vgg16_star"]
+
+
+def test_unknown_names_list_the_valid_ones() -> None:
+    with pytest.raises(ValueError, match="Unknown model 'vgg'; expected one of: deterministic_vgg16_star"):
+        create_model("vgg")
+    with pytest.raises(ValueError, match="Unknown layer kind 'bayes'"):
+        VGGConfig(layer="bayes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Unknown VGGConfig fields"):
+        VGGConfig.from_dict({"widht": 3})
+
+
+def test_config_round_trips_through_a_dict() -> None:
+    cfg = VGGConfig(width=8, input_size=128, layer="gaussian", activation="relu")
+    assert VGGConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_mc_dropout_samples_differ_and_seed_reproduces() -> None:
+    model = create_model("dropout_vgg16_star", width=4, input_size=64, dropout=0.3)
+    x = torch.randn(2, 3, 64, 64)
+    with seeded(model, 1):
+        a = mc_logits(model, x, 4)
+    with seeded(model, 1):
+        b = mc_logits(model, x, 4)
+    assert torch.equal(a, b) and not torch.allclose(a[0], a[1])
+    with use_means(model):
+        c = mc_logits(model, x, 3)
+    assert torch.allclose(c[0], c[2], atol=1e-6)  # no dropout at the mean: samples identical
+
+
+@pytest.fixture(scope="module")
+def tiny_radial() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_vgg16_star(width=4, input_size=64, rho_init=-2.0).eval()
+
+
+def test_drawn_network_equals_seeded_16_sample_forward(tiny_radial: torch.nn.Module) -> None:
+    x = torch.randn(3, 3, 64, 64)
+    net = materialise_draws(tiny_radial, k=16, seed=123)
+    with torch.no_grad(), seeded(tiny_radial, 123):
+        reference = mc_logits(tiny_radial, x, 16)
+    with torch.no_grad():
+        out = net(x)
+    assert out.shape == (16, 3, 1)
+    assert torch.allclose(out, reference, atol=1e-5, rtol=1e-5)
+    assert out[:, 0].std() > 1e-3  # the 16 draws are genuinely different networks
+
+
+def test_grouped_draws_equal_16_separate_forward_passes(tiny_radial: torch.nn.Module) -> None:
+    x = torch.randn(2, 3, 64, 64)
+    net = materialise_draws(tiny_radial, k=16, seed=9, strategy="grouped")
+    with torch.no_grad():
+        grouped = net(x)
+        separate = torch.stack([net._forward_one(x, d) for d in range(16)])
+    assert torch.allclose(grouped, separate, atol=1e-5, rtol=1e-5)
+
+
+def test_draws_are_fixed_by_the_seed(tiny_radial: torch.nn.Module) -> None:
+    a = materialise_draws(tiny_radial, k=4, seed=5)
+    b = materialise_draws(tiny_radial, k=4, seed=5)
+    c = materialise_draws(tiny_radial, k=4, seed=6)
+    assert torch.equal(a.conv0_weight, b.conv0_weight)
+    assert not torch.equal(a.conv0_weight, c.conv0_weight)
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        assert torch.equal(a(x), b(x))
+        assert torch.equal(a(x)[:2], materialise_draws(tiny_radial, k=4, seed=5)(x)[:2])
+    assert all(not m.last_sample for m in tiny_radial.modules() if isinstance(m, BayesConv2d))
+
+
+def test_drawn_network_rejects_non_bayesian_models() -> None:
+    with pytest.raises(ValueError, match="needs a Bayesian model"):
+        materialise_draws(create_model("dropout_vgg16_star", width=2, input_size=32), k=2, seed=0)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_full_vgg16_star_at_512px_draws_match_the_loop() -> None:
+    torch.manual_seed(0)
+    model = build_vgg16_star(VGGConfig(width=46, input_size=512)).eval()
+    net = materialise_draws(model, k=16, seed=0)
+    x = torch.randn(1, 3, 512, 512)
+    with torch.no_grad():
+        grouped = net(x)
+        net.strategy = "loop"
+        loop = net(x)
+    assert grouped.shape == (16, 1, 1)
+    assert torch.allclose(grouped, loop, atol=1e-4, rtol=1e-4)
