@@ -40,9 +40,7 @@ class CameraParams:
 def sample_camera(rng: np.random.Generator, ungradable: str | None = None) -> CameraParams:
     """Draw camera settings; ``ungradable`` (one of ``UNGRADABLE_KINDS``) makes that defect dominate."""
     if ungradable is not None and ungradable not in UNGRADABLE_KINDS:
-        raise ValueError(
-            f"Unknown ungradable kind {ungradable!r}; expected one of: {', '.join(UNGRADABLE_KINDS)}"
-        )
+        raise ValueError(f"Unknown ungradable kind {ungradable!r}; expected one of: {', '.join(UNGRADABLE_KINDS)}")
     p: dict[str, Any] = dict(
         gain=float(math.exp(rng.normal(0.0, 0.18))),
         gamma=float(rng.uniform(0.85, 1.2)),
@@ -92,8 +90,9 @@ def _eyelash_mask(rng: np.random.Generator, geom: Geometry, count: int) -> np.nd
     return m.array(blur=6.0 * px)
 
 
-def apply_camera(albedo: np.ndarray, geom: Geometry, params: CameraParams, rng: np.random.Generator,
-                 *, dust: int = 0) -> np.ndarray:
+def apply_camera(
+    albedo: np.ndarray, geom: Geometry, params: CameraParams, rng: np.random.Generator, *, dust: int = 0
+) -> np.ndarray:
     """Photograph the albedo ``[H, W, 3]`` float image: uint8 ``[H, W, 3]``, black outside the FOV."""
     size, px = geom.size, geom.size / 256.0
     yy, xx = pixel_grid(size)

@@ -47,8 +47,18 @@ SYNTHETIC_STATEMENT = (
 )
 ImageFormat = Literal["jpeg", "png"]
 METADATA_COLUMNS: tuple[str, ...] = (
-    "image", "level", "patient_id", "eye", "gradable", "ungradable_kind", "subtle",
-    *LESION_KINDS, *CONFOUNDER_KINDS, "jpeg_quality", "seed", "index",
+    "image",
+    "level",
+    "patient_id",
+    "eye",
+    "gradable",
+    "ungradable_kind",
+    "subtle",
+    *LESION_KINDS,
+    *CONFOUNDER_KINDS,
+    "jpeg_quality",
+    "seed",
+    "index",
 )
 
 
@@ -71,8 +81,7 @@ def _check_probs(grade_probs: Sequence[float]) -> np.ndarray:
     return probs
 
 
-def patient_grades(seed: int, patient_id: int,
-                   grade_probs: Sequence[float] = DEFAULT_GRADE_PROBS) -> tuple[int, int]:
+def patient_grades(seed: int, patient_id: int, grade_probs: Sequence[float] = DEFAULT_GRADE_PROBS) -> tuple[int, int]:
     """(left, right) DR grades of a synthetic patient: correlated, each with marginal ``grade_probs``."""
     probs = _check_probs(grade_probs)
     rng = np.random.default_rng(np.random.SeedSequence([seed, patient_id, _PATIENT_STREAM]))
@@ -87,8 +96,9 @@ def image_rng(seed: int, index: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([seed, index]))
 
 
-def plan_image(seed: int, index: int, *, ungradable_fraction: float = 0.08,
-               grade_probs: Sequence[float] = DEFAULT_GRADE_PROBS) -> ImagePlan:
+def plan_image(
+    seed: int, index: int, *, ungradable_fraction: float = 0.08, grade_probs: Sequence[float] = DEFAULT_GRADE_PROBS
+) -> ImagePlan:
     """Patient, eye, grade and gradability of image ``index`` (cheap: no rendering)."""
     patient, side = divmod(index, 2)
     eye: Eye = "left" if side == 0 else "right"
@@ -98,7 +108,11 @@ def plan_image(seed: int, index: int, *, ungradable_fraction: float = 0.08,
 
 
 def render_image(
-    seed: int, index: int, *, size: int = 256, ungradable_fraction: float = 0.08,
+    seed: int,
+    index: int,
+    *,
+    size: int = 256,
+    ungradable_fraction: float = 0.08,
     grade_probs: Sequence[float] = DEFAULT_GRADE_PROBS,
 ) -> tuple[np.ndarray, dict[str, Any], ImagePlan]:
     """Render image ``index`` of the data set: (uint8 ``[size, size, 3]``, info, plan)."""
@@ -117,8 +131,9 @@ def _render_chunk(job: _Job) -> list[dict[str, Any]]:
     image_dir, seed, indices, size, ungradable_fraction, grade_probs, fmt = job
     rows = []
     for index in indices:
-        image, info, plan = render_image(seed, index, size=size, ungradable_fraction=ungradable_fraction,
-                                         grade_probs=grade_probs)
+        image, info, plan = render_image(
+            seed, index, size=size, ungradable_fraction=ungradable_fraction, grade_probs=grade_probs
+        )
         path = image_dir / f"{plan.image}.{fmt}"
         pil = Image.fromarray(image, mode="RGB")
         tmp = path.with_name(path.name + ".tmp")
@@ -127,12 +142,21 @@ def _render_chunk(job: _Job) -> list[dict[str, Any]]:
         else:
             pil.save(tmp, format="PNG")
         os.replace(tmp, path)
-        rows.append({
-            "image": plan.image, "level": plan.grade, "patient_id": plan.patient_id, "eye": plan.eye,
-            "gradable": int(info["gradable"]), "ungradable_kind": info["ungradable_kind"] or "",
-            "subtle": int(info["subtle"]), **info["lesions"], "jpeg_quality": info["jpeg_quality"],
-            "seed": seed, "index": index,
-        })
+        rows.append(
+            {
+                "image": plan.image,
+                "level": plan.grade,
+                "patient_id": plan.patient_id,
+                "eye": plan.eye,
+                "gradable": int(info["gradable"]),
+                "ungradable_kind": info["ungradable_kind"] or "",
+                "subtle": int(info["subtle"]),
+                **info["lesions"],
+                "jpeg_quality": info["jpeg_quality"],
+                "seed": seed,
+                "index": index,
+            }
+        )
     return rows
 
 
@@ -145,9 +169,18 @@ def _write_csv(path: Path, columns: Sequence[str], rows: list[dict[str, Any]]) -
     os.replace(tmp, path)
 
 
-def generate_dataset(out_dir: Path, *, n_images: int, seed: int, size: int = 256,
-                     ungradable_fraction: float = 0.08, workers: int = 1, image_format: ImageFormat = "jpeg",
-                     grade_probs: Sequence[float] = DEFAULT_GRADE_PROBS, progress: bool = False) -> Path:
+def generate_dataset(
+    out_dir: Path,
+    *,
+    n_images: int,
+    seed: int,
+    size: int = 256,
+    ungradable_fraction: float = 0.08,
+    workers: int = 1,
+    image_format: ImageFormat = "jpeg",
+    grade_probs: Sequence[float] = DEFAULT_GRADE_PROBS,
+    progress: bool = False,
+) -> Path:
     """Generate ``n_images`` synthetic fundus photographs under ``out_dir`` in the EyePACS layout.
 
     Writes ``train/<patient>_<eye>.<ext>``, ``trainLabels.csv`` (``image,level``), ``metadata.csv``
@@ -173,8 +206,10 @@ def generate_dataset(out_dir: Path, *, n_images: int, seed: int, size: int = 256
     image_dir.mkdir(parents=True, exist_ok=True)
 
     chunk = max(1, min(64, n_images // (4 * workers) or 1))
-    jobs = [(image_dir, seed, list(range(s, min(s + chunk, n_images))), size, ungradable_fraction, probs,
-             image_format) for s in range(0, n_images, chunk)]
+    jobs = [
+        (image_dir, seed, list(range(s, min(s + chunk, n_images))), size, ungradable_fraction, probs, image_format)
+        for s in range(0, n_images, chunk)
+    ]
     rows: list[dict[str, Any]] = []
     bar = None
     if progress:
@@ -229,6 +264,11 @@ def generate_dataset(out_dir: Path, *, n_images: int, seed: int, size: int = 256
     tmp = out_dir / "dataset.json.tmp"
     tmp.write_text(json.dumps(description, indent=2) + "\n")
     os.replace(tmp, out_dir / "dataset.json")
-    logger.info("wrote %d synthetic images (%d referable, %d ungradable) to %s",
-                n_images, counts["referable"], n_images - gradable, out_dir)
+    logger.info(
+        "wrote %d synthetic images (%d referable, %d ungradable) to %s",
+        n_images,
+        counts["referable"],
+        n_images - gradable,
+        out_dir,
+    )
     return manifest

@@ -54,8 +54,9 @@ class VesselTree:
 
     segments: np.ndarray
 
-    def sample_points(self, rng: np.random.Generator, n: int, *, veins_only: bool = False,
-                      min_width: float = 0.0) -> np.ndarray:
+    def sample_points(
+        self, rng: np.random.Generator, n: int, *, veins_only: bool = False, min_width: float = 0.0
+    ) -> np.ndarray:
         """``n`` random points on the centre lines with their direction: ``[n, 4]`` x, y, angle, width."""
         seg = self.segments
         keep = seg[:, 4] >= min_width
@@ -95,8 +96,9 @@ class MaskCanvas:
         s = SUPERSAMPLE
         self.draw.ellipse((s * (x - rx), s * (y - ry), s * (x + rx), s * (y + ry)), fill=_level(value))
 
-    def rotated_ellipse(self, x: float, y: float, rx: float, ry: float, angle: float, value: float,
-                        n: int = 16) -> None:
+    def rotated_ellipse(
+        self, x: float, y: float, rx: float, ry: float, angle: float, value: float, n: int = 16
+    ) -> None:
         t = np.linspace(0.0, 2 * math.pi, n, endpoint=False)
         ex, ey = rx * np.cos(t), ry * np.sin(t)
         ca, sa = math.cos(angle), math.sin(angle)
@@ -123,7 +125,6 @@ class MaskCanvas:
         if blur > 0:
             img = img.filter(ImageFilter.GaussianBlur(blur))
         return np.asarray(img, dtype=np.float32) * (1.0 / 255.0)
-
 
     def cropped(self, blur: float = 0.0) -> tuple[tuple[slice, slice], np.ndarray | None]:
         """Like ``array`` but only over the bounding box of what was drawn (plus a blur margin).
@@ -192,9 +193,7 @@ def render_retina(rng: np.random.Generator, geom: Geometry) -> np.ndarray:
     size = geom.size
     # Fundus pigmentation: fair (orange-red) to dark (brown); texture at two scales.
     pigment = float(rng.uniform(0.0, 1.0))
-    base = np.array([0.86, 0.40, 0.16], np.float32) * (1 - pigment) + np.array(
-        [0.62, 0.27, 0.10], np.float32
-    ) * pigment
+    base = np.array([0.86, 0.40, 0.16], np.float32) * (1 - pigment) + np.array([0.62, 0.27, 0.10], np.float32) * pigment
     base = base * rng.uniform(0.93, 1.07, size=3).astype(np.float32)
     fine = float(rng.uniform(0.01, 0.03))
     texture = 0.035 * smooth_noise(rng, size, 6) + fine * smooth_noise(rng, size, 24)
@@ -254,8 +253,18 @@ def grow_vessels(rng: np.random.Generator, geom: Geometry) -> VesselTree:
             a0 = start + float(rng.normal(0, 0.12)) + (0.12 if kind else -0.12)
             x0 = geom.disc_x + math.cos(a0) * geom.disc_r * 0.15
             y0 = geom.disc_y + math.sin(a0) * geom.disc_r * 0.15
-            stack.append((x0, y0, a0, target + float(rng.normal(0, 0.1)), bend,
-                          width * geom.size * float(rng.uniform(0.9, 1.1)), kind, 0))
+            stack.append(
+                (
+                    x0,
+                    y0,
+                    a0,
+                    target + float(rng.normal(0, 0.1)),
+                    bend,
+                    width * geom.size * float(rng.uniform(0.9, 1.1)),
+                    kind,
+                    0,
+                )
+            )
     min_width = 0.3 * geom.size / 256
     step = 0.022 * geom.radius
     r_stop2 = (1.05 * geom.radius) ** 2
@@ -278,8 +287,11 @@ def grow_vessels(rng: np.random.Generator, geom: Geometry) -> VesselTree:
             segments.append((x, y, nx, ny, width, float(kind)))
             x, y = nx, ny
             width *= 0.985
-            if ((x - geom.cx) ** 2 + (y - geom.cy) ** 2 > r_stop2 or width < min_width
-                    or (x - geom.fovea_x) ** 2 + (y - geom.fovea_y) ** 2 < fovea2):
+            if (
+                (x - geom.cx) ** 2 + (y - geom.cy) ** 2 > r_stop2
+                or width < min_width
+                or (x - geom.fovea_x) ** 2 + (y - geom.fovea_y) ** 2 < fovea2
+            ):
                 break
             if depth < 3 and i > 3 and branch_u[i] < 0.06 and width > 2.5 * min_width:
                 ca = ang + side[i] * child_angle[i]
@@ -288,8 +300,9 @@ def grow_vessels(rng: np.random.Generator, geom: Geometry) -> VesselTree:
     return VesselTree(np.asarray(segments, dtype=np.float32).reshape(-1, 6))
 
 
-def vessel_masks(tree: VesselTree, size: int, *, beading: float = 0.0,
-                 rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+def vessel_masks(
+    tree: VesselTree, size: int, *, beading: float = 0.0, rng: np.random.Generator | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Anti-aliased artery and vein coverage masks, each float32 ``[H, W]``.
 
     Runs of connected segments with (nearly) the same width are drawn as one polyline, so the whole

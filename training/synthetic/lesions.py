@@ -96,8 +96,9 @@ def plan_lesions(rng: np.random.Generator, grade: int) -> LesionPlan:
     return plan
 
 
-def _positions(rng: np.random.Generator, geom: Geometry, n: int, *, posterior: float = 0.6,
-               spread: float = 0.45) -> np.ndarray:
+def _positions(
+    rng: np.random.Generator, geom: Geometry, n: int, *, posterior: float = 0.6, spread: float = 0.45
+) -> np.ndarray:
     """``[n, 2]`` points in the FOV and off the disc: a mix around the fovea and uniform over the retina."""
     if n <= 0:
         return np.zeros((0, 2), np.float32)
@@ -107,9 +108,14 @@ def _positions(rng: np.random.Generator, geom: Geometry, n: int, *, posterior: f
     rad = np.where(near, np.abs(rng.normal(0, spread, m)), np.sqrt(rng.random(m)) * 0.92) * geom.radius
     x = np.where(near, geom.fovea_x, geom.cx) + rad * np.cos(ang)
     y = np.where(near, geom.fovea_y, geom.cy) + rad * np.sin(ang)
-    ok = ((x - geom.cx) ** 2 + (y - geom.cy) ** 2 < (0.93 * geom.radius) ** 2) & (
-        (x - geom.disc_x) ** 2 + (y - geom.disc_y) ** 2 > (1.4 * geom.disc_r) ** 2
-    ) & (x > 2) & (y > 2) & (x < geom.size - 2) & (y < geom.size - 2)
+    ok = (
+        ((x - geom.cx) ** 2 + (y - geom.cy) ** 2 < (0.93 * geom.radius) ** 2)
+        & ((x - geom.disc_x) ** 2 + (y - geom.disc_y) ** 2 > (1.4 * geom.disc_r) ** 2)
+        & (x > 2)
+        & (y > 2)
+        & (x < geom.size - 2)
+        & (y < geom.size - 2)
+    )
     pts = np.stack([x[ok], y[ok]], axis=1)[:n]
     return pts.astype(np.float32)
 
@@ -139,8 +145,9 @@ def _blend(img: np.ndarray, canvas: MaskCanvas, colour: np.ndarray, blur: float)
         sub += mask[..., None] * (colour - sub)
 
 
-def paint_lesions(img: np.ndarray, rng: np.random.Generator, geom: Geometry, tree: VesselTree,
-                  plan: LesionPlan) -> None:
+def paint_lesions(
+    img: np.ndarray, rng: np.random.Generator, geom: Geometry, tree: VesselTree, plan: LesionPlan
+) -> None:
     """Paint the planned lesions and confounders into the albedo image ``img`` ``[H, W, 3]`` in place."""
     size, c, k = geom.size, plan.counts, plan.contrast
     px = size / 256.0  # lesion sizes are defined for a 256-px image and scale with it
@@ -155,8 +162,15 @@ def paint_lesions(img: np.ndarray, rng: np.random.Generator, geom: Geometry, tre
     if c["pigment"]:
         m = MaskCanvas(size)
         for x, y in _positions(rng, geom, c["pigment"], posterior=0.3):
-            m.rotated_ellipse(x, y, px * rng.uniform(0.8, 2.5), px * rng.uniform(0.6, 1.6),
-                              rng.uniform(0, math.pi), rng.uniform(0.4, 0.8), n=7)
+            m.rotated_ellipse(
+                x,
+                y,
+                px * rng.uniform(0.8, 2.5),
+                px * rng.uniform(0.6, 1.6),
+                rng.uniform(0, math.pi),
+                rng.uniform(0.4, 0.8),
+                n=7,
+            )
         _darken(img, m, _PIGMENT, 0.4 * px)
     if c["reflection"]:
         m = MaskCanvas(size)
@@ -166,8 +180,15 @@ def paint_lesions(img: np.ndarray, rng: np.random.Generator, geom: Geometry, tre
             streak = np.array([[x - dx, y - dy], [x + dx, y + dy]])
             m.polyline(streak, max(0.4 * w, 0.5), rng.uniform(0.2, 0.4))
         for x, y in _positions(rng, geom, int(c["reflection"] // 2), posterior=1.0, spread=0.35):
-            m.rotated_ellipse(x, y, px * rng.uniform(4, 10), px * rng.uniform(1, 3), rng.uniform(0, math.pi),
-                              rng.uniform(0.1, 0.25), n=12)
+            m.rotated_ellipse(
+                x,
+                y,
+                px * rng.uniform(4, 10),
+                px * rng.uniform(1, 3),
+                rng.uniform(0, math.pi),
+                rng.uniform(0.1, 0.25),
+                n=12,
+            )
         _blend(img, m, _REFLEX, 1.0 * px)
 
     # Haemorrhages: dot/blot (clusters of ellipses) and flame-shaped along vessels.
@@ -181,14 +202,21 @@ def paint_lesions(img: np.ndarray, rng: np.random.Generator, geom: Geometry, tre
         for x, y in pts:
             a = k * rng.uniform(0.7, 1.0)
             if not small and rng.random() < 0.25:
-                (fx, fy, fa, _), = tree.sample_points(rng, 1, min_width=0.8 * px)
+                ((fx, fy, fa, _),) = tree.sample_points(rng, 1, min_width=0.8 * px)
                 m.rotated_ellipse(fx, fy, px * rng.uniform(3, 7), px * rng.uniform(1.0, 2.0), fa, a)
                 continue
             r = px * (rng.uniform(1.2, 2.0) if small else rng.uniform(1.6, 4.5))
             for _ in range(1 if small else int(rng.integers(1, 4))):
                 ox, oy = rng.normal(0, 0.5 * r, 2)
-                m.rotated_ellipse(x + ox, y + oy, r * rng.uniform(0.7, 1.1), r * rng.uniform(0.6, 1.0),
-                                  rng.uniform(0, math.pi), a, n=10)
+                m.rotated_ellipse(
+                    x + ox,
+                    y + oy,
+                    r * rng.uniform(0.7, 1.1),
+                    r * rng.uniform(0.6, 1.0),
+                    rng.uniform(0, math.pi),
+                    a,
+                    n=10,
+                )
         _darken(img, m, _BLOOD, 0.5 * px)
     if c["microaneurysm"]:
         m = MaskCanvas(size)
@@ -213,8 +241,9 @@ def paint_lesions(img: np.ndarray, rng: np.random.Generator, geom: Geometry, tre
                 else:
                     x, y = cx + rng.normal(0, 3 * px), cy + rng.normal(0, 3 * px)
                 r = px * rng.uniform(0.6, 1.8)
-                m.rotated_ellipse(x, y, r, r * rng.uniform(0.6, 1.0), rng.uniform(0, math.pi),
-                                  k * rng.uniform(0.7, 1.0), n=8)
+                m.rotated_ellipse(
+                    x, y, r, r * rng.uniform(0.6, 1.0), rng.uniform(0, math.pi), k * rng.uniform(0.7, 1.0), n=8
+                )
             if left <= 0:
                 break
         _blend(img, m, _EXUDATE, 0.3 * px)
@@ -223,8 +252,15 @@ def paint_lesions(img: np.ndarray, rng: np.random.Generator, geom: Geometry, tre
         pts = tree.sample_points(rng, c["cotton_wool_spot"], min_width=1.0 * px)
         for x, y, a, _ in pts:
             off = px * rng.uniform(2, 6) * rng.choice([-1.0, 1.0])
-            m.rotated_ellipse(x - math.sin(a) * off, y + math.cos(a) * off, px * rng.uniform(3, 7),
-                              px * rng.uniform(2, 4), a, k * rng.uniform(0.45, 0.8), n=10)
+            m.rotated_ellipse(
+                x - math.sin(a) * off,
+                y + math.cos(a) * off,
+                px * rng.uniform(3, 7),
+                px * rng.uniform(2, 4),
+                a,
+                k * rng.uniform(0.45, 0.8),
+                n=10,
+            )
         _blend(img, m, _COTTON, 1.5 * px)
 
     # Proliferative disease: fine tortuous new vessels at the disc or on a vessel, pre-retinal blood.
@@ -236,7 +272,7 @@ def paint_lesions(img: np.ndarray, rng: np.random.Generator, geom: Geometry, tre
                 ox = geom.disc_x + math.cos(a0) * geom.disc_r * rng.uniform(0.3, 1.2)
                 oy = geom.disc_y + math.sin(a0) * geom.disc_r * rng.uniform(0.3, 1.2)
             else:
-                (ox, oy, _, _), = tree.sample_points(rng, 1, min_width=1.0 * px)
+                ((ox, oy, _, _),) = tree.sample_points(rng, 1, min_width=1.0 * px)
             for _ in range(int(rng.integers(4, 10))):
                 n = int(rng.integers(10, 30))
                 ang = rng.uniform(0, 2 * math.pi) + np.cumsum(rng.normal(0, 0.7, n))
@@ -247,7 +283,7 @@ def paint_lesions(img: np.ndarray, rng: np.random.Generator, geom: Geometry, tre
         _darken(img, m, _DARK_RED, 0.2 * px)
     if c["preretinal_haemorrhage"]:
         m = MaskCanvas(size)
-        (x, y), = _positions(rng, geom, 1, posterior=0.5, spread=0.5)
+        ((x, y),) = _positions(rng, geom, 1, posterior=0.5, spread=0.5)
         r = px * rng.uniform(8, 18)
         theta = np.linspace(0, math.pi, 16)  # boat shape: flat top (fluid level), round bottom
         poly = np.stack([x + r * np.cos(theta), y + 0.8 * r * np.sin(theta)], axis=1)

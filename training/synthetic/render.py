@@ -20,8 +20,13 @@ _VEIN = np.array([0.5, 0.24, 0.33], np.float32)
 
 
 def render_fundus(
-    rng: np.random.Generator, grade: int, *, size: int = 256, gradable: bool = True,
-    eye: Eye | None = None, ungradable_kind: str | None = None,
+    rng: np.random.Generator,
+    grade: int,
+    *,
+    size: int = 256,
+    gradable: bool = True,
+    eye: Eye | None = None,
+    ungradable_kind: str | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Render one fundus photograph of DR ``grade`` (0-4).
 
@@ -39,9 +44,7 @@ def render_fundus(
     elif ungradable_kind is None:
         ungradable_kind = str(rng.choice(UNGRADABLE_KINDS))
     elif ungradable_kind not in UNGRADABLE_KINDS:
-        raise ValueError(
-            f"Unknown ungradable kind {ungradable_kind!r}; expected one of: {', '.join(UNGRADABLE_KINDS)}"
-        )
+        raise ValueError(f"Unknown ungradable kind {ungradable_kind!r}; expected one of: {', '.join(UNGRADABLE_KINDS)}")
 
     geom = sample_geometry(rng, size, eye, off_centre=ungradable_kind == "off_centre")
     albedo = render_retina(rng, geom)  # [H, W, 3]

@@ -1,0 +1,134 @@
+"""Training augmentation (paper appendix D.1) as one random affine warp per image, on the training device.
+
+The D.1 chain — random horizontal and vertical flips, rotation uniform in ±180°, pad by 0-5 % and crop
+back, scale-crop to 90-110 % (zero padding where needed), resize — is a composition of affine maps,
+so it is applied as a single ``F.affine_grid`` + ``F.grid_sample`` per batch: one bilinear resampling
+instead of five, no torchvision, and it runs wherever the batch lives (CPU or GPU). Normalisation
+with the training-set channel statistics is a separate step (``normalise``).
+
+All randomness comes from the ``torch.Generator`` passed in, so a seeded generator reproduces a run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    """Ranges of the D.1 augmentation; the defaults are the paper's."""
+
+    flips: bool = True
+    max_rotation_deg: float = 180.0
+    max_pad: float = 0.05  # pad each side by U(0, max_pad) of the size, then crop back at a random offset
+    scale_range: tuple[float, float] = (0.9, 1.1)  # crop side / image side; >1 pads with zeros
+
+
+@dataclass(frozen=True)
+class AffineParams:
+    """Per-image warp parameters, each ``[B]`` (``shift`` is ``[B, 2]``, in normalised [-1, 1] units).
+
+    An output pixel at normalised position ``p`` samples the input at ``F R(-angle) (scale * p + shift)``:
+    ``flip_x``/``flip_y`` are ±1, ``angle`` is in radians (positive turns the picture clockwise as
+    displayed, i.e. with y pointing down), ``scale`` < 1 zooms in.
+    """
+
+    flip_x: Tensor
+    flip_y: Tensor
+    angle: Tensor
+    scale: Tensor
+    shift: Tensor
+
+    @classmethod
+    def identity(cls, batch: int, device: torch.device | str = "cpu") -> AffineParams:
+        ones = torch.ones(batch, device=device)
+        return cls(
+            ones, ones.clone(), torch.zeros(batch, device=device), ones.clone(), torch.zeros(batch, 2, device=device)
+        )
+
+
+def sample_params(
+    batch: int,
+    *,
+    generator: torch.Generator,
+    config: AugmentConfig = AugmentConfig(),
+    device: torch.device | str | None = None,
+) -> AffineParams:
+    """Draw D.1 warp parameters for ``batch`` images from ``generator`` (on the generator's device)."""
+    gdev = generator.device
+
+    def uniform(lo: float | Tensor, hi: float | Tensor, *shape: int) -> Tensor:
+        return lo + (hi - lo) * torch.rand(batch, *shape, generator=generator, device=gdev)
+
+    def sign() -> Tensor:
+        return torch.where(torch.rand(batch, generator=generator, device=gdev) < 0.5, -1.0, 1.0)
+
+    ones = torch.ones(batch, device=gdev)
+    flip_x, flip_y = (sign(), sign()) if config.flips else (ones, ones.clone())
+    max_angle = math.radians(config.max_rotation_deg)
+    angle = uniform(-max_angle, max_angle)
+    lo, hi = config.scale_range
+    if not 0 < lo <= hi:
+        raise ValueError(f"scale_range must satisfy 0 < low <= high, got {config.scale_range}")
+    scale = uniform(lo, hi)
+    # Pad-and-crop: a shift of up to the pad on each axis (as a fraction of the side; x2 in [-1, 1] units).
+    pad = uniform(0.0, config.max_pad)
+    pad_shift = uniform(-1.0, 1.0, 2) * pad[:, None] * 2.0
+    # Scale-crop: the crop window can sit anywhere its size allows, in the image or in the zero padding.
+    slack = (1.0 - scale).abs()[:, None]
+    crop_shift = uniform(-1.0, 1.0, 2) * slack
+    params = AffineParams(flip_x, flip_y, angle, scale, crop_shift - pad_shift)
+    if device is not None:
+        params = AffineParams(
+            *(t.to(device) for t in (params.flip_x, params.flip_y, params.angle, params.scale, params.shift))
+        )
+    return params
+
+
+def affine_theta(params: AffineParams, *, aspect: float = 1.0) -> Tensor:
+    """``F.affine_grid`` matrices ``[B, 2, 3]``; ``aspect`` = H / W keeps rotations rigid on non-square images."""
+    cos, sin = torch.cos(params.angle), torch.sin(params.angle)
+    # L = A^-1 F R^T A with A = diag(1, aspect): F is diagonal, so it commutes with A.
+    l00 = params.flip_x * cos
+    l01 = params.flip_x * sin * aspect
+    l10 = -params.flip_y * sin / aspect
+    l11 = params.flip_y * cos
+    lin = torch.stack([torch.stack([l00, l01], -1), torch.stack([l10, l11], -1)], -2)  # [B, 2, 2]
+    trans = lin @ params.shift.unsqueeze(-1)  # [B, 2, 1]
+    return torch.cat([lin * params.scale[:, None, None], trans], dim=-1)
+
+
+def apply_affine(x: Tensor, params: AffineParams, *, out_size: int | None = None) -> Tensor:
+    """Warp ``x`` ``[B, C, H, W]`` with ``params``; output ``[B, C, S, S]`` (S = ``out_size``) or ``H x W``."""
+    if x.ndim != 4:
+        raise ValueError(f"expected a batch [B, C, H, W], got shape {tuple(x.shape)}")
+    b, c, h, w = x.shape
+    theta = affine_theta(params, aspect=h / w).to(device=x.device, dtype=x.dtype)
+    size = (b, c, out_size, out_size) if out_size is not None else (b, c, h, w)
+    grid = F.affine_grid(theta, list(size), align_corners=False)  # [B, S, S, 2]
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+def augment_batch(
+    x: Tensor, *, generator: torch.Generator, config: AugmentConfig = AugmentConfig(), out_size: int | None = None
+) -> Tensor:
+    """One random D.1 warp per image of ``x`` ``[B, 3, H, W]`` -> ``[B, 3, H, W]`` (or ``out_size``)."""
+    params = sample_params(x.shape[0], generator=generator, config=config, device=x.device)
+    return apply_affine(x, params, out_size=out_size)
+
+
+def normalise(x: Tensor, mean: Sequence[float] | Tensor, std: Sequence[float] | Tensor) -> Tensor:
+    """Per-channel ``(x - mean) / std`` for ``x`` ``[B, C, H, W]`` with training-set statistics ``[C]``."""
+    m = torch.as_tensor(mean, dtype=x.dtype, device=x.device).reshape(1, -1, 1, 1)
+    s = torch.as_tensor(std, dtype=x.dtype, device=x.device).reshape(1, -1, 1, 1)
+    if m.shape[1] != x.shape[1] or s.shape[1] != x.shape[1]:
+        raise ValueError(f"mean/std have {m.shape[1]}/{s.shape[1]} channels, the batch has {x.shape[1]}")
+    if (s <= 0).any():
+        raise ValueError("std must be positive in every channel")
+    return (x - m) / s

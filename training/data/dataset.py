@@ -1,0 +1,108 @@
+"""Image decoding and the ``ManifestDataset``: labelled fundus images as float tensors.
+
+Preprocessing (the serving side must do the same): decode with PIL, apply the EXIF orientation,
+convert to RGB, pad to a square with black (centred), resize to ``size`` x ``size`` (bicubic), scale
+to [0, 1]. Channel normalisation is *not* done here: it runs after augmentation, on the training
+device (``augment.normalise``), with the statistics from ``channel_stats``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps
+from torch.utils.data import Dataset
+
+from training.data.manifest import ManifestRow
+
+
+class ImageLoadError(RuntimeError):
+    """An image that cannot be decoded; the message names the file (one-argument form for DataLoader)."""
+
+
+def load_image(path: Path | str, size: int) -> np.ndarray:
+    """Decode ``path`` and return it preprocessed as uint8 ``[size, size, 3]`` RGB (see module docstring)."""
+    try:
+        with Image.open(path) as raw:
+            raw.draft("RGB", (size, size))  # JPEG: decode at a reduced scale when much larger than needed
+            im: Image.Image = ImageOps.exif_transpose(raw).convert("RGB")
+    except Exception as exc:
+        raise ImageLoadError(f"cannot read image {path}: {type(exc).__name__}: {exc}") from exc
+    w, h = im.size
+    if w != h:
+        side = max(w, h)
+        square = Image.new("RGB", (side, side))
+        square.paste(im, ((side - w) // 2, (side - h) // 2))
+        im = square
+    if im.size != (size, size):
+        im = im.resize((size, size), Image.Resampling.BICUBIC)
+    return np.asarray(im, dtype=np.uint8)
+
+
+def to_tensor(image: np.ndarray) -> torch.Tensor:
+    """uint8 ``[H, W, 3]`` -> float32 ``[3, H, W]`` in [0, 1]."""
+    return torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1))).float().div_(255.0)
+
+
+class ManifestDataset(Dataset[tuple[torch.Tensor, torch.Tensor, int]]):
+    """Images of a manifest, resized to ``size``: items are ``(image [3, H, W] float32 in [0, 1], label, index)``.
+
+    ``label`` is a float32 scalar tensor, 1.0 for referable DR (grade >= 2) else 0.0; ``index`` is the
+    position in ``rows`` so predictions can be joined back to the manifest.
+    """
+
+    def __init__(self, rows: Sequence[ManifestRow], *, size: int) -> None:
+        if size < 8:
+            raise ValueError(f"size must be >= 8, got {size}")
+        self.rows = list(rows)
+        self.size = size
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        row = self.rows[index]
+        image = to_tensor(load_image(row.path, self.size))  # [3, H, W]
+        label = torch.tensor(1.0 if row.referable else 0.0, dtype=torch.float32)
+        return image, label, index
+
+    @property
+    def labels(self) -> torch.Tensor:
+        """All binary labels ``[N]`` without decoding any image (for class balance, metrics)."""
+        return torch.tensor([1.0 if r.referable else 0.0 for r in self.rows], dtype=torch.float32)
+
+
+def channel_stats(
+    source: ManifestDataset | Sequence[Path | str], *, max_images: int | None = 1000, size: int = 128
+) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """Per-channel mean and standard deviation over all pixels of (up to ``max_images``) training images.
+
+    Compute on the *training split only*: the numbers go into the model artifact and the service
+    normalises with them. Images are taken evenly spaced over the source, so a cap stays representative.
+    ``size`` applies to paths; a dataset uses its own size. Values are on the [0, 1] scale.
+    """
+    n = len(source)
+    if n == 0:
+        raise ValueError("channel_stats needs at least one image")
+    take = n if max_images is None else min(n, max_images)
+    picks = np.unique(np.linspace(0, n - 1, take).round().astype(int))
+    total = np.zeros(3, np.float64)
+    total_sq = np.zeros(3, np.float64)
+    count = 0
+    for i in picks.tolist():
+        if isinstance(source, ManifestDataset):
+            pixels = source[i][0].numpy().reshape(3, -1).astype(np.float64)  # [3, H*W]
+        else:
+            pixels = load_image(source[i], size).reshape(-1, 3).T.astype(np.float64) / 255.0
+        total += pixels.sum(axis=1)
+        total_sq += (pixels**2).sum(axis=1)
+        count += pixels.shape[1]
+    mean = total / count
+    std = np.sqrt(np.maximum(total_sq / count - mean**2, 0.0))
+    if (std <= 0).any():
+        raise ValueError(f"a channel has zero variance over {len(picks)} images (std={std.tolist()})")
+    m, s = mean.tolist(), std.tolist()
+    return (m[0], m[1], m[2]), (s[0], s[1], s[2])

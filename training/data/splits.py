@@ -1,0 +1,59 @@
+"""Patient-level train/validation/test splits: both eyes of a patient always land in the same split.
+
+Stratified by whether the patient has referable DR in any eye, so each split gets about the same
+referable share; deterministic given the seed and independent of the row order.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from training.data.manifest import ManifestRow
+
+
+class DataSplit(NamedTuple):
+    """The three splits, each a list of manifest rows in their original order."""
+
+    train: list[ManifestRow]
+    val: list[ManifestRow]
+    test: list[ManifestRow]
+
+
+def split_by_patient(
+    rows: Sequence[ManifestRow], fractions: Sequence[float] = (0.7, 0.15, 0.15), seed: int = 0
+) -> DataSplit:
+    """Split ``rows`` into train/val/test by patient, with about ``fractions`` of the images in each.
+
+    Within each stratum (patients with / without a referable eye) patients are shuffled with
+    ``seed`` and dealt out in turn to whichever split is furthest below its target image count.
+    """
+    fr = np.asarray(fractions, dtype=np.float64)
+    if fr.shape != (3,) or (fr < 0).any() or not np.isclose(fr.sum(), 1.0):
+        raise ValueError(f"fractions must be 3 non-negative numbers summing to 1, got {list(fractions)}")
+    by_patient: dict[str, list[int]] = defaultdict(list)
+    for i, row in enumerate(rows):
+        by_patient[row.patient_id].append(i)
+    strata: dict[bool, list[str]] = {False: [], True: []}
+    for patient in sorted(by_patient):
+        strata[any(rows[i].referable for i in by_patient[patient])].append(patient)
+
+    assignment = np.zeros(len(rows), dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    for referable in (False, True):
+        patients = strata[referable]
+        order = rng.permutation(len(patients))
+        target = fr * sum(len(by_patient[p]) for p in patients)
+        filled = np.zeros(3)
+        for j in order.tolist():
+            members = by_patient[patients[j]]
+            k = int(np.argmax(target - filled))  # the split with the largest shortfall
+            filled[k] += len(members)
+            assignment[members] = k
+    parts: tuple[list[ManifestRow], list[ManifestRow], list[ManifestRow]] = ([], [], [])
+    for i, row in enumerate(rows):
+        parts[int(assignment[i])].append(row)
+    return DataSplit(*parts)
