@@ -128,7 +128,7 @@ def test_ties_in_uncertainty_are_not_broken_by_array_position() -> None:
 def test_mann_whitney_auc_equals_sklearn_with_ties() -> None:
     rng = np.random.default_rng(8)
     y = rng.integers(0, 2, 500)
-    scores = np.round(rng.random(500) + 0.3 * y, 1)  # heavily tied
+    scores = np.round(rng.random(500) + 0.3 * y, 1).astype(np.float64)  # heavily tied
     assert mann_whitney_auc(y, scores) == pytest.approx(roc_auc_score(y, scores), abs=1e-12)
     assert np.isnan(mann_whitney_auc(np.zeros(5, dtype=np.int64), scores[:5]))
 
