@@ -1,0 +1,102 @@
+"""D.1 augmentation as one affine warp: identity, flips, rotations, zoom, randomness, normalisation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from training.data import AffineParams, AugmentConfig, apply_affine, augment_batch, normalise, sample_params
+
+
+def _disc(size: int = 33, radius: float = 8.0, cx: float | None = None) -> torch.Tensor:
+    yy, xx = torch.meshgrid(torch.arange(size) + 0.5, torch.arange(size) + 0.5, indexing="ij")
+    c = size / 2 if cx is None else cx
+    disc = (((xx - c) ** 2 + (yy - size / 2) ** 2) < radius**2).float()
+    return torch.stack([disc, 0.5 * disc, 0.25 * disc])[None]  # [1, 3, H, W]
+
+
+def _centroid(img: torch.Tensor) -> tuple[float, float]:
+    w = img[0, 0]
+    yy, xx = torch.meshgrid(torch.arange(w.shape[0]) + 0.5, torch.arange(w.shape[1]) + 0.5, indexing="ij")
+    return float((w * yy).sum() / w.sum()), float((w * xx).sum() / w.sum())
+
+
+def _with(batch: int = 1, **fields: torch.Tensor) -> AffineParams:
+    base = AffineParams.identity(batch)
+    return AffineParams(**{**base.__dict__, **fields})
+
+
+def test_identity_parameters_give_the_identity() -> None:
+    x = torch.rand(2, 3, 20, 20)
+    assert torch.allclose(apply_affine(x, AffineParams.identity(2)), x, atol=1e-5)
+
+
+def test_flips_and_quarter_turns_are_exact_pixel_permutations() -> None:
+    x = torch.rand(1, 3, 16, 16)
+    assert torch.allclose(apply_affine(x, _with(flip_x=torch.tensor([-1.0]))), x.flip(3), atol=1e-5)
+    assert torch.allclose(apply_affine(x, _with(flip_y=torch.tensor([-1.0]))), x.flip(2), atol=1e-5)
+    turned = apply_affine(x, _with(angle=torch.tensor([math.pi / 2])))
+    assert torch.allclose(turned, torch.rot90(x, k=-1, dims=(2, 3)), atol=1e-5)  # clockwise as displayed
+
+
+def test_rotation_keeps_a_centred_disc_centred_and_moves_an_offset_one_around_the_centre() -> None:
+    disc = _disc()
+    angles = torch.tensor([0.3, -1.7, 2.9, math.pi])
+    out = apply_affine(disc.expand(4, -1, -1, -1), _with(4, angle=angles))
+    for i in range(4):
+        cy, cx = _centroid(out[i : i + 1])
+        assert abs(cy - 16.5) < 0.05 and abs(cx - 16.5) < 0.05
+        assert abs(out[i, 0].sum() - disc[0, 0].sum()) / disc[0, 0].sum() < 0.02  # area kept
+    assert torch.allclose(out[:, 1], 0.5 * out[:, 0], atol=1e-6)  # colour ratios kept
+    offset = _disc(radius=4.0, cx=24.5)  # 8 px right of centre
+    cy, cx = _centroid(apply_affine(offset, _with(angle=torch.tensor([math.pi]))))
+    assert abs(cx - 8.5) < 0.1 and abs(cy - 16.5) < 0.1
+
+
+def test_zoom_and_out_size() -> None:
+    disc = _disc(radius=6.0)
+    zoomed = apply_affine(disc, _with(scale=torch.tensor([0.5])))  # crop half the side: 2x bigger
+    assert abs(zoomed[0, 0].sum() / disc[0, 0].sum() - 4.0) < 0.15
+    resized = apply_affine(disc, AffineParams.identity(1), out_size=66)
+    assert resized.shape == (1, 3, 66, 66)
+    assert abs(resized[0, 0].mean() - disc[0, 0].mean()) < 0.01
+
+
+def test_random_parameters_stay_in_the_d1_ranges() -> None:
+    g = torch.Generator().manual_seed(0)
+    p = sample_params(4000, generator=g)
+    assert p.angle.abs().max() <= math.pi and p.angle.min() < -3.0 and p.angle.max() > 3.0
+    assert p.scale.min() >= 0.9 and p.scale.max() <= 1.1
+    assert set(p.flip_x.unique().tolist()) == {-1.0, 1.0} and abs(p.flip_y.mean()) < 0.1
+    bound = (1 - p.scale).abs() + 0.1  # scale-crop slack + pad shift (5 % each side, x2 in [-1, 1] units)
+    assert (p.shift.abs() <= bound[:, None] + 1e-6).all()
+    fixed = sample_params(
+        10, generator=g, config=AugmentConfig(flips=False, max_rotation_deg=0, max_pad=0, scale_range=(1.0, 1.0))
+    )
+    x = torch.rand(10, 3, 8, 8)
+    assert torch.allclose(apply_affine(x, fixed), x, atol=1e-5)
+
+
+def test_augment_batch_is_reproducible_from_the_generator_only() -> None:
+    x = torch.rand(6, 3, 24, 24)
+    a = augment_batch(x, generator=torch.Generator().manual_seed(7))
+    torch.manual_seed(123)  # the global RNG must not matter
+    b = augment_batch(x, generator=torch.Generator().manual_seed(7))
+    c = augment_batch(x, generator=torch.Generator().manual_seed(8))
+    assert a.shape == x.shape and a.dtype == torch.float32
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert not torch.equal(a[0], a[1])  # one warp per image, not one per batch
+
+
+def test_normalise_uses_the_given_statistics() -> None:
+    x = torch.rand(5, 3, 8, 8)
+    mean, std = (0.4, 0.2, 0.1), (0.3, 0.15, 0.05)
+    out = normalise(x, mean, std)
+    for c in range(3):
+        assert torch.allclose(out[:, c], (x[:, c] - mean[c]) / std[c])
+    with pytest.raises(ValueError, match="channels"):
+        normalise(x, (0.5, 0.5), (0.2, 0.2))
+    with pytest.raises(ValueError, match="positive"):
+        normalise(x, mean, (0.3, 0.0, 0.1))
