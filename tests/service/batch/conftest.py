@@ -1,0 +1,88 @@
+"""Fixtures for the batch-job tests: tiny real artifacts (width 4, 64 px) and folders of real images.
+
+The artifacts are built with ``models.artifact.save_artifact`` once per session; two seeds give two
+models with different sha256 for the "refuse to mix models" tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+if TYPE_CHECKING:
+    from service.scoring import Scorer
+
+TINY_SIZE = 64
+
+
+def make_tiny_artifact(directory: Path, *, seed: int) -> Path:
+    """Save an untrained tiny radial VGG-16* artifact; the MI threshold refers part of the images."""
+    from models.artifact import ArtifactConfig, Calibration, save_artifact
+    from models.vgg import VGGConfig, build_vgg16_star
+
+    torch.manual_seed(seed)
+    arch = VGGConfig(width=4, input_size=TINY_SIZE, layer="radial", rho_init=-2.5)
+    config = ArtifactConfig(
+        name="tiny-batch-test", version=f"0.0.{seed}", architecture=arch, mean=(0.45, 0.25, 0.15),
+        std=(0.25, 0.15, 0.1), posterior="radial", prior={"kind": "unit_gaussian"}, draw_seed=77,
+        training_data="synthetic", intended_use="Tests only: an untrained tiny network.",
+    )
+    calibration = Calibration(referral_threshold_mi=0.0011, target_referral_rate=0.5, decision_threshold=0.5,
+                              dataset="none: test fixture")
+    save_artifact(directory, model=build_vgg16_star(arch), config=config, calibration=calibration,
+                  model_card="# Tiny batch test model\n\nUntrained; tests only.\n", overwrite=True)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def batch_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_artifact(tmp_path_factory.mktemp("batch-artifact") / "tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def other_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_artifact(tmp_path_factory.mktemp("batch-artifact-2") / "tiny", seed=1)
+
+
+@pytest.fixture(scope="session")
+def batch_scorer(batch_artifact: Path) -> Scorer:
+    from service.scoring import Scorer
+
+    return Scorer.from_artifact(batch_artifact, device="cpu")
+
+
+def fundus_png(path: Path, seed: int, size: int = 80) -> Path:
+    """Write a fundus-looking PNG (red textured disc on black; every 5th one dark = ungradable)."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:size, 0:size]
+    c = (size - 1) / 2
+    r = np.hypot(yy - c, xx - c) / (0.46 * size)
+    base = np.stack([0.75 - 0.2 * r, 0.35 - 0.1 * r, 0.15 - 0.05 * r], axis=-1)
+    img = np.clip(base + rng.normal(0, 0.08 + 0.02 * (seed % 4), (size, size, 1)), 0, 1) * (r <= 1)[..., None]
+    if seed % 5 == 4:
+        img *= 0.15
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray((img * 255).astype(np.uint8)).save(path)
+    return path
+
+
+@pytest.fixture
+def make_folder(tmp_path: Path) -> Callable[..., Path]:
+    """Factory: a folder of ``n`` fundus PNGs (a third in ``sub/``), optionally one corrupt JPEG."""
+
+    def make(n: int, *, corrupt: bool = True, name: str = "images") -> Path:
+        root = tmp_path / name
+        for i in range(n):
+            fundus_png(root / ("sub" if i % 3 == 0 else ".") / f"eye{i:03d}.png", seed=i)
+        if corrupt:
+            (root / "corrupt.jpg").write_bytes(b"\xff\xd8\xff\xe0" + b"\x00garbage" * 8)
+        (root / "notes.txt").write_text("not an image; ignored by folder discovery\n")
+        return root
+
+    return make

@@ -1,0 +1,109 @@
+"""Input discovery and hygiene: ordering, ids, manifests, duplicates, paths escaping the root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from service.batch.inputs import (
+    DUPLICATE_ID,
+    MISSING_PATH,
+    PATH_OUTSIDE_ROOT,
+    InputError,
+    discover,
+    discover_folder,
+    discover_manifest,
+)
+
+
+def _touch(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x")
+    return path
+
+
+def test_folder_is_recursive_sorted_and_ids_are_relative_posix_paths(tmp_path: Path) -> None:
+    for rel in ("b.png", "a/z.JPG", "a/b/c.jpeg", "A.tif", ".hidden.png", "readme.txt", "a/x.pdf"):
+        _touch(tmp_path / rel)
+    source = discover_folder(tmp_path)
+    assert [it.id for it in source.items] == ["A.tif", "a/b/c.jpeg", "a/z.JPG", "b.png"]
+    assert [it.index for it in source.items] == [0, 1, 2, 3]
+    assert all(it.error is None and it.file is not None and it.file.is_file() for it in source.items)
+    assert source.description == f"folder:{tmp_path.resolve()}"
+
+
+def test_folder_symlink_leaving_the_root_becomes_an_error_row(tmp_path: Path) -> None:
+    outside = _touch(tmp_path / "outside" / "secret.png")
+    root = tmp_path / "in"
+    _touch(root / "ok.png")
+    os.symlink(outside, root / "link.png")
+    items = {it.id: it for it in discover_folder(root).items}
+    assert items["ok.png"].error is None
+    err = items["link.png"].error
+    assert err is not None and err.kind == PATH_OUTSIDE_ROOT and items["link.png"].file is None
+
+
+def test_missing_folder_or_unknown_input_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="does not exist"):
+        discover(tmp_path / "nope")
+    (tmp_path / "list.txt").write_text("a\n")
+    with pytest.raises(InputError, match=r"neither a folder nor a \.csv manifest"):
+        discover(tmp_path / "list.txt")
+
+
+def test_manifest_default_columns_and_relative_resolution(tmp_path: Path) -> None:
+    _touch(tmp_path / "imgs" / "1.png")
+    _touch(tmp_path / "imgs" / "2.png")
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("path,grade\nimgs/1.png,0\nimgs/2.png,3\n")
+    source = discover(manifest)
+    assert [(it.id, it.path) for it in source.items] == [("imgs/1.png", "imgs/1.png"), ("imgs/2.png", "imgs/2.png")]
+    assert source.items[1].file == tmp_path / "imgs" / "2.png"
+    # 'image' is preferred over 'path' when both exist
+    manifest.write_text("image,path\nimgs/2.png,imgs/1.png\n")
+    assert discover(manifest).items[0].id == "imgs/2.png"
+
+
+def test_eyepacs_layout_with_extensionless_names_and_image_root(tmp_path: Path) -> None:
+    _touch(tmp_path / "train" / "10_left.jpeg")
+    manifest = tmp_path / "trainLabels.csv"
+    manifest.write_text("image,level\n10_left,0\n")
+    [item] = discover(manifest, image_root=tmp_path / "train").items
+    assert item.id == "10_left" and item.file == tmp_path / "train" / "10_left.jpeg" and item.error is None
+
+
+def test_missing_column_names_the_file_and_the_expected_columns(tmp_path: Path) -> None:
+    manifest = tmp_path / "labels.csv"
+    manifest.write_text("filename,level\na.png,1\n")
+    with pytest.raises(InputError) as info:
+        discover(manifest)
+    message = str(info.value)
+    assert str(manifest) in message and "'image' or 'path'" in message and "'filename'" in message
+    with pytest.raises(InputError, match=r"no id column: expected 'patient'"):
+        discover(manifest, path_column="filename", id_column="patient")
+
+
+def test_duplicates_escapes_and_empty_cells_become_error_rows(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    _touch(root / "a.png")
+    _touch(root / "b.png")
+    outside = _touch(tmp_path / "elsewhere.png")
+    manifest = root / "m.csv"
+    manifest.write_text(
+        "id,image\n"
+        "p1,a.png\n"          # line 2: ok
+        "p2,../elsewhere.png\n"  # line 3: escapes via ..
+        f"p3,{outside}\n"     # line 4: absolute path outside the root
+        f"p4,{root / 'b.png'}\n"  # line 5: absolute path inside the root: fine
+        "p1,b.png\n"          # line 6: duplicate id of line 2
+        "p5,\n"               # line 7: empty path
+    )
+    items = discover_manifest(manifest, id_column="id").items
+    assert len(items) == 6  # every row accounted for
+    kinds = [it.error.kind if it.error else None for it in items]
+    assert kinds == [None, PATH_OUTSIDE_ROOT, PATH_OUTSIDE_ROOT, None, DUPLICATE_ID, MISSING_PATH]
+    assert items[4].error is not None and "line 6 duplicates line 2" in items[4].error.detail
+    assert items[1].error is not None and "line 3" in items[1].error.detail
+    assert items[4].error.text().startswith("duplicate-id: ")

@@ -1,0 +1,120 @@
+"""The whole job with a tiny real model: same answers as the shared Scorer, bad rows, model mismatch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from service.batch.cli import main
+from service.batch.job import BatchJobConfig, parts_dir_for, run_job
+from service.batch.output import read_output
+from service.batch.parts import PartStoreError
+from service.batch.rows import scored_row
+from service.scoring import Scorer, prepare_image, score_payload
+
+
+def config(input_path: Path, output: Path, model_dir: Path, **kw: object) -> BatchJobConfig:
+    return BatchJobConfig(input=input_path, output=output, model_dir=model_dir, device="cpu", progress=False,
+                          **kw)  # type: ignore[arg-type]
+
+
+def test_folder_rows_equal_the_scorer_and_predict_payload(
+    make_folder: Callable[..., Path], batch_artifact: Path, batch_scorer: Scorer, tmp_path: Path
+) -> None:
+    folder = make_folder(10)
+    out = tmp_path / "r.jsonl"
+    result = run_job(config(folder, out, batch_artifact, batch_size=64), scorer=batch_scorer)
+    rows = list(read_output(out))
+    assert [r["id"] for r in rows] == ["corrupt.jpg", *sorted(
+        f"{'sub/' if i % 3 == 0 else ''}eye{i:03d}.png" for i in range(10))]
+    assert result.rows == 11 and result.summary["counts"]["scored"] == 10
+
+    # the reference: the same shared path, one batched forward over the same images
+    from service.batch.inputs import discover_folder
+
+    items = [it for it in discover_folder(folder).items if it.id != "corrupt.jpg"]
+    prepared = [prepare_image(it.file.read_bytes(), batch_scorer.pipeline) for it in items]  # type: ignore[union-attr]
+    expected = [scored_row(it, score_payload(s, batch_scorer))
+                for it, s in zip(items, batch_scorer.score_batch(prepared), strict=True)]
+    assert rows[1:] == expected  # identical, value for value
+
+    # one image at a time (as a lone POST /predict would) agrees to float rounding
+    for it, row in zip(items[:3], rows[1:4], strict=True):
+        [single] = batch_scorer.score_batch([prepare_image(it.file.read_bytes(), batch_scorer.pipeline)])  # type: ignore[union-attr]
+        assert single.probability == pytest.approx(row["referable_dr_probability"], abs=1e-6)
+        assert single.mutual_information == pytest.approx(row["mutual_information"], abs=1e-6)
+
+    bad = rows[0]
+    assert bad["error"].startswith("undecodable-image: ") and bad["referable_dr_probability"] is None
+    assert bad["model_sha256"] == batch_scorer.model_identity["sha256"]
+    # the fixture's dark images are ungradable and referred for image quality
+    assert any("image_quality" in r["referral_reasons"] and r["gradable"] is False for r in rows[1:])
+    assert result.summary["referral"]["referred"] == sum(r["refer_to_expert"] is True for r in rows)
+
+
+def test_manifest_bad_rows_all_accounted_for(
+    make_folder: Callable[..., Path], batch_artifact: Path, batch_scorer: Scorer, tmp_path: Path
+) -> None:
+    folder = make_folder(3)
+    (tmp_path / "outside.png").write_bytes((folder / "eye001.png").read_bytes())
+    (folder / "unreadable.png").mkdir()  # a directory where a file should be
+    manifest = folder / "manifest.csv"
+    manifest.write_text(
+        "study,path\n"
+        "s1,eye001.png\n"
+        "s2,missing.png\n"
+        "s3,corrupt.jpg\n"
+        "s4,../outside.png\n"
+        "s1,eye002.png\n"
+        "s5,unreadable.png\n"
+        "s6,sub/eye000.png\n"
+    )
+    out = tmp_path / "r.csv"
+    result = run_job(config(manifest, out, batch_artifact, id_column="study", batch_size=2), scorer=batch_scorer)
+    rows = list(read_output(out))
+    assert [r["id"] for r in rows] == ["s1", "s2", "s3", "s4", "s1", "s5", "s6"]
+    kinds = [r["error"].split(": ")[0] if r["error"] else None for r in rows]
+    assert kinds == [None, "file-not-found", "undecodable-image", "path-outside-input-root", "duplicate-id",
+                     "unreadable-file", None]
+    assert result.summary["counts"]["errors_by_type"] == {
+        "duplicate-id": 1, "file-not-found": 1, "path-outside-input-root": 1, "undecodable-image": 1,
+        "unreadable-file": 1}
+    assert rows[0]["path"] == "eye001.png" and rows[0]["referable_dr_probability"] is not None
+
+
+def test_a_different_model_is_refused_unless_restart(
+    make_folder: Callable[..., Path], batch_artifact: Path, other_artifact: Path, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    folder = make_folder(2, corrupt=False)
+    out = tmp_path / "r.csv"
+    args = ["score", "--input", str(folder), "--output", str(out), "--device", "cpu", "--no-progress"]
+    assert main([*args, "--model-dir", str(batch_artifact)]) == 0
+    first = out.read_bytes()
+    assert main([*args, "--model-dir", str(other_artifact)]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to mix" in err and "--restart" in err and str(parts_dir_for(out)) in err
+    assert out.read_bytes() == first  # untouched
+    # the results file alone (parts folder deleted) is also protected
+    import shutil
+
+    shutil.rmtree(parts_dir_for(out))
+    with pytest.raises(PartStoreError, match="not from the loaded model"):
+        run_job(config(folder, out, other_artifact))
+    assert main([*args, "--model-dir", str(other_artifact), "--restart"]) == 0
+    other_sha = Scorer.from_artifact(other_artifact, device="cpu").model_identity["sha256"]
+    assert {r["model_sha256"] for r in read_output(out)} == {other_sha}
+
+
+def test_missing_manifest_column_is_a_clear_cli_error(tmp_path: Path, batch_artifact: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("file\na.png\n")
+    code = main(["score", "--input", str(manifest), "--output", str(tmp_path / "r.parquet"),
+                 "--model-dir", str(batch_artifact), "--no-progress"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"manifest {manifest} has no path column: expected 'image' or 'path'" in err
+    assert not (tmp_path / "r.parquet").exists()
