@@ -1,0 +1,353 @@
+/* Radial Screen clinician page: choose or drop fundus photographs, send them to the service, show
+   probability, uncertainty (mutual information against the calibrated referral threshold), image
+   quality and the referral decision in plain words. Plain browser JavaScript, no build step, no
+   network access beyond this service. The API key lives only in this tab's memory. */
+"use strict";
+
+(function () {
+  const BATCH_LIMIT = 16; // the service's default max images per /v1/predict/batch call
+
+  const REASONS = {
+    uncertain: "the model is uncertain about this image",
+    image_quality: "image quality too low to grade",
+  };
+  const ISSUES = {
+    no_field_of_view: "no circular field of view found",
+    too_dark: "too dark",
+    overexposed: "overexposed",
+    blurred: "blurred or out of focus",
+    not_fundus: "does not look like a fundus photograph",
+  };
+  const PROBLEMS = {
+    "undecodable-image": "The image could not be read: the file is damaged, incomplete or not an image.",
+    "image-too-small": "The image is too small to assess.",
+    "unauthorized": "The API key is missing or wrong. Enter it under “Connection settings”.",
+    "payload-too-large": "The file is too large for the service.",
+    "image-too-large": "The image has too many pixels for the service.",
+    "unsupported-media-type": "This file type is not accepted. Use JPEG, PNG, TIFF, WebP or BMP.",
+    "multi-frame-image": "Animated or multi-page images are not accepted. Send a single photograph.",
+    "validation-error": "The request was not valid.",
+    "overloaded": "The service is busy right now.",
+    "not-ready": "The model is still loading.",
+    "not-acceptable": "This output format is not available.",
+    "internal-error": "The service failed unexpectedly. The problem has been logged; please try again.",
+  };
+
+  const $ = (id) => document.getElementById(id);
+  const state = { files: [], urls: [], model: null };
+
+  /* ---------- helpers ---------- */
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key === "text") node.textContent = value;
+      else if (key === "style") Object.assign(node.style, value); // CSSOM: allowed under a strict CSP
+      else node.setAttribute(key, value === true ? "" : String(value));
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  const pct = (p) => `${(100 * p).toFixed(1)}%`;
+  const nat = (x) => (x >= 0.01 ? x.toFixed(3) : x >= 1e-4 || x === 0 ? x.toFixed(4) : x.toExponential(1));
+
+  /** A thumbnail, or a "no preview" box when the browser cannot draw the file. */
+  function thumb(url, alt, cls) {
+    const img = el("img", { class: cls, src: url, alt });
+    img.addEventListener("error", () => img.replaceWith(el("span", { class: `${cls || ""} no-preview` }, "No preview")));
+    return img;
+  }
+
+  function headers(extra) {
+    const h = Object.assign({ Accept: "application/json" }, extra || {});
+    const key = $("api-key").value.trim();
+    if (key) h["X-API-Key"] = key;
+    return h;
+  }
+
+  function referralSentence(body) {
+    if (!body.refer_to_expert) return "No referral: the model is confident and the image is gradable";
+    const reasons = (body.referral_reasons || []).map((r) => REASONS[r] || r.replace(/_/g, " "));
+    return "Refer: " + (reasons.length ? reasons.join("; ") : "referred to an expert");
+  }
+
+  function qualityText(q) {
+    if (q.gradable) return `Gradable (quality score ${q.score.toFixed(2)})`;
+    const issues = (q.issues || []).map((i) => ISSUES[i] || i.replace(/_/g, " "));
+    return `Not gradable (quality score ${q.score.toFixed(2)})` + (issues.length ? `: ${issues.join(", ")}` : "");
+  }
+
+  /** A problem+json body (or a network failure) in plain words. */
+  async function problemText(response) {
+    let problem = null;
+    try { problem = await response.json(); } catch (_) { /* not JSON */ }
+    const slug = problem && typeof problem.type === "string" ? problem.type.split("/").pop() : "";
+    let text = PROBLEMS[slug] || (problem && problem.title) || `The service answered ${response.status}.`;
+    if (response.status === 401) askForKey();
+    const retry = response.headers.get("Retry-After");
+    if (retry && response.status === 503) text += ` Please try again in ${retry} seconds.`;
+    return { text, detail: problem && problem.detail, requestId: problem && problem.request_id };
+  }
+
+  /** Open the connection settings so a 401 can be fixed where it is explained. */
+  function askForKey() { $("settings").open = true; }
+
+  function showError(info) {
+    const box = $("error");
+    box.replaceChildren(
+      el("p", { class: "error-text" }, el("strong", {}, info.text)),
+      info.detail ? el("p", { class: "error-detail" }, `Details: ${info.detail}`) : null,
+      info.requestId ? el("p", { class: "meta" }, `Request id: ${info.requestId}`) : null,
+    );
+    box.hidden = false;
+  }
+
+  function clearError() { $("error").hidden = true; $("error").replaceChildren(); }
+
+  /* ---------- gauges ---------- */
+
+  /** A horizontal bar with a threshold marker; value and threshold on a 0..max scale. */
+  function gauge(kind, value, threshold, max, label, small) {
+    const at = (x) => `${Math.max(0, Math.min(100, (100 * x) / max))}%`;
+    return el("div", { class: `gauge ${kind}${small ? " small" : ""}`, role: "img", "aria-label": label },
+      el("div", { class: "fill", style: { width: at(value) } }),
+      el("div", { class: "marker", style: { left: at(threshold) } }),
+      small ? null : el("span", { class: "marker-label", style: { left: at(threshold) } }, "threshold"));
+  }
+
+  /** Scale for MI bars: keep the threshold near the middle so small values stay visible. */
+  const miScale = (mi, threshold) => Math.min(Math.LN2, Math.max(2 * threshold, 1.25 * mi, 1e-6));
+
+  /* ---------- rendering ---------- */
+
+  function renderSingle(body, file, url) {
+    const d = body.diagnosis, u = body.uncertainty, q = body.quality, m = body.model;
+    const above = u.mutual_information > u.referral_threshold;
+    const labelWords = d.label === "referable" ? "referable DR likely" : "referable DR unlikely";
+    const decision = el("div", { class: `decision ${body.refer_to_expert ? "refer" : "no-refer"}`, id: "decision" },
+      referralSentence(body),
+      el("small", {}, body.refer_to_expert
+        ? "The model defers this image to a human grader."
+        : "A clinician must still review this result."));
+    const metrics = el("div", {},
+      el("div", { class: "metric", id: "probability" },
+        el("h3", {}, "Referable-DR probability"),
+        el("div", { class: "value" }, `${pct(d.referable_dr_probability)} — ${labelWords}`),
+        gauge("prob", d.referable_dr_probability, d.decision_threshold, 1,
+          `Probability ${pct(d.referable_dr_probability)}, decision threshold ${pct(d.decision_threshold)}`),
+        el("p", { class: "explain" }, `Label “${d.label.replace("_", " ")}” at decision threshold ${pct(d.decision_threshold)}.`)),
+      el("div", { class: "metric", id: "uncertainty" },
+        el("h3", {}, "Model uncertainty (mutual information)"),
+        el("div", { class: "value" }, `${nat(u.mutual_information)} nat — ${above ? "above" : "within"} the referral threshold`),
+        gauge("mi", u.mutual_information, u.referral_threshold, miScale(u.mutual_information, u.referral_threshold),
+          `Mutual information ${nat(u.mutual_information)} nat, referral threshold ${nat(u.referral_threshold)} nat`),
+        el("p", { class: "explain" },
+          `Calibrated referral threshold ${nat(u.referral_threshold)} nat. Above it the model is too unsure and refers the image.`)),
+      el("div", { class: "metric", id: "quality" },
+        el("h3", {}, "Image quality"),
+        el("div", { class: `quality ${q.gradable ? "ok" : "bad"}` }, qualityText(q))));
+    const fhir = el("button", { type: "button", class: "secondary fhir-link", id: "fhir" }, "Download FHIR R4 report");
+    fhir.addEventListener("click", () => downloadFhir(file));
+    return el("article", { "aria-label": `Result for ${file.name}` },
+      decision,
+      el("div", { class: "result-grid" },
+        thumb(url, `Fundus photograph ${file.name}`, "thumb"),
+        metrics),
+      el("p", { class: "meta" },
+        `Model ${m.name} ${m.version} (sha256 ${m.sha256.slice(0, 12)}), ${m.mc_samples} posterior draws. `,
+        `Request ${body.request_id}. Timing: decode ${body.timing_ms.decode.toFixed(0)} ms, `,
+        `queue ${body.timing_ms.queue.toFixed(0)} ms, inference ${body.timing_ms.inference.toFixed(0)} ms.`),
+      el("p", { class: "meta disclaimer-line" }, body.disclaimer || ""),
+      fhir);
+  }
+
+  function renderBatch(items) {
+    const rows = items.map(({ file, url, result, problem }) => {
+      const cells = [el("td", {}, thumb(url, "", "thumb"), el("div", { class: "meta" }, file.name))];
+      if (problem) {
+        cells.push(el("td", { colspan: 3 }, problem.text, problem.detail ? ` (${problem.detail})` : ""),
+          el("td", { class: "refer" }, "Not analysed: check the file"));
+      } else {
+        const d = result.diagnosis, u = result.uncertainty;
+        cells.push(
+          el("td", {}, pct(d.referable_dr_probability), el("div", { class: "meta" }, d.label.replace("_", " "))),
+          el("td", {}, `${nat(u.mutual_information)} nat`,
+            gauge("mi", u.mutual_information, u.referral_threshold, miScale(u.mutual_information, u.referral_threshold),
+              `Mutual information ${nat(u.mutual_information)}, threshold ${nat(u.referral_threshold)}`, true),
+            el("div", { class: "meta" }, `${u.mutual_information > u.referral_threshold ? "above" : "within"} threshold ${nat(u.referral_threshold)}`)),
+          el("td", {}, qualityText(result.quality)),
+          el("td", { class: result.refer_to_expert ? "refer" : "no-refer" }, referralSentence(result)));
+      }
+      return el("tr", {}, cells);
+    });
+    const done = items.filter((i) => i.result);
+    const referred = done.filter((i) => i.result.refer_to_expert).length;
+    return el("div", {},
+      el("p", { class: "summary", id: "batch-summary" },
+        `${done.length} of ${items.length} images analysed; ${referred} referred to an expert.`),
+      el("table", { class: "batch", id: "batch-table" },
+        el("caption", {}, "Batch results"),
+        el("thead", {}, el("tr", {},
+          ["Image", "Referable-DR probability", "Uncertainty (MI vs threshold)", "Image quality", "Decision"]
+            .map((h) => el("th", { scope: "col" }, h)))),
+        el("tbody", {}, rows)));
+  }
+
+  /* ---------- requests ---------- */
+
+  async function post(path, files, accept) {
+    const form = new FormData();
+    for (const f of files) form.append("image", f, f.name);
+    return fetch(path, { method: "POST", body: form, headers: headers(accept ? { Accept: accept } : {}) });
+  }
+
+  async function downloadFhir(file) {
+    clearError();
+    try {
+      const response = await post("/v1/predict", [file], "application/fhir+json");
+      if (!response.ok) { showError(await problemText(response)); return; }
+      const blob = new Blob([JSON.stringify(await response.json(), null, 2)], { type: "application/fhir+json" });
+      const link = el("a", { href: URL.createObjectURL(blob), download: `${file.name}.fhir.json` });
+      document.body.append(link); link.click(); link.remove();
+    } catch (err) {
+      showError({ text: "Could not reach the service. Check the network connection and try again." });
+    }
+  }
+
+  async function analyse(event) {
+    event.preventDefault();
+    if (!state.files.length) return;
+    clearError();
+    const results = $("results");
+    results.setAttribute("aria-busy", "true");
+    $("analyse").disabled = true;
+    $("status").textContent = `Analysing ${state.files.length} image${state.files.length > 1 ? "s" : ""}…`;
+    try {
+      if (state.files.length === 1) {
+        const response = await post("/v1/predict", state.files);
+        if (!response.ok) {
+          showError(await problemText(response));
+          results.replaceChildren(el("p", { class: "hint" }, "No result: see the message above."));
+          $("status").textContent = "Analysis failed.";
+          return;
+        }
+        const body = await response.json();
+        results.replaceChildren(renderSingle(body, state.files[0], state.urls[0]));
+        $("status").textContent = `Analysis complete. ${referralSentence(body)}.`;
+      } else {
+        const items = [];
+        for (let start = 0; start < state.files.length; start += BATCH_LIMIT) {
+          const files = state.files.slice(start, start + BATCH_LIMIT);
+          const response = await post("/v1/predict/batch", files);
+          if (!response.ok) {
+            const info = await problemText(response);
+            files.forEach((file, i) => items.push({ file, url: state.urls[start + i], problem: info }));
+            continue;
+          }
+          const body = await response.json();
+          for (const item of body.items) {
+            const entry = { file: files[item.index], url: state.urls[start + item.index] };
+            if (item.result) entry.result = Object.assign({ request_id: body.request_id }, item.result);
+            else entry.problem = { text: PROBLEMS[(item.problem.type || "").split("/").pop()] || item.problem.title,
+                                   detail: item.problem.detail };
+            items.push(entry);
+          }
+        }
+        results.replaceChildren(renderBatch(items));
+        const referred = items.filter((i) => i.result && i.result.refer_to_expert).length;
+        $("status").textContent = `Batch complete: ${items.length} images, ${referred} referred.`;
+      }
+    } catch (err) {
+      showError({ text: "Could not reach the service. Check the network connection and try again." });
+      $("status").textContent = "Analysis failed.";
+    } finally {
+      results.setAttribute("aria-busy", "false");
+      $("analyse").disabled = !state.files.length;
+    }
+  }
+
+  /* ---------- file selection ---------- */
+
+  function setFiles(fileList) {
+    state.urls.forEach((u) => URL.revokeObjectURL(u));
+    state.files = Array.from(fileList || []).filter((f) => f.size > 0);
+    state.urls = state.files.map((f) => URL.createObjectURL(f));
+    $("preview").replaceChildren(...state.files.map((f, i) =>
+      el("li", {}, thumb(state.urls[i], `Preview of ${f.name}`, "preview-img"), el("span", { title: f.name }, f.name))));
+    $("analyse").disabled = !state.files.length;
+    $("clear").disabled = !state.files.length;
+    $("analyse").textContent = state.files.length > 1 ? `Analyse ${state.files.length} images` : "Analyse";
+    $("status").textContent = state.files.length
+      ? `${state.files.length} image${state.files.length > 1 ? "s" : ""} selected.` : "";
+  }
+
+  function wireDropZone() {
+    const zone = $("drop-zone"), input = $("file-input");
+    zone.addEventListener("click", () => input.click());
+    zone.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" || e.key === " ") { e.preventDefault(); input.click(); }
+    });
+    input.addEventListener("change", () => setFiles(input.files));
+    for (const type of ["dragenter", "dragover"]) {
+      zone.addEventListener(type, (e) => { e.preventDefault(); zone.classList.add("dragover"); });
+    }
+    for (const type of ["dragleave", "drop"]) {
+      zone.addEventListener(type, (e) => { e.preventDefault(); zone.classList.remove("dragover"); });
+    }
+    zone.addEventListener("drop", (e) => setFiles(e.dataTransfer && e.dataTransfer.files));
+    $("clear").addEventListener("click", () => {
+      input.value = ""; setFiles([]); clearError();
+      $("results").replaceChildren(el("p", { class: "hint" }, "No image analysed yet."));
+    });
+  }
+
+  /* ---------- model provenance ---------- */
+
+  function bind(name, value, title) {
+    document.querySelectorAll(`[data-bind="${name}"]`).forEach((node) => {
+      node.textContent = value;
+      if (title) node.setAttribute("title", title);
+    });
+  }
+
+  async function loadModel(attempt) {
+    const status = $("model-status");
+    try {
+      const response = await fetch("/v1/model", { headers: headers() });
+      if (!response.ok) {
+        const info = await problemText(response);
+        status.textContent = info.text + (response.status === 401 ? "" : " Retrying…");
+        if (response.status !== 401) setTimeout(() => loadModel(attempt + 1), Math.min(10000, 1000 * (attempt + 1)));
+        return;
+      }
+      const body = await response.json();
+      const m = body.model, c = body.calibration;
+      state.model = body;
+      bind("name", m.name); bind("version", m.version);
+      bind("sha256_short", m.sha256.slice(0, 12), m.sha256);
+      bind("mc_samples", `${m.mc_samples} fixed draws`);
+      bind("training_data", m.training_data);
+      bind("intended_use", m.intended_use);
+      bind("referral_threshold", `${nat(c.referral_threshold_mi)} nat`);
+      bind("decision_threshold", pct(c.decision_threshold));
+      bind("disclaimer", body.disclaimer || "");
+      status.textContent = `Model ready (${body.runtime.backend} on ${body.runtime.device}).`;
+    } catch (err) {
+      status.textContent = "Could not reach the service. Retrying…";
+      setTimeout(() => loadModel(attempt + 1), Math.min(10000, 1000 * (attempt + 1)));
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    wireDropZone();
+    $("upload-form").addEventListener("submit", analyse);
+    $("api-key").addEventListener("change", () => { if (!state.model) loadModel(0); });
+    loadModel(0);
+  });
+})();
