@@ -38,9 +38,7 @@ def resolve_device(device: Literal["auto", "cpu", "cuda"]) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(
-            "device='cuda' was requested but no CUDA device is available; use 'auto' or 'cpu'."
-        )
+        raise RuntimeError("device='cuda' was requested but no CUDA device is available; use 'auto' or 'cpu'.")
     return device
 
 
@@ -83,12 +81,7 @@ class OnnxBackend:
                 "or the torch backend for bf16/fp16."
             )
         self.device = device
-        providers = (
-            ["CUDAExecutionProvider", "CPUExecutionProvider"]
-            if device == "cuda"
-            else ["CPUExecutionProvider"]
-        )
-        self.session = OnnxDrawnSession(net, providers=providers)
+        self.session = OnnxDrawnSession(net, device=device)  # CUDA provider on cuda, else CPU
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(self.session.run(np.ascontiguousarray(x, dtype=np.float32)), dtype=np.float32)

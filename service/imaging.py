@@ -108,7 +108,9 @@ def open_image(data: bytes, *, max_pixels: int, max_bytes: int) -> Image.Image:
     try:
         img = Image.open(io.BytesIO(data))
     except Image.DecompressionBombError as exc:
-        raise ImageRejected("image-too-large", f"Decompression bomb refused: {exc}", 413) from exc
+        raise ImageRejected(
+            "image-too-large", f"The image exceeds the limit of {max_pixels} pixels (decompression bomb): {exc}", 413
+        ) from exc
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         if looks_like_image(data):
             raise ImageRejected(
@@ -154,9 +156,7 @@ def _to_rgb8(img: Image.Image) -> np.ndarray:
         if mode == "F":
             top = 1.0 if arr.size and float(np.nanmax(arr)) <= 1.0 else float(np.nanmax(arr) or 1.0)
         else:
-            top = (
-                65535.0 if mode.startswith("I;16") or float(arr.max(initial=0)) <= 65535 else float(arr.max())
-            )
+            top = 65535.0 if mode.startswith("I;16") or float(arr.max(initial=0)) <= 65535 else float(arr.max())
         gray = np.clip(np.nan_to_num(arr) / top, 0.0, 1.0) * 255.0
         gray8 = np.round(gray).astype(np.uint8)
         return np.repeat(gray8[:, :, None], 3, axis=2)
@@ -175,6 +175,11 @@ def decode_rgb(data: bytes, *, max_pixels: int, max_bytes: int, target: int | No
     reduced DCT scale (still >= 2*target px) to save time and memory.
     """
     img = open_image(data, max_pixels=max_pixels, max_bytes=max_bytes)
+    if img.format in ("JPEG", "MPO") and b"\xff\xd9" not in data[-4096:]:
+        # libjpeg pads a truncated scan with grey instead of failing: require the end-of-image marker
+        raise ImageRejected(
+            "undecodable-image", "The JPEG data is truncated (no end-of-image marker) and cannot be used.", 400
+        )
     try:
         if img.format in ("JPEG", "MPO") and target is not None:
             img.draft("RGB", (2 * target, 2 * target))
