@@ -74,3 +74,12 @@ def test_gpu_image_is_cuda_with_torchvision_and_onnxruntime_gpu_pinned() -> None
 def test_dockerignore_keeps_heavy_and_private_paths_out_of_the_context() -> None:
     ignored = set((ROOT / ".dockerignore").read_text(encoding="utf-8").split())
     assert {".git", ".venv", "data", "runs"} <= ignored
+
+
+@pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.gpu"])
+def test_model_dir_points_into_the_copied_tree(name: str) -> None:
+    env = " ".join(a for k, a in instructions(name) if k == "ENV")
+    match = re.search(r"RADSCREEN_MODEL_DIR=(\S+)", env)
+    assert match, f"{name} does not set RADSCREEN_MODEL_DIR"
+    workdir = [a for k, a in instructions(name) if k == "WORKDIR"][-1]
+    assert match.group(1).startswith(f"{workdir}/models/")  # COPY models ./models lands there
