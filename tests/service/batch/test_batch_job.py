@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -118,3 +119,36 @@ def test_missing_manifest_column_is_a_clear_cli_error(tmp_path: Path, batch_arti
     err = capsys.readouterr().err
     assert f"manifest {manifest} has no path column: expected 'image' or 'path'" in err
     assert not (tmp_path / "r.parquet").exists()
+
+
+def test_rows_equal_the_http_predict_answer(make_folder: Callable[..., Path], batch_artifact: Path,
+                                            tmp_path: Path) -> None:
+    """POST /predict (micro-batches of 1) and the job at --batch-size 1 give the same numbers exactly."""
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.settings import Settings
+
+    folder = make_folder(3, corrupt=False)
+    out = tmp_path / "r.jsonl"
+    run_job(config(folder, out, batch_artifact, batch_size=1))
+    rows = list(read_output(out))
+    app = create_app(Settings(model_dir=batch_artifact, device="cpu", max_batch_size=1))
+    with TestClient(app) as client:
+        for _ in range(600):  # the model loads in the background; /readyz turns 200 when it is warm
+            if client.get("/readyz").status_code == 200:
+                break
+            time.sleep(0.05)
+        for row in rows:
+            data = (folder / row["id"]).read_bytes()
+            resp = client.post("/predict", files={"image": (Path(row["id"]).name, data, "image/png")})
+            assert resp.status_code == 200, resp.text
+            body = resp.json()
+            assert row == {**scored_row_from(body, row), "id": row["id"], "path": row["path"]}
+
+
+def scored_row_from(body: dict[str, object], row: dict[str, object]) -> dict[str, object]:
+    """The batch row the HTTP body maps to (the same mapping the job uses)."""
+    from service.batch.inputs import InputItem
+
+    return scored_row(InputItem(0, str(row["id"]), str(row["path"]), None), body)
