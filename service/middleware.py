@@ -29,6 +29,7 @@ from service.settings import Settings
 logger = logging.getLogger("service.access")
 
 MULTIPART_OVERHEAD = 64 * 1024
+_PLAIN_ROUTES = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
 
 
@@ -87,10 +88,7 @@ class RequestContextMiddleware:
                 await self.app(scope, counting_receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - started
-            route = scope.get("route")
-            endpoint = getattr(route, "path", None) or (
-                "static" if scope["path"].startswith("/static") else "unmatched"
-            )
+            endpoint = self._endpoint(scope, status)
             self.metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
             self.metrics.request_latency.labels(endpoint=endpoint).observe(elapsed)
             logger.info(
@@ -107,6 +105,16 @@ class RequestContextMiddleware:
                     "latency_ms": round(elapsed * 1e3, 2),
                 },
             )
+
+    @staticmethod
+    def _endpoint(scope: Scope, status: int) -> str:
+        """Route template for metrics/logs; never a raw unmatched path (unbounded label values)."""
+        route = scope.get("route")
+        if getattr(route, "path", None):
+            return str(route.path)  # type: ignore[union-attr]
+        if scope["path"].startswith("/static/"):
+            return "/static"
+        return scope["path"] if status not in (404, 405) and scope["path"] in _PLAIN_ROUTES else "unmatched"
 
     @staticmethod
     async def _reject(send: Send, request_id: str, problem: ServiceProblem) -> None:
