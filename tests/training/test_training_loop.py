@@ -1,0 +1,116 @@
+"""The training loop: ELBO scaling, exact resume after an interruption, and a tiny fit → artifact round trip."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from models.artifact import load_artifact
+from models.draws import materialise_draws
+from training.cli import main as train_main
+from training.config import TrainConfig
+from training.elbo import elbo_loss
+from training.loop import Trainer, prepare_data
+from training.synthetic.dataset import generate_dataset
+
+
+def test_elbo_is_mean_nll_plus_kl_over_n() -> None:
+    assert elbo_loss(torch.tensor(0.7), torch.tensor(300.0), 1000).item() == pytest.approx(0.7 + 0.3)
+    with pytest.raises(ValueError, match="n_train must be >= 1"):
+        elbo_loss(torch.tensor(0.0), torch.tensor(0.0), 0)
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("synth")
+    generate_dataset(root, n_images=48, seed=7, size=64, ungradable_fraction=0.0)
+    return root
+
+
+def _config(data: Path, out: Path, **kw: object) -> TrainConfig:
+    base: dict[str, object] = dict(data=str(data), out=str(out), width=2, input_size=32, epochs=2, nll_epochs=1,
+                                   batch_size=8, eval_samples=2, mc_samples=4, checkpoint_every=100,
+                                   n_bootstrap=10, rho_init=-3.0, lr=1e-3)
+    base.update(kw)
+    return TrainConfig(**base)  # type: ignore[arg-type]
+
+
+def _final_state(out: Path) -> dict[str, torch.Tensor]:
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
+    return ckpt["model"]  # type: ignore[no-any-return]
+
+
+def test_resume_after_interruption_matches_an_uninterrupted_run(tiny_data: Path, tmp_path: Path) -> None:
+    full_cfg = _config(tiny_data, tmp_path / "full")
+    data = prepare_data(full_cfg)
+    Trainer(full_cfg, progress=False).fit(data)
+
+    cut_cfg = _config(tiny_data, tmp_path / "cut")
+    # Interrupt mid-way through the second (ELBO) epoch, then continue with a fresh Trainer.
+    state = Trainer(cut_cfg, progress=False).fit(data, stop_after_steps=5)
+    assert (state.epoch, state.step_in_epoch) == (1, 1)
+    resumed = Trainer(cut_cfg, progress=False).fit(data)
+    assert resumed.epoch == 2
+
+    a, b = _final_state(tmp_path / "full"), _final_state(tmp_path / "cut")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"{k} differs after resume"
+    hist_a = json.loads((tmp_path / "full" / "history.json").read_text())
+    hist_b = json.loads((tmp_path / "cut" / "history.json").read_text())
+    for ra, rb in zip(hist_a, hist_b, strict=True):
+        assert {k: v for k, v in ra.items() if k != "seconds"} == {k: v for k, v in rb.items() if k != "seconds"}
+    assert [r["phase"] for r in hist_a] == ["nll_means", "elbo"]
+    assert hist_a[1]["train_kl"] > 0 and hist_a[0]["train_kl"] == 0
+
+
+def test_first_epoch_trains_only_the_means(tiny_data: Path, tmp_path: Path) -> None:
+    cfg = _config(tiny_data, tmp_path / "run", epochs=1)
+    torch.manual_seed(cfg.seed)
+    from training.loop import build_model
+    initial = build_model(cfg).state_dict()
+    Trainer(cfg, progress=False).fit()
+    after = _final_state(tmp_path / "run")
+    rho_keys = [k for k in after if k.endswith("_rho")]
+    mu_keys = [k for k in after if k.endswith("_mu")]
+    assert rho_keys and all(torch.equal(after[k], initial[k]) for k in rho_keys)
+    assert any(not torch.equal(after[k], initial[k]) for k in mu_keys)
+
+
+def test_resume_refuses_changed_settings(tiny_data: Path, tmp_path: Path) -> None:
+    cfg = _config(tiny_data, tmp_path / "run", epochs=1)
+    Trainer(cfg, progress=False).fit()
+    with pytest.raises(ValueError, match=r"different settings.*lr"):
+        Trainer(_config(tiny_data, tmp_path / "run", epochs=2, lr=5e-2), progress=False).fit()
+
+
+def test_cli_fit_evaluate_export_round_trip(tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                            ) -> None:
+    art = tmp_path / "artifact"
+    assert train_main(["fit", "--data", str(tiny_data), "--out", str(tmp_path / "run"), "--artifact", str(art),
+                       "--width", "2", "--input-size", "32", "--epochs", "2", "--batch-size", "8",
+                       "--eval-samples", "2", "--no-progress", "--rho-init", "-3"]) == 0
+    artifact = load_artifact(art)
+    assert artifact.config.training_data == "synthetic"
+    assert "not for clinical use" in artifact.model_card.lower()
+    assert "radscreen-train fit" in artifact.model_card or "Command:" in artifact.model_card
+    assert 0.0 <= artifact.calibration.referral_threshold_mi <= 0.6932
+    assert artifact.config.mc_samples == 16
+    # The artifact's weights are the run's best weights.
+    model = artifact.build_model()
+    net = materialise_draws(model, k=16, seed=artifact.config.draw_seed)
+    assert net(torch.zeros(1, 3, 32, 32)).shape == (16, 1, 1)
+
+    out = tmp_path / "eval"
+    assert train_main(["evaluate", "--artifact", str(art), "--data", str(tiny_data), "--out", str(out),
+                       "--n-bootstrap", "5"]) == 0
+    report = json.loads((out / "evaluation.json").read_text())
+    assert report["n_images"] == 48
+    assert (out / "referral_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    graph = tmp_path / "graph.onnx"
+    assert train_main(["export", "--artifact", str(art), "--out", str(graph)]) == 0
+    assert 0 < graph.stat().st_size < 1_000_000

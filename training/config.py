@@ -1,0 +1,85 @@
+"""Typed training configuration, saved as ``config.json`` next to every run (STYLE habit 5)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+Layout = Literal["synthetic", "eyepacs", "aptos", "manifest"]
+LAYOUTS: tuple[str, ...] = ("synthetic", "eyepacs", "aptos", "manifest")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    data: str  # dataset root (synthetic / EyePACS folder) or a manifest CSV
+    out: str  # run directory: checkpoints, logs, reports
+    layout: Layout = "synthetic"
+    artifact: str | None = None  # where to write the model artifact (default: <out>/artifact)
+    name: str = "radscreen-radial-vgg16"
+    version: str = "0.1.0"
+    model: str = "radial_vgg16_star"
+    width: int = 46
+    input_size: int = 256
+    rho_init: float = -6.0
+    prior: dict[str, Any] = field(default_factory=lambda: {"kind": "unit_gaussian"})
+    epochs: int = 10
+    nll_epochs: int = 1  # first epochs: NLL on the means only, then the full ELBO
+    batch_size: int = 16
+    lr: float = 1e-4
+    train_samples: int = 1  # MC samples per step for the ELBO estimate
+    eval_samples: int = 8  # MC samples per image for per-epoch validation
+    max_steps_per_epoch: int | None = None
+    checkpoint_every: int = 50  # steps; a checkpoint is also written at every epoch end
+    split: tuple[float, float, float] = (0.7, 0.15, 0.15)
+    gradable_only: bool = True  # ungradable images are the quality gate's job, not the classifier's
+    augment: bool = True
+    precision: Literal["fp32", "bf16"] = "fp32"
+    seed: int = 0
+    draw_seed: int = 20260
+    mc_samples: int = 16  # serving draws stored in the artifact
+    target_referral_rate: float = 0.2
+    decision_threshold: float = 0.5
+    n_bootstrap: int = 200
+    workers: int = 0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"Unknown layout {self.layout!r}; expected one of: {', '.join(LAYOUTS)}.")
+        if self.nll_epochs > self.epochs:
+            raise ValueError(f"nll_epochs ({self.nll_epochs}) cannot exceed epochs ({self.epochs}).")
+        for name in ("batch_size", "train_samples", "eval_samples", "mc_samples", "epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["split"] = list(self.split)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"Unknown training config fields: {sorted(unknown)}.")
+        d = dict(d)
+        if "split" in d:
+            d["split"] = tuple(d["split"])
+        return cls(**d)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> TrainConfig:
+        return cls.from_dict(json.loads(path.read_text()))
+
+    def resume_key(self) -> dict[str, Any]:
+        """The fields that must not change when a run is resumed (everything but epochs and I/O)."""
+        d = self.to_dict()
+        for k in ("epochs", "artifact", "workers", "n_bootstrap", "out"):
+            d.pop(k)
+        return d

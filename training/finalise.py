@@ -1,0 +1,109 @@
+"""Turn a finished run into the model artifact: serving draws, validation calibration, test report, card."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+
+from models.artifact import ArtifactConfig, Calibration, save_artifact
+from models.vgg import VGGStar, count_parameters
+from training.config import TrainConfig
+from training.evaluation import EvaluationReport, evaluate_predictions, write_report
+from training.loop import BEST_WEIGHTS, PreparedData, build_model, iterate_history, prepare_data
+from training.model_card import SYNTHETIC_USE, render_model_card
+from training.predict import mc_probabilities
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FinalResult:
+    artifact_dir: Path
+    sha256: str
+    validation: EvaluationReport
+    test: EvaluationReport | None
+
+
+def _dataset_description(config: TrainConfig) -> tuple[str, bool]:
+    info = Path(config.data) / "dataset.json"
+    if config.layout == "synthetic" and info.is_file():
+        meta = json.loads(info.read_text())
+        return (f"synthetic fundus generator {meta.get('generator', '?')}, seed {meta.get('seed')}, "
+                f"{meta.get('n_images')} images at {meta.get('size')} px", True)
+    return f"{config.layout} manifest at {config.data}", config.layout == "synthetic"
+
+
+def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, command: str | None = None,
+                 train_seconds: float = 0.0) -> FinalResult:
+    run_dir = Path(config.out)
+    data = data or prepare_data(config)
+    model = build_model(config)
+    model.load_state_dict(load_file(str(run_dir / BEST_WEIGHTS)))
+    model.eval()
+    if not isinstance(model, VGGStar) or not model.config.is_bayesian:
+        raise ValueError(f"Only Bayesian VGG-16* models become serving artifacts; {config.model} does not.")
+
+    def evaluate(split: str, threshold: float | None) -> EvaluationReport:
+        dataset = data.val if split == "val" else data.test
+        probs, labels = mc_probabilities(model, dataset, mean=data.mean, std=data.std,
+                                         samples=config.mc_samples, seed=config.draw_seed)
+        report = evaluate_predictions(probs, labels, n_bootstrap=config.n_bootstrap, seed=config.seed,
+                                      decision_threshold=config.decision_threshold,
+                                      target_referral_rate=config.target_referral_rate,
+                                      referral_threshold_mi=threshold)
+        write_report(report, run_dir / f"eval_{split}")
+        return report
+
+    val = evaluate("val", None)
+    val_summary = val.calibration_summary()
+    test = evaluate("test", val_summary["referral_threshold_mi"]) if len(data.test) > 1 else None
+    description, synthetic = _dataset_description(config)
+    calibration = Calibration(
+        referral_threshold_mi=float(val_summary["referral_threshold_mi"]),
+        target_referral_rate=float(val_summary["target_referral_rate"]),
+        achieved_referral_rate=val_summary["achieved_referral_rate"],
+        decision_threshold=config.decision_threshold,
+        validation={**val_summary["validation"],
+                    "test": test.calibration_summary()["validation"] if test else None},
+        dataset=description,
+    )
+    history = list(iterate_history(run_dir))
+    card = render_model_card(
+        config=config, command=command or " ".join(shlex.quote(a) for a in ["radscreen-train", *sys.argv[1:]]),
+        dataset={"description": description, "n_train": len(data.train), "n_val": len(data.val),
+                 "n_test": len(data.test)},
+        history=history, val_summary=val_summary, test_summary=test.calibration_summary() if test else None,
+        train_seconds=train_seconds, synthetic=synthetic, n_parameters=count_parameters(model))
+    art_config = ArtifactConfig(
+        name=config.name, version=config.version, architecture=model.config, mean=data.mean, std=data.std,
+        posterior=model.config.layer, prior=dict(config.prior), draw_seed=config.draw_seed,
+        mc_samples=config.mc_samples,
+        training_data="synthetic" if synthetic else f"real: {description}",
+        intended_use=SYNTHETIC_USE if synthetic else "Research use only; not a medical device.",
+    )
+    artifact_dir = Path(config.artifact or run_dir / "artifact")
+    sha = save_artifact(artifact_dir, model=model, config=art_config, calibration=calibration, model_card=card,
+                        weights_dtype=torch.float16 if config.width >= 32 else torch.float32, overwrite=True)
+    log.info("artifact %s (sha256 %s)", artifact_dir, sha)
+    return FinalResult(artifact_dir, sha, val, test)
+
+
+def summary_lines(result: FinalResult) -> list[str]:
+    def fmt(r: EvaluationReport) -> dict[str, Any]:
+        s = r.calibration_summary()
+        v = s["validation"]
+        return {"auc": v["auc"], "accuracy": v["accuracy"], "ece": v["ece"], "auc_at_referral": v["auc_at_referral"],
+                "referral_rate": s["achieved_referral_rate"]}
+    lines = [f"artifact: {result.artifact_dir} (sha256 {result.sha256})",
+             f"validation: {json.dumps(fmt(result.validation))}"]
+    if result.test is not None:
+        lines.append(f"test: {json.dumps(fmt(result.test))}")
+    return lines

@@ -1,0 +1,232 @@
+"""The training loop: NLL-only epoch(s) on the means, then the full ELBO; exact resume; best-by-validation.
+
+The trainer knows nothing about the architecture beyond ``create_model``; randomness comes only from
+generators whose states are checkpointed (data order is derived from (seed, epoch)), so a run killed at any
+step and resumed ends in exactly the state of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import time
+from collections.abc import Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from sklearn.metrics import roc_auc_score
+from torch import nn
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from models.kl import bayesian_layers, kl_divergence
+from models.priors import prior_from_config
+from models.registry import create_model
+from models.sampling import sampling_generator, use_means
+from models.vgg import mc_logits
+from training.checkpoint import TrainState, load_checkpoint, restore, save_checkpoint
+from training.config import TrainConfig
+from training.data.augment import augment_batch, normalise
+from training.data.dataset import ManifestDataset, channel_stats
+from training.data.manifest import Manifest, read_aptos, read_eyepacs, read_manifest, read_synthetic
+from training.data.splits import DataSplit, split_by_patient
+from training.elbo import elbo_loss
+from training.predict import mc_probabilities
+
+log = logging.getLogger(__name__)
+BEST_WEIGHTS = "best.safetensors"
+
+
+def derived_seed(*parts: int) -> int:
+    return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
+
+
+def read_rows(config: TrainConfig) -> Manifest:
+    root = Path(config.data)
+    if config.layout == "synthetic":
+        return read_synthetic(root, gradable_only=config.gradable_only)
+    if config.layout == "eyepacs":
+        return read_eyepacs(root / "trainLabels.csv" if root.is_dir() else root)
+    if config.layout == "aptos":
+        return read_aptos(root / "train.csv" if root.is_dir() else root)
+    return read_manifest(root)
+
+
+@dataclass
+class PreparedData:
+    split: DataSplit
+    train: ManifestDataset
+    val: ManifestDataset
+    test: ManifestDataset
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+
+
+def prepare_data(config: TrainConfig) -> PreparedData:
+    rows = read_rows(config)
+    if rows.skipped:
+        log.warning("%d manifest rows skipped: %s", len(rows.skipped), rows.skipped[:3])
+    split = split_by_patient(rows, config.split, seed=config.seed)
+    if not split.train or not split.val:
+        raise ValueError(f"{config.data}: too few images for a train/validation split ({len(rows)} rows).")
+    train = ManifestDataset(split.train, size=config.input_size)
+    mean, std = channel_stats(train, max_images=500)
+    return PreparedData(split, train, ManifestDataset(split.val, size=config.input_size),
+                        ManifestDataset(split.test, size=config.input_size), mean, std)
+
+
+def build_model(config: TrainConfig) -> nn.Module:
+    return create_model(config.model, width=config.width, input_size=config.input_size, rho_init=config.rho_init)
+
+
+def _batches(n: int, config: TrainConfig, epoch: int) -> list[list[int]]:
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(derived_seed(config.seed, epoch, 1)))
+    batches = [order[i:i + config.batch_size].tolist() for i in range(0, n, config.batch_size)]
+    return batches[: config.max_steps_per_epoch] if config.max_steps_per_epoch else batches
+
+
+def validation_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    p = probs.mean(axis=0).clip(1e-7, 1 - 1e-7)
+    nll = float(-(labels * np.log(p) + (1 - labels) * np.log(1 - p)).mean())
+    acc = float(((p >= 0.5) == (labels == 1)).mean())
+    auc = float(roc_auc_score(labels, p)) if 0 < labels.sum() < len(labels) else float("nan")
+    return {"val_nll": nll, "val_accuracy": acc, "val_auc": auc}
+
+
+class Trainer:
+    """Fits one model into ``config.out``; ``fit()`` resumes from the checkpoint there if one exists."""
+
+    def __init__(self, config: TrainConfig, *, progress: bool = True) -> None:
+        self.config = config
+        self.run_dir = Path(config.out)
+        self.progress = progress
+        self.device = torch.device(config.device)
+
+    def _check_resume(self, ckpt: dict[str, Any]) -> None:
+        saved = TrainConfig.from_dict(ckpt["config"]).resume_key()
+        now = self.config.resume_key()
+        diff = {k: (saved[k], now[k]) for k in now if saved.get(k) != now[k]}
+        if diff:
+            raise ValueError(f"{self.run_dir}: the checkpoint was made with different settings {diff}; "
+                             "use a new --out directory or --restart.")
+
+    def fit(self, data: PreparedData | None = None, *, stop_after_steps: int | None = None) -> TrainState:
+        """Train to ``config.epochs`` (resuming from the run directory's checkpoint if present).
+
+        ``stop_after_steps`` ends the call after that many optimiser steps with a checkpoint written — a
+        step budget for preemptible or time-sliced machines; calling ``fit`` again continues exactly.
+        """
+        cfg = self.config
+        steps_this_call = 0
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(cfg.seed)
+        data = data or prepare_data(cfg)
+        model = build_model(cfg).to(self.device)
+        bayesian = bool(bayesian_layers(model))
+        prior = prior_from_config(cfg.prior)
+        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+        gens = {"augment": torch.Generator().manual_seed(derived_seed(cfg.seed, 2)),
+                "weights": torch.Generator().manual_seed(derived_seed(cfg.seed, 3))}
+        ckpt = load_checkpoint(self.run_dir)
+        if ckpt is not None:
+            self._check_resume(ckpt)
+            state = restore(ckpt, model=model, optimizer=optimizer, generators=gens)
+            log.info("resuming %s at epoch %d step %d", self.run_dir, state.epoch, state.step_in_epoch)
+        else:
+            state = TrainState()
+            cfg.save(self.run_dir / "config.json")
+            (self.run_dir / "data.json").write_text(json.dumps(
+                {"n_train": len(data.train), "n_val": len(data.val), "n_test": len(data.test),
+                 "mean": data.mean, "std": data.std}, indent=2))
+        n_train = len(data.train)
+        autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if cfg.precision == "bf16"
+                    else nullcontext())
+        while state.epoch < cfg.epochs:
+            epoch = state.epoch
+            means_only = epoch < cfg.nll_epochs
+            batches = _batches(n_train, cfg, epoch)
+            loader = DataLoader(data.train, batch_sampler=batches[state.step_in_epoch:], num_workers=cfg.workers)
+            started = time.monotonic()
+            sums = state.epoch_sums or {"nll": 0.0, "kl": 0.0, "correct": 0.0, "n": 0.0, "steps": 0.0}
+            bar = tqdm(loader, total=len(batches), initial=state.step_in_epoch, disable=not self.progress,
+                       desc=f"epoch {epoch + 1}/{cfg.epochs} {'nll(means)' if means_only else 'elbo'}")
+            model.train()
+            for x, y, _ in bar:
+                x, y = x.to(self.device), y.to(self.device)
+                if cfg.augment:
+                    x = augment_batch(x, generator=gens["augment"])
+                x = normalise(x, data.mean, data.std).contiguous(memory_format=torch.channels_last)
+                with sampling_generator(model, gens["weights"]), use_means(model, means_only), autocast:
+                    logits = mc_logits(model, x, cfg.train_samples)[..., 0].float()  # [S, B]
+                nll = F.binary_cross_entropy_with_logits(logits, y.expand_as(logits))
+                if bayesian and not means_only:
+                    kl = kl_divergence(model, prior)
+                    loss = elbo_loss(nll, kl, n_train)
+                else:
+                    kl = torch.zeros(())
+                    loss = nll
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                b = float(len(y))
+                sums["nll"] += nll.item() * b
+                sums["kl"] += kl.item()
+                sums["correct"] += float(((logits.mean(0) > 0) == (y > 0.5)).sum().item())
+                sums["n"] += b
+                sums["steps"] += 1
+                state.step_in_epoch += 1
+                state.global_step += 1
+                state.epoch_sums = sums
+                bar.set_postfix(nll=f"{sums['nll'] / sums['n']:.3f}", kl=f"{kl.item():.3g}")
+                steps_this_call += 1
+                budget_spent = stop_after_steps is not None and steps_this_call >= stop_after_steps
+                if (state.global_step % cfg.checkpoint_every == 0 or budget_spent) and state.step_in_epoch < len(
+                        batches):
+                    save_checkpoint(self.run_dir, model=model, optimizer=optimizer, state=state, generators=gens,
+                                    config=cfg.to_dict())
+                if budget_spent and state.step_in_epoch < len(batches):
+                    bar.close()
+                    return state
+            probs, labels = mc_probabilities(model, data.val, mean=data.mean, std=data.std,
+                                             samples=cfg.eval_samples, seed=cfg.draw_seed)
+            row: dict[str, Any] = {
+                "epoch": epoch + 1, "phase": "nll_means" if means_only else "elbo",
+                "train_nll": sums["nll"] / max(sums["n"], 1), "train_kl": sums["kl"] / max(sums["steps"], 1),
+                "train_kl_per_example": sums["kl"] / max(sums["steps"], 1) / n_train,
+                "train_accuracy": sums["correct"] / max(sums["n"], 1),
+                **validation_metrics(probs, labels), "seconds": time.monotonic() - started,
+            }
+            state.history.append(row)
+            self._write_log(state.history)
+            log.info("epoch %d: %s", epoch + 1, row)
+            auc = row["val_auc"] if not math.isnan(row["val_auc"]) else -row["val_nll"]
+            if auc > state.best_auc:
+                state.best_auc, state.best_epoch = auc, epoch + 1
+                save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
+                          str(self.run_dir / BEST_WEIGHTS))
+            state.epoch += 1
+            state.step_in_epoch = 0
+            state.epoch_sums = {}
+            save_checkpoint(self.run_dir, model=model, optimizer=optimizer, state=state, generators=gens,
+                            config=cfg.to_dict())
+        return state
+
+    def _write_log(self, history: list[dict[str, Any]]) -> None:
+        (self.run_dir / "history.json").write_text(json.dumps(history, indent=2) + "\n")
+        with (self.run_dir / "history.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(history[0]))
+            writer.writeheader()
+            writer.writerows(history)
+
+
+def iterate_history(run_dir: Path) -> Iterator[dict[str, Any]]:
+    path = run_dir / "history.json"
+    yield from (json.loads(path.read_text()) if path.is_file() else [])

@@ -1,0 +1,97 @@
+"""The model card (``MODEL_CARD.md``) written into every artifact."""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+import torch
+
+from training.config import TrainConfig
+
+SYNTHETIC_USE = (
+    "Research and engineering demonstration only. Trained on synthetic, procedurally generated fundus "
+    "images; NOT validated on real patients and NOT for clinical use or diagnosis."
+)
+
+
+def _pct(v: Any) -> str:
+    return "n/a" if v is None or v != v else f"{100 * float(v):.1f} %"
+
+
+def machine_description() -> str:
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({torch.get_num_threads()} threads)"
+    return f"{platform.machine()} {platform.system()}, {device}, torch {torch.__version__}"
+
+
+def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, Any], history: list[dict[str, Any]],
+                      val_summary: dict[str, Any], test_summary: dict[str, Any] | None, train_seconds: float,
+                      synthetic: bool, n_parameters: int) -> str:
+    val = val_summary.get("validation", {})
+    lines = [
+        f"# Model card: {config.name} {config.version}",
+        "",
+        "## Intended use",
+        SYNTHETIC_USE if synthetic else (
+            "Research use: screening-triage research on retinal photographs. Not a medical device."),
+        "",
+        "The model returns a probability of referable diabetic retinopathy (EyePACS grade >= 2) and the mutual "
+        "information between prediction and weights (epistemic uncertainty) from 16 fixed posterior draws. "
+        "Images whose uncertainty exceeds the calibrated threshold, or that fail the image-quality gate, are "
+        "deferred to a human grader.",
+        "",
+        "## Model",
+        f"- Architecture: VGG-16* (width {config.width}, input {config.input_size} px), "
+        f"{config.model}, {n_parameters:,} parameters (means and rho).",
+        f"- Posterior: {config.model.split('_')[0]}; prior: {config.prior}; rho init {config.rho_init}.",
+        f"- Serving: {config.mc_samples} posterior draws, seed {config.draw_seed}.",
+        "",
+        "## Training data",
+        f"- Provenance: {'SYNTHETIC (procedural fundus generator, training.synthetic)' if synthetic else 'real'}.",
+        f"- Source: {dataset.get('description', config.data)}",
+        f"- Images: train {dataset.get('n_train')}, validation {dataset.get('n_val')}, test {dataset.get('n_test')} "
+        f"(patient-level split {list(config.split)}, seed {config.seed}; ungradable images "
+        f"{'excluded' if config.gradable_only else 'included'}).",
+        "",
+        "## Training",
+        f"- Command: `{command}`",
+        f"- Objective: {config.nll_epochs} NLL-only epoch(s) on the means, then the full ELBO "
+        "(mean NLL + KL / N_train, no KL down-weighting); Adam "
+        f"lr {config.lr}, batch {config.batch_size}, {config.train_samples} MC sample(s) per step, "
+        f"{config.epochs} epochs"
+        + (f" of at most {config.max_steps_per_epoch} steps" if config.max_steps_per_epoch else "") + ".",
+        f"- Machine: {machine_description()}; wall time {train_seconds / 60:.1f} min.",
+        "",
+        "## Validation (serving draws)",
+        f"- AUC {val.get('auc', float('nan')):.3f}, accuracy {_pct(val.get('accuracy'))}, "
+        f"ECE {val.get('ece', float('nan')):.3f}.",
+        f"- MI referral threshold {val_summary.get('referral_threshold_mi', float('nan')):.4f} nat for a target "
+        f"referral rate of {_pct(val_summary.get('target_referral_rate'))} "
+        f"(achieved {_pct(val_summary.get('achieved_referral_rate'))}).",
+    ]
+    for key, label in (("auc_at_referral", "AUC"), ("accuracy_at_referral", "accuracy")):
+        at = val.get(key, {})
+        if at:
+            lines.append(f"- {label} after referring by MI: " + ", ".join(
+                f"{_pct(float(k))} referred -> {v:.3f}" for k, v in sorted(at.items())))
+    if test_summary is not None:
+        tv = test_summary.get("validation", {})
+        lines += ["", "## Held-out test split",
+                  f"- AUC {tv.get('auc', float('nan')):.3f}, accuracy {_pct(tv.get('accuracy'))}, "
+                  f"ECE {tv.get('ece', float('nan')):.3f}; referral rate at the validation threshold "
+                  f"{_pct(test_summary.get('achieved_referral_rate'))}."]
+        at = tv.get("auc_at_referral", {})
+        if at:
+            lines.append("- AUC after referring by MI: " + ", ".join(
+                f"{_pct(float(k))} -> {v:.3f}" for k, v in sorted(at.items())))
+    if history:
+        last = history[-1]
+        lines += ["", "## Training log (last epoch)",
+                  "- " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in last.items())]
+    lines += ["", "## Limitations",
+              "- Synthetic images differ from real fundus photographs in countless ways; performance on real "
+              "data is unknown." if synthetic else "- See the dataset description for population and camera mix.",
+              "- Binary referable/non-referable output only; no lesion localisation; no macular-oedema grading.",
+              "- The uncertainty threshold was set on the validation split of the same data distribution; it "
+              "does not guarantee detection of out-of-distribution inputs (the quality gate covers some).", ""]
+    return "\n".join(lines)
