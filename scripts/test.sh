@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The test command: lint, type-check, then the test suite. Extra arguments go to pytest.
+# The test command: set-up (venv + project + the Debian tools some tests drive: promtool, Prometheus,
+# Chromium), lint, type-check, then the test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/install-system-deps.sh
 .venv/bin/python -m ruff check .
 .venv/bin/python -m mypy
 .venv/bin/python -m pytest -m "not slow" "$@"
