@@ -10,6 +10,10 @@ torch strategy:
   as :class:`models.layers.GlobalMeanMaxPool`) and transposed to ``[K, B, 2C]``;
 * each linear layer is one batched MatMul ``[K, B, F] @ [K, F, O] + [K, 1, O]``; output logits ``[K, B, O]``.
 
+``strategy="loop"`` instead unrolls K independent branches of ordinary convolutions (one per draw, each
+with its own weights) and stacks their logits; on CPU, where grouped convolutions are slow at full width,
+this can be the faster graph (``benchmarks/bench_core.py`` measures both).
+
 **The drawn weights are not in the graph.** Every weight is declared as an initializer whose data is
 *external* (a placeholder location, ``drawn-weights``, that never exists on disk), and the session
 supplies the values from memory with ``SessionOptions.add_external_initializers``. The weights are
@@ -29,10 +33,12 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+import torch
 from onnx import TensorProto, helper
 
 from models.draws import DrawnNetwork
@@ -42,6 +48,7 @@ IR_VERSION = 8  # the IR version that goes with opset 17; ORT 1.31 reads up to 1
 EXTERNAL_LOCATION = "drawn-weights"  # placeholder: the values are injected at session creation
 INPUT_NAME = "images"
 OUTPUT_NAME = "logits"
+STRATEGIES = ("grouped", "loop")
 
 
 def _external_initializer(name: str, shape: tuple[int, ...]) -> TensorProto:
@@ -56,59 +63,68 @@ def _external_initializer(name: str, shape: tuple[int, ...]) -> TensorProto:
     return tensor
 
 
-def weight_shapes(net: DrawnNetwork) -> dict[str, tuple[int, ...]]:
+def weight_shapes(net: DrawnNetwork, strategy: str = "grouped") -> dict[str, tuple[int, ...]]:
     """Names and shapes of the injected weights, in graph order (see :func:`drawn_weights`)."""
-    k = net.k
-    out: dict[str, tuple[int, ...]] = {}
-    for i, conv in enumerate(net.convs):
-        _, o, c, kh, kw = conv.weight.shape  # [K, out, in, kh, kw]
-        out[f"conv{i}.weight"] = (k * o, c, kh, kw)
-        out[f"conv{i}.bias"] = (k * o,)
-    for i, lin in enumerate(net.linears):
-        _, o, f = lin.weight.shape  # [K, out, in]
-        out[f"linear{i}.weight_t"] = (k, f, o)
-        out[f"linear{i}.bias"] = (k, 1, o)
-    return out
+    return {name: tuple(a.shape) for name, a in _weight_layouts(net, strategy, materialise=False).items()}
 
 
-def drawn_weights(net: DrawnNetwork) -> dict[str, np.ndarray]:
+def drawn_weights(net: DrawnNetwork, strategy: str = "grouped") -> dict[str, np.ndarray]:
     """The drawn weights in the layouts the graph expects (fp32, C-contiguous, CPU).
 
-    ``conv{i}.weight`` [K·out, in, kh, kw], ``conv{i}.bias`` [K·out], ``linear{i}.weight_t`` [K, in, out],
-    ``linear{i}.bias`` [K, 1, out].
+    ``grouped``: ``conv{i}.weight`` [K·out, in, kh, kw], ``conv{i}.bias`` [K·out], ``linear{i}.weight_t``
+    [K, in, out], ``linear{i}.bias`` [K, 1, out].  ``loop``: one set per draw d, ``conv{i}.d{d}.weight``
+    [out, in, kh, kw], ``conv{i}.d{d}.bias`` [out], ``linear{i}.d{d}.weight_t`` [in, out],
+    ``linear{i}.d{d}.bias`` [out].
     """
-    out: dict[str, np.ndarray] = {}
+    return {name: np.ascontiguousarray(a) for name, a in _weight_layouts(net, strategy, materialise=True).items()}
+
+
+def _weight_layouts(net: DrawnNetwork, strategy: str, *, materialise: bool) -> dict[str, Any]:
+    """name -> the drawn array (``materialise``) or an untouched stand-in of the same shape."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"Unknown ONNX graph strategy {strategy!r}; expected one of: {', '.join(STRATEGIES)}")
+
+    def host(t: torch.Tensor) -> Any:
+        # np.empty reserves but never touches memory: reshapes/transposes below stay views, shapes only.
+        return t.detach().float().cpu().numpy() if materialise else np.empty(tuple(t.shape), np.float32)
+
+    out: dict[str, Any] = {}
     for i, conv in enumerate(net.convs):
-        w = conv.weight.detach().float().cpu()  # [K, out, in, kh, kw]
-        out[f"conv{i}.weight"] = np.ascontiguousarray(w.reshape(-1, *w.shape[2:]).numpy())
-        out[f"conv{i}.bias"] = np.ascontiguousarray(conv.bias.detach().float().cpu().reshape(-1).numpy())
+        w, b = host(conv.weight), host(conv.bias)  # [K, out, in, kh, kw], [K, out]
+        if strategy == "grouped":
+            out[f"conv{i}.weight"], out[f"conv{i}.bias"] = w.reshape(-1, *w.shape[2:]), b.reshape(-1)
+        else:
+            for d in range(net.k):
+                out[f"conv{i}.d{d}.weight"], out[f"conv{i}.d{d}.bias"] = w[d], b[d]
     for i, lin in enumerate(net.linears):
-        w = lin.weight.detach().float().cpu()  # [K, out, in]
-        out[f"linear{i}.weight_t"] = np.ascontiguousarray(w.transpose(1, 2).numpy())  # [K, in, out]
-        out[f"linear{i}.bias"] = np.ascontiguousarray(lin.bias.detach().float().cpu().unsqueeze(1).numpy())
+        w, b = host(lin.weight), host(lin.bias)  # [K, out, in], [K, out]
+        if strategy == "grouped":
+            out[f"linear{i}.weight_t"], out[f"linear{i}.bias"] = w.transpose(0, 2, 1), b[:, None, :]
+        else:
+            for d in range(net.k):
+                out[f"linear{i}.d{d}.weight_t"], out[f"linear{i}.d{d}.bias"] = w[d].T, b[d]
     return out
 
 
-def build_onnx_graph(net: DrawnNetwork) -> onnx.ModelProto:
-    """The weight-free ONNX graph (opset 17, dynamic batch and image size) of ``net``'s plan."""
-    k = net.k
-    convs, linears = net.convs, net.linears
-    in_channels = convs[0].weight.shape[2]
-    num_outputs = linears[-1].weight.shape[1]
-    nodes: list[onnx.NodeProto] = []
-    inits: list[TensorProto] = [helper.make_tensor("gpool.shape", TensorProto.INT64, [3], [0, k, -1])]
-    inits += [_external_initializer(name, shape) for name, shape in weight_shapes(net).items()]
+def _plan_nodes(net: DrawnNetwork, strategy: str, draw: int | None) -> tuple[list[onnx.NodeProto], str]:
+    """Nodes of one pass over the plan: all K draws (grouped, ``draw=None``) or draw ``draw`` alone.
 
-    h, replicated, per_draw = INPUT_NAME, False, False  # layout: [B, C, H, W] -> [B, K*C, ...] -> [K, B, F]
+    Grouped layout: [B, C, H, W] -> [B, K*C', H', W'] -> [K, B, F]; per-draw layout: [B, C', H', W'] ->
+    [B, F]. Returns the nodes and the name of the last output.
+    """
+    k, grouped = net.k, draw is None
+    tag = "" if grouped else f".d{draw}"
+    nodes: list[onnx.NodeProto] = []
+    h, replicated, pooled = INPUT_NAME, False, False
     for step, op in enumerate(net.plan):
-        out = f"t{step}_{op[0]}"
+        out = f"t{step}_{op[0]}{tag}"
         if op[0] == "conv":
             i = int(op[1])  # type: ignore[misc]
-            conv = convs[i]
+            conv = net.convs[i]
             kh, kw = conv.weight.shape[-2:]
             nodes.append(helper.make_node(
-                "Conv", [h, f"conv{i}.weight", f"conv{i}.bias"], [out], name=f"conv{i}",
-                group=k if replicated else 1, kernel_shape=[kh, kw], strides=[conv.stride] * 2,
+                "Conv", [h, f"conv{i}{tag}.weight", f"conv{i}{tag}.bias"], [out], name=f"conv{i}{tag}",
+                group=k if grouped and replicated else 1, kernel_shape=[kh, kw], strides=[conv.stride] * 2,
                 pads=[conv.padding] * 4,
             ))
             replicated = True
@@ -125,37 +141,68 @@ def build_onnx_graph(net: DrawnNetwork) -> onnx.ModelProto:
             nodes += [
                 helper.make_node("ReduceMean", [h], [f"{out}_mean"], axes=[2, 3], keepdims=0),  # [B, K*C]
                 helper.make_node("ReduceMax", [h], [f"{out}_max"], axes=[2, 3], keepdims=0),
-                helper.make_node("Reshape", [f"{out}_mean", "gpool.shape"], [f"{out}_mean3"]),  # [B, K, C]
-                helper.make_node("Reshape", [f"{out}_max", "gpool.shape"], [f"{out}_max3"]),
-                helper.make_node("Concat", [f"{out}_mean3", f"{out}_max3"], [f"{out}_cat"], axis=2),
-                helper.make_node("Transpose", [f"{out}_cat"], [out], perm=[1, 0, 2]),  # [K, B, 2C]
             ]
-            per_draw = True
+            if grouped:
+                nodes += [
+                    helper.make_node("Reshape", [f"{out}_mean", "gpool.shape"], [f"{out}_mean3"]),  # [B, K, C]
+                    helper.make_node("Reshape", [f"{out}_max", "gpool.shape"], [f"{out}_max3"]),
+                    helper.make_node("Concat", [f"{out}_mean3", f"{out}_max3"], [f"{out}_cat"], axis=2),
+                    helper.make_node("Transpose", [f"{out}_cat"], [out], perm=[1, 0, 2]),  # [K, B, 2C]
+                ]
+            else:
+                nodes.append(helper.make_node("Concat", [f"{out}_mean", f"{out}_max"], [out], axis=1))  # [B, 2C]
+            pooled = True
         elif op[0] == "linear":
-            if not per_draw:
+            if not pooled:
                 raise ValueError("build_onnx_graph: a linear layer must follow global pooling")
             i = int(op[1])  # type: ignore[misc]
             nodes += [
-                helper.make_node("MatMul", [h, f"linear{i}.weight_t"], [f"{out}_mm"], name=f"linear{i}"),
-                helper.make_node("Add", [f"{out}_mm", f"linear{i}.bias"], [out]),  # [K, B, O]
+                helper.make_node("MatMul", [h, f"linear{i}{tag}.weight_t"], [f"{out}_mm"], name=f"linear{i}{tag}"),
+                helper.make_node("Add", [f"{out}_mm", f"linear{i}{tag}.bias"], [out]),  # [K, B, O] / [B, O]
             ]
         else:
             raise ValueError(f"build_onnx_graph: unknown plan op {op!r}")
         h = out
-    if not per_draw:
+    if not pooled:
         raise ValueError("build_onnx_graph: the plan ends before global pooling; expected logits [K, B, O]")
-    nodes.append(helper.make_node("Identity", [h], [OUTPUT_NAME]))
+    return nodes, h
+
+
+def build_onnx_graph(net: DrawnNetwork, strategy: str = "grouped") -> onnx.ModelProto:
+    """The weight-free ONNX graph (opset 17, dynamic batch and image size) of ``net``'s plan.
+
+    ``grouped``: one network of grouped convolutions for all K draws; ``loop``: K independent branches of
+    ordinary convolutions (ORT may run them in parallel with inter-op threads), stacked at the end.
+    """
+    k = net.k
+    in_channels = net.convs[0].weight.shape[2]
+    num_outputs = net.linears[-1].weight.shape[1]
+    inits = [_external_initializer(name, shape) for name, shape in weight_shapes(net, strategy).items()]
+    if strategy == "grouped":
+        inits.append(helper.make_tensor("gpool.shape", TensorProto.INT64, [3], [0, k, -1]))
+        nodes, last = _plan_nodes(net, strategy, None)
+        nodes.append(helper.make_node("Identity", [last], [OUTPUT_NAME]))
+    else:
+        inits.append(helper.make_tensor("stack.axes", TensorProto.INT64, [1], [0]))
+        nodes, lasts = [], []
+        for d in range(k):
+            branch, last = _plan_nodes(net, strategy, d)
+            nodes += branch
+            nodes.append(helper.make_node("Unsqueeze", [last, "stack.axes"], [f"{last}_1"]))  # [1, B, O]
+            lasts.append(f"{last}_1")
+        nodes.append(helper.make_node("Concat", lasts, [OUTPUT_NAME], axis=0))  # [K, B, O]
 
     graph = helper.make_graph(
         nodes,
-        "radscreen_drawn_network",
+        f"radscreen_drawn_network_{strategy}",
         [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["batch", in_channels, "h", "w"])],
         [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [k, "batch", num_outputs])],
         initializer=inits,
     )
     model = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION,
-        producer_name="radial-screen", doc_string=f"{k} fixed posterior draws; weights injected at load",
+        producer_name="radial-screen",
+        doc_string=f"{k} fixed posterior draws ({strategy}); weights injected at load",
     )
     _check_graph(model)
     return model
@@ -173,26 +220,26 @@ def _check_graph(model: onnx.ModelProto) -> None:
     onnx.checker.check_model(probe, full_check=True)
 
 
-def export_graph(net: DrawnNetwork, path: str | Path) -> Path:
+def export_graph(net: DrawnNetwork, path: str | Path, strategy: str = "grouped") -> Path:
     """Write the weight-free graph (a few KB) for inspection or deployment; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(build_onnx_graph(net).SerializeToString())
+    path.write_bytes(build_onnx_graph(net, strategy).SerializeToString())
     return path
 
 
-def _load_graph(graph: onnx.ModelProto | str | Path, net: DrawnNetwork) -> onnx.ModelProto:
+def _load_graph(graph: onnx.ModelProto | str | Path, net: DrawnNetwork, strategy: str) -> onnx.ModelProto:
     """Read a weight-free graph and check that the weights it declares are exactly ``net``'s."""
     model = graph if isinstance(graph, onnx.ModelProto) else onnx.load(str(graph), load_external_data=False)
     declared = {
         t.name: tuple(t.dims) for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL
     }
-    expected = weight_shapes(net)
+    expected = weight_shapes(net, strategy)
     if declared != expected:
         wrong = sorted(set(declared.items()) ^ set(expected.items()))
         raise ValueError(
             f"ONNX graph does not fit this DrawnNetwork (K={net.k}): mismatched weights {wrong[:4]}; "
-            "export the graph from the same artifact and K"
+            "export the graph from the same artifact, K and strategy"
         )
     return model
 
@@ -220,6 +267,7 @@ class OnnxDrawnSession:
         device: str = "cpu",
         intra_op_threads: int | None = None,
         graph: onnx.ModelProto | str | Path | None = None,
+        strategy: str = "grouped",
     ) -> None:
         self.k = net.k
         self.in_channels = int(net.convs[0].weight.shape[2])
@@ -235,10 +283,11 @@ class OnnxDrawnSession:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if intra_op_threads is not None:
             options.intra_op_num_threads = intra_op_threads
-        self._arrays = drawn_weights(net)  # the OrtValues below borrow these buffers
+        self.strategy = strategy
+        self._arrays = drawn_weights(net, strategy)  # the OrtValues below borrow these buffers
         self._values = {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in self._arrays.items()}
         options.add_external_initializers(list(self._values), list(self._values.values()))
-        model = build_onnx_graph(net) if graph is None else _load_graph(graph, net)
+        model = build_onnx_graph(net, strategy) if graph is None else _load_graph(graph, net, strategy)
         self.session = ort.InferenceSession(model.SerializeToString(), options, providers=self.providers)
 
     @property

@@ -47,11 +47,12 @@ def baked_bytes(model: onnx.ModelProto) -> int:
 @pytest.mark.parametrize("activation", ["leaky_relu", "relu"])
 @pytest.mark.parametrize("k", [4, 16])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_onnx_matches_torch_drawn_network(activation: Activation, k: int, batch: int) -> None:
+@pytest.mark.parametrize("strategy", ["grouped", "loop"])
+def test_onnx_matches_torch_drawn_network(activation: Activation, k: int, batch: int, strategy: str) -> None:
     net = tiny_net(activation, k)
     x = images(batch)
     expected = net(torch.from_numpy(x)).numpy()  # [K, B, O]
-    got = OnnxDrawnSession(net, intra_op_threads=1).run(x)
+    got = OnnxDrawnSession(net, intra_op_threads=1, strategy=strategy).run(x)
     assert got.shape == (k, batch, 1) and got.dtype == np.float32
     np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-4)
     assert np.ptp(expected[:, 0, 0]) > 1e-2  # the K draws disagree, so the comparison is per draw
@@ -76,12 +77,14 @@ def test_dynamic_batch_and_image_size() -> None:
         np.testing.assert_allclose(session.run(x), net(torch.from_numpy(x)).numpy(), atol=1e-4, rtol=1e-4)
 
 
-def test_graph_carries_no_weights() -> None:
+@pytest.mark.parametrize("strategy", ["grouped", "loop"])
+def test_graph_carries_no_weights(strategy: str) -> None:
     net = tiny_net("leaky_relu", 16)
-    model = build_onnx_graph(net)
-    assert baked_bytes(model) < 64  # only the reshape target [0, K, -1]
+    model = build_onnx_graph(net, strategy)
+    assert baked_bytes(model) < 64  # only the reshape target [0, K, -1] / the stacking axis
     external = {t.name: t for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL}
-    assert {n: tuple(t.dims) for n, t in external.items()} == weight_shapes(net)
+    assert {n: tuple(t.dims) for n, t in external.items()} == weight_shapes(net, strategy)
+    assert sum(int(np.prod(t.dims)) for t in external.values()) == sum(p.numel() for p in net.buffers())
     for t in external.values():
         assert not t.raw_data and not t.float_data
         assert {e.key: e.value for e in t.external_data} == {"location": EXTERNAL_LOCATION}
@@ -98,6 +101,10 @@ def test_exported_graph_is_small_and_runs_with_injected_weights(tmp_path: Path) 
                                atol=1e-4, rtol=1e-4)
     with pytest.raises(ValueError, match="does not fit this DrawnNetwork"):
         OnnxDrawnSession(tiny_net("relu", 16), graph=path)
+    with pytest.raises(ValueError, match="does not fit this DrawnNetwork"):
+        OnnxDrawnSession(net, graph=path, strategy="loop")
+    with pytest.raises(ValueError, match="Unknown ONNX graph strategy 'unrolled'"):
+        build_onnx_graph(net, "unrolled")
 
 
 def test_full_width_graph_is_under_a_megabyte(tmp_path: Path) -> None:
