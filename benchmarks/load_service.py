@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
 
         print(
             f"machine: {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}, "
-            f"model {model_dir}"
+            f"model {model_dir}, load average {os.getloadavg()[0]:.1f} (other processes share the CPU)"
         )
         for batch in sorted({1, args.max_batch_size}):
             ips = model_alone(model_dir, images, batch, repeats=max(3, 40 // batch))
