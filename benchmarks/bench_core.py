@@ -7,7 +7,8 @@ Paths, all in one run on the same images and (for the fixed-draw paths) the same
 * ``bayes-mc``     — the Bayesian model's own K-sample forward (``mc_logits``, sampling included);
 * ``drawn-grouped``/``drawn-loop`` — the serving form (:class:`models.draws.DrawnNetwork`, K fixed draws
                      materialised once) with grouped convolutions / K sequential passes;
-* ``onnx``         — the same draws in ONNX Runtime (:class:`models.onnx_backend.OnnxDrawnSession`).
+* ``onnx``         — the same draws in ONNX Runtime (:class:`models.onnx_backend.OnnxDrawnSession`),
+                     grouped graph; ``onnx-loop`` — the per-draw (unrolled) graph.
 
 Each torch path runs in fp32 and under bf16 autocast (fp16 autocast too on CUDA). Reported: latency per
 batch (mean, p50, p95 over ``--repeats``), images/s and the speed-up over ``naive-loop`` fp32 at the same
@@ -42,7 +43,7 @@ from models.onnx_backend import OnnxDrawnSession
 from models.uncertainty import binary_uncertainty_from_logits
 from models.vgg import VGGConfig, VGGStar, build_vgg16_star, mc_logits
 
-MODES = ("naive-loop", "bayes-mc", "drawn-grouped", "drawn-loop", "onnx")
+MODES = ("naive-loop", "bayes-mc", "drawn-grouped", "drawn-loop", "onnx", "onnx-loop")
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 Runner = Callable[[np.ndarray], torch.Tensor]  # images [B, C, H, W] (host) -> logits [K, B, O] (host, fp32)
 
@@ -134,8 +135,10 @@ def build_runners(
         "drawn-loop": loop,
     }
     for mode in modes:
-        if mode == "onnx":
-            session = OnnxDrawnSession(grouped, device=device.type, intra_op_threads=args.threads)
+        if mode.startswith("onnx"):
+            strategy = "loop" if mode == "onnx-loop" else "grouped"
+            session = OnnxDrawnSession(grouped, device=device.type, intra_op_threads=args.threads,
+                                       strategy=strategy)
 
             def run_onnx(images: np.ndarray, session: OnnxDrawnSession = session) -> torch.Tensor:
                 return torch.from_numpy(session.run(images))
