@@ -289,10 +289,8 @@
 
   function wireDropZone() {
     const zone = $("drop-zone"), input = $("file-input");
+    // A native <button>: Enter and Space already activate it, so keyboard users need nothing extra.
     zone.addEventListener("click", () => input.click());
-    zone.addEventListener("keydown", (e) => {
-      if (e.key === "Enter" || e.key === " ") { e.preventDefault(); input.click(); }
-    });
     input.addEventListener("change", () => setFiles(input.files));
     for (const type of ["dragenter", "dragover"]) {
       zone.addEventListener(type, (e) => { e.preventDefault(); zone.classList.add("dragover"); });

@@ -62,20 +62,18 @@ def build_artifact(directory: Path, *, referral_threshold_mi: float = 0.002, see
     return directory
 
 
-def fundus_png(seed: int, size: int = 160) -> bytes:
-    """A fundus-looking PNG: orange-red disc with a darker rim on black, seeded texture and vessels."""
+def fundus_png(seed: int, size: int = 256) -> bytes:
+    """A generated, gradable fundus photograph (training.synthetic, grade 1) as PNG bytes.
+
+    The quality gate's thresholds are set on this generator, so its gradable images pass the gate.
+    """
     from PIL import Image
 
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:size, 0:size]
-    c = (size - 1) / 2
-    r = np.hypot(yy - c, xx - c) / (0.46 * size)
-    base = np.stack([0.80 - 0.25 * r, 0.38 - 0.15 * r, 0.14 - 0.06 * r], axis=-1)  # [H, W, 3]
-    vessels = 0.15 * (np.abs(np.sin((xx + 0.4 * yy) / 9.0 + seed)) < 0.1)  # thin dark curves
-    texture = rng.normal(0, 0.06, (size, size, 1)) + 0.06 * np.sin(xx / (2 + seed % 5))[..., None]
-    img = np.clip(base - vessels[..., None] + texture, 0, 1) * (r <= 1)[..., None]
+    from training.synthetic.render import render_fundus
+
+    image, _ = render_fundus(np.random.default_rng(seed), 1, size=size, gradable=True, eye="left")  # [H, W, 3]
     buf = io.BytesIO()
-    Image.fromarray((img * 255).astype(np.uint8)).save(buf, format="PNG")
+    Image.fromarray(image).save(buf, format="PNG")
     return buf.getvalue()
 
 

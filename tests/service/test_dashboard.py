@@ -105,6 +105,10 @@ def predict_json(service: str, png: bytes) -> dict[str, Any]:
 
 
 def test_single_image_report_with_provenance_and_referral(page: Any, service: str, tmp_path: Path) -> None:
+    # Listen for the file chooser from the start: subscribing only around the key press races the
+    # browser-side interception being switched on.
+    choosers: list[Any] = []
+    page.on("filechooser", lambda chooser: choosers.append(chooser))
     # Without the key the page explains what is wrong, in plain words, and the banner is already there.
     page.wait_for_selector("#model-status:has-text('API key is missing or wrong')", timeout=20_000)
     assert "Not for clinical use." in page.inner_text("#not-clinical-banner")
@@ -118,9 +122,13 @@ def test_single_image_report_with_provenance_and_referral(page: Any, service: st
     # Keyboard: the drop zone is focusable and Enter opens the file chooser.
     png = fundus_png(seed=0)
     page.focus("#drop-zone")
-    with page.expect_file_chooser() as chooser:
-        page.keyboard.press("Enter")
-    chooser.value.set_files([{"name": "fundus-0.png", "mimeType": "image/png", "buffer": png}])
+    page.keyboard.press("Enter")
+    for _ in range(100):  # up to 10 s
+        if choosers:
+            break
+        page.wait_for_timeout(100)
+    assert choosers, "Enter on the focused drop zone did not open the file chooser"
+    choosers[0].set_files([{"name": "fundus-0.png", "mimeType": "image/png", "buffer": png}])
     page.wait_for_selector("#preview img")
     page.click("#analyse")
     page.wait_for_selector("#decision", timeout=30_000)
