@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from models.draws import DrawnNetwork
+from models.layers import check_strategy
 
 logger = logging.getLogger(__name__)
 
@@ -47,9 +48,12 @@ class TorchBackend:
 
     name = "torch"
 
-    def __init__(self, net: DrawnNetwork, *, device: str, precision: str) -> None:
+    def __init__(self, net: DrawnNetwork, *, device: str, precision: str, strategy: str = "auto") -> None:
         self.device = device
         self.precision = precision
+        # Per-draw loop beats grouped convolutions on CPU (oneDNN), grouped wins on GPU: docs/benchmarks.md.
+        net.strategy = check_strategy(("loop" if device == "cpu" else "grouped") if strategy == "auto" else strategy)
+        self.strategy = net.strategy
         net = net.to(device)
         # channels-last applies to the 4-D (grouped-conv) weight buffers only
         self.net = net.to(memory_format=torch.channels_last).eval()  # type: ignore[call-overload]
@@ -68,7 +72,7 @@ class TorchBackend:
 
 
 class OnnxBackend:
-    """ONNX Runtime execution of the drawn network (weights injected as graph inputs)."""
+    """ONNX Runtime execution of the drawn network (drawn weights supplied as external initializers at load)."""
 
     name = "onnxruntime"
 
@@ -87,10 +91,10 @@ class OnnxBackend:
         return np.asarray(self.session.run(np.ascontiguousarray(x, dtype=np.float32)), dtype=np.float32)
 
 
-def make_backend(net: DrawnNetwork, *, backend: str, device: str, precision: str) -> Backend:
+def make_backend(net: DrawnNetwork, *, backend: str, device: str, precision: str, strategy: str = "auto") -> Backend:
     """Build the named backend; unknown names raise ValueError listing the valid ones."""
     if backend == "torch":
-        return TorchBackend(net, device=device, precision=precision)
+        return TorchBackend(net, device=device, precision=precision, strategy=strategy)
     if backend == "onnxruntime":
         return OnnxBackend(net, device=device, precision=precision)
     raise ValueError(f"Unknown backend {backend!r}; expected one of: torch, onnxruntime.")

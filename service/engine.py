@@ -52,6 +52,7 @@ def scorer_from_settings(settings: Settings) -> Scorer:
         backend=settings.backend,
         device=settings.device,
         precision=settings.precision,
+        strategy=settings.strategy,
         mc_samples=settings.mc_samples,
         max_pixels=settings.max_pixels,
         max_bytes=settings.max_upload_bytes,

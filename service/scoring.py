@@ -119,6 +119,7 @@ class Scorer:
         backend: str = "torch",
         device: str = "auto",
         precision: str = "fp32",
+        strategy: str = "auto",
         mc_samples: int | None = None,
         max_pixels: int = 40_000_000,
         max_bytes: int = 20 * 1024 * 1024,
@@ -142,7 +143,7 @@ class Scorer:
             )
         net = materialise_draws(artifact.build_model(), k=k, seed=cfg.draw_seed)
         dev = resolve_device(device)  # type: ignore[arg-type]
-        engine = make_backend(net, backend=backend, device=dev, precision=precision)
+        engine = make_backend(net, backend=backend, device=dev, precision=precision, strategy=strategy)
         identity = {
             "name": cfg.name,
             "version": cfg.version,

@@ -44,6 +44,11 @@ class Settings(BaseSettings):
     backend: Backend = Field(default="torch", description="Inference backend for the fixed posterior draws.")
     device: Device = Field(default="auto", description="'auto' = cuda when available, else cpu.")
     precision: Precision = Field(default="fp32", description="Autocast precision of the torch backend.")
+    strategy: Literal["auto", "grouped", "loop"] = Field(
+        default="auto",
+        description="How the torch backend runs the K draws: one grouped network or a per-draw loop. "
+        "'auto' = loop on CPU, grouped on CUDA (measured in benchmarks/bench_core.py).",
+    )
     mc_samples: int | None = Field(
         default=None,
         ge=1,
