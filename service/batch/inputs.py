@@ -44,9 +44,10 @@ class RowError:
 
 @dataclass(frozen=True)
 class InputItem:
-    """One input row: its id (unique among scorable rows), the path as given, and where to read it.
+    """One input row: its id (unique among scorable rows), its path, and where to read it.
 
-    ``file`` is the resolved file to read (``None`` when ``error`` is set before reading).
+    ``path`` is the file that was read (manifest entries resolved against the image root) or, for rows
+    rejected before reading, the value as written; ``file`` is ``None`` exactly for those rows.
     """
 
     index: int
@@ -172,7 +173,7 @@ def discover_manifest(manifest: Path, *, path_column: str | None = None, id_colu
             err = RowError(PATH_OUTSIDE_ROOT, f"path on line {line} is outside the image root {root}")
             items.append(InputItem(index, item_id, value, None, err))
             continue
-        items.append(InputItem(index, item_id, value, file))
+        items.append(InputItem(index, item_id, str(file), file))
     desc = f"manifest:{manifest.resolve()}|root:{root}|path:{pcol}|id:{icol}"
     return InputSource(description=desc, items=items)
 

@@ -140,7 +140,7 @@ def plot_summary(path: Path, builder: SummaryBuilder, *, bins: int = 40) -> None
     if builder.decision_threshold is not None:
         ax_p.axvline(builder.decision_threshold, color="black", linestyle="--",
                      label=f"decision threshold {builder.decision_threshold:.3g}")
-        ax_p.legend(loc="best")
+        ax_p.legend(loc="best", fontsize="small", framealpha=0.9)
     # MI lives in [0, ln 2] but is usually far below it: zoom to the data and the threshold.
     mi_top = max([*builder.mutual_information, builder.referral_threshold_mi or 0.0, 1e-6]) * 1.1
     ax_mi.hist(builder.mutual_information, bins=bins, range=(0.0, min(mi_top, float(np.log(2.0)))),
@@ -151,7 +151,7 @@ def plot_summary(path: Path, builder: SummaryBuilder, *, bins: int = 40) -> None
         referred = sum(1 for v in builder.mutual_information if v > builder.referral_threshold_mi)
         ax_mi.axvline(builder.referral_threshold_mi, color="black", linestyle="--",
                       label=f"referral threshold {builder.referral_threshold_mi:.3g} ({referred} above)")
-        ax_mi.legend(loc="best")
+        ax_mi.legend(loc="best", fontsize="small", framealpha=0.9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

@@ -59,7 +59,8 @@ def test_manifest_default_columns_and_relative_resolution(tmp_path: Path) -> Non
     manifest = tmp_path / "m.csv"
     manifest.write_text("path,grade\nimgs/1.png,0\nimgs/2.png,3\n")
     source = discover(manifest)
-    assert [(it.id, it.path) for it in source.items] == [("imgs/1.png", "imgs/1.png"), ("imgs/2.png", "imgs/2.png")]
+    assert [(it.id, it.path) for it in source.items] == [
+        ("imgs/1.png", str(tmp_path / "imgs/1.png")), ("imgs/2.png", str(tmp_path / "imgs/2.png"))]
     assert source.items[1].file == tmp_path / "imgs" / "2.png"
     # 'image' is preferred over 'path' when both exist
     manifest.write_text("image,path\nimgs/2.png,imgs/1.png\n")

@@ -82,7 +82,8 @@ def test_manifest_bad_rows_all_accounted_for(
     assert result.summary["counts"]["errors_by_type"] == {
         "duplicate-id": 1, "file-not-found": 1, "path-outside-input-root": 1, "undecodable-image": 1,
         "unreadable-file": 1}
-    assert rows[0]["path"] == "eye001.png" and rows[0]["referable_dr_probability"] is not None
+    assert rows[0]["path"] == str(folder / "eye001.png") and rows[0]["referable_dr_probability"] is not None
+    assert rows[3]["path"] == "../outside.png"  # rejected before reading: the value as written
 
 
 def test_a_different_model_is_refused_unless_restart(

@@ -34,7 +34,7 @@ def test_sigkill_mid_run_then_rerun_gives_exactly_once_identical_output(
 ) -> None:
     folder = make_folder(36)
     common = ["--input", str(folder), "--model-dir", str(batch_artifact), "--device", "cpu",
-              "--batch-size", "2", "--chunk-size", "1", "--no-progress"]
+              "--batch-size", "4", "--chunk-size", "1", "--no-progress"]
     reference = tmp_path / "reference.csv"
     killed = tmp_path / "killed.csv"
 
@@ -49,14 +49,14 @@ def test_sigkill_mid_run_then_rerun_gives_exactly_once_identical_output(
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     n_parts = len(list(parts.glob("part-*.jsonl")))
-    if n_parts >= 19:  # 37 inputs in windows of 2 prepared images: all parts were written already
+    if n_parts >= 9:  # 36 images in windows of 4 (the corrupt one joins the first): all parts written
         pytest.fail("the kill came after the last part; the machine is too fast for this test's input")
     assert not killed.exists()  # the results file is only ever assembled whole
 
     finish(cli(["score", "--output", str(killed), *common]))  # resume
     # uninterrupted, in this process (same code, same thread count, so the same floats)
     run_job(BatchJobConfig(input=folder, output=reference, model_dir=batch_artifact, device="cpu",
-                           batch_size=2, chunk_size=1, progress=False), scorer=batch_scorer)
+                           batch_size=4, chunk_size=1, progress=False), scorer=batch_scorer)
 
     lines = killed.read_text().splitlines()
     assert len(lines) == 1 + 37  # header + every input exactly once
