@@ -49,6 +49,8 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--draw-seed", type=int, default=d.draw_seed)
     p.add_argument("--target-referral-rate", type=float, default=d.target_referral_rate)
+    p.add_argument("--split", type=float, nargs=3, default=list(d.split), metavar=("TRAIN", "VAL", "TEST"),
+                   help="patient-level split fractions")
     p.add_argument("--include-ungradable", action="store_true")
     p.add_argument("--no-augment", action="store_true")
     p.add_argument("--workers", type=int, default=d.workers)
@@ -108,7 +110,8 @@ def _fit(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, lr=args.lr, train_samples=args.train_samples, eval_samples=args.eval_samples,
         max_steps_per_epoch=args.max_steps_per_epoch, checkpoint_every=args.checkpoint_every,
         precision=args.precision, seed=args.seed, draw_seed=args.draw_seed,
-        target_referral_rate=args.target_referral_rate, gradable_only=not args.include_ungradable,
+        target_referral_rate=args.target_referral_rate, split=tuple(args.split),
+        gradable_only=not args.include_ungradable,
         augment=not args.no_augment, workers=args.workers, device=args.device)
     started = time.monotonic()
     data = prepare_data(config)

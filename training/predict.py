@@ -36,16 +36,17 @@ def mc_probabilities(
     """(probabilities ``[S, N]``, labels ``[N]``) in dataset order."""
     was_training = model.training
     model.eval()
-    drawn = (materialise_draws(model, k=samples, seed=seed)
-             if isinstance(model, VGGStar) and model.config.is_bayesian else None)
+    device = next(model.parameters()).device
+    drawn = (materialise_draws(model, k=samples, seed=seed, strategy="loop" if device.type == "cpu" else "grouped")
+             .to(device) if isinstance(model, VGGStar) and model.config.is_bayesian else None)
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers)
     probs: list[torch.Tensor] = []
     labels: list[torch.Tensor] = []
     with seeded(model, seed):
         for x, y, _ in loader:
-            x = normalise(x, mean, std)
+            x = normalise(x.to(device), mean, std)
             logits = drawn(x) if drawn is not None else mc_logits(model, x, samples)  # [S, B, 1]
-            probs.append(torch.sigmoid(logits[..., 0].double()))
-            labels.append(y)
+            probs.append(torch.sigmoid(logits[..., 0].double()).cpu())
+            labels.append(y.cpu())
     model.train(was_training)
     return torch.cat(probs, dim=1).numpy(), torch.cat(labels).numpy().astype(np.int64)
