@@ -31,10 +31,18 @@ def exposed_series_names() -> set[str]:
     return names
 
 
+def prometheus_tool(name: str) -> str:
+    """Path of ``name`` (promtool, prometheus) from the Debian package `prometheus`; skip the test if absent.
+
+    The package is installed by scripts/install-system-deps.sh; without it these checks cannot run.
+    """
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} not installed: run scripts/install-system-deps.sh (Debian package prometheus)")
+    return path
+
+
 @pytest.fixture(scope="session")
 def promtool() -> str:
     """Path of promtool (Debian package `prometheus`, installed by scripts/install-system-deps.sh)."""
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.skip("promtool not installed: run scripts/install-system-deps.sh (Debian package prometheus)")
-    return path
+    return prometheus_tool("promtool")

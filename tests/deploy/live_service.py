@@ -12,17 +12,16 @@ import contextlib
 import io
 import os
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 
+from tests.helpers.artifacts import build_tiny_artifact
+from tests.helpers.processes import running_process, wait_until_ready
+
 ROOT = Path(__file__).resolve().parents[2]
-TINY_SIZE = 64
 
 
 def build_artifact(directory: Path, *, referral_threshold_mi: float = 0.002, seed: int = 0) -> Path:
@@ -31,35 +30,14 @@ def build_artifact(directory: Path, *, referral_threshold_mi: float = 0.002, see
     A threshold far below the network's typical MI (~1e-3 at rho_init -2.5) makes every gradable image
     "uncertain", so tests can see the referral path deterministically.
     """
-    import torch
-
-    from models.artifact import ArtifactConfig, Calibration, save_artifact
-    from models.vgg import VGGConfig, build_vgg16_star
-
-    torch.manual_seed(seed)
-    arch = VGGConfig(width=4, input_size=TINY_SIZE, layer="radial", rho_init=-2.5)
-    config = ArtifactConfig(
+    return build_tiny_artifact(
+        directory,
         name="tiny-radial-e2e",
-        version="0.0.1",
-        architecture=arch,
-        mean=(0.45, 0.25, 0.15),
-        std=(0.25, 0.15, 0.1),
-        posterior="radial",
-        prior={"kind": "unit_gaussian"},
-        draw_seed=1234,
-        training_data="synthetic",
         intended_use="End-to-end tests only: an untrained tiny network with no clinical meaning.",
-    )
-    calibration = Calibration(
         referral_threshold_mi=referral_threshold_mi,
-        target_referral_rate=0.2,
-        decision_threshold=0.5,
-        validation={"note": "none (untrained test model)"},
-        dataset="none: test fixture",
+        seed=seed,
+        model_card="# Tiny e2e model\n\nUntrained; for tests only.\n",
     )
-    save_artifact(directory, model=build_vgg16_star(arch), config=config, calibration=calibration,
-                  model_card="# Tiny e2e model\n\nUntrained; for tests only.\n", overwrite=True)
-    return directory
 
 
 def fundus_png(seed: int, size: int = 256) -> bytes:
@@ -103,24 +81,6 @@ def running_service(
     environment = {**os.environ, "RADSCREEN_MODEL_DIR": str(model_dir), "RADSCREEN_DEVICE": "cpu",
                    "RADSCREEN_BACKEND": "torch", **(env or {})}
     base = f"http://127.0.0.1:{port}"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + ready_timeout_s
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"service exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"service not ready in {ready_timeout_s} s:\n{log_path.read_text()[-3000:]}")
-                time.sleep(0.25)
-            yield base
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+    with running_process(command, log_path, cwd=ROOT, env=environment) as proc:
+        wait_until_ready(proc, f"{base}/readyz", deadline_s=ready_timeout_s, log_path=log_path)
+        yield base

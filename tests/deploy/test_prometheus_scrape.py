@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +15,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.deploy.conftest import DEPLOY
+from tests.deploy.conftest import DEPLOY, prometheus_tool
 from tests.deploy.live_service import blank_png, build_artifact, free_port, fundus_png, running_service
+from tests.helpers.processes import running_process, wait_until_ready
 
 SCRAPE_INTERVAL_S = 1
 DEADLINE_S = 60.0
@@ -25,10 +25,8 @@ DEADLINE_S = 60.0
 
 @pytest.fixture(scope="module")
 def prometheus_binary() -> str:
-    path = shutil.which("prometheus")
-    if path is None:
-        pytest.skip("prometheus not installed: run scripts/install-system-deps.sh (Debian package prometheus)")
-    return path
+    """Path of the Prometheus server binary (Debian package `prometheus`); the test is skipped without it."""
+    return prometheus_tool("prometheus")
 
 
 @contextlib.contextmanager
@@ -46,27 +44,10 @@ def running_prometheus(binary: str, target: str, workdir: Path) -> Iterator[str]
     command = [binary, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
                f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
     base = f"http://127.0.0.1:{port}"
-    with (workdir / "prometheus.log").open("wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
-        try:
-            deadline = time.monotonic() + DEADLINE_S
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"prometheus exited:\n{(workdir / 'prometheus.log').read_text()[-3000:]}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{base}/-/ready", timeout=2).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError("prometheus did not become ready")
-                time.sleep(0.25)
-            yield base
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+    log_path = workdir / "prometheus.log"
+    with running_process(command, log_path, cwd=workdir) as proc:
+        wait_until_ready(proc, f"{base}/-/ready", deadline_s=DEADLINE_S, log_path=log_path)
+        yield base
 
 
 def query(base: str, promql: str) -> list[dict[str, Any]]:

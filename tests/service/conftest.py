@@ -1,7 +1,8 @@
 """Shared fixtures for the service tests: a tiny real artifact and generated test images.
 
-The artifact is a real ``models.artifact`` directory (tiny radial VGG-16*: width 4, 64 px input),
-built once per test session, so the tests never depend on the embedded full-size model.
+The artifact is a real ``models.artifact`` directory (tiny radial VGG-16*: width 4, 64 px input), built by
+``tests.helpers.artifacts`` with its defaults once per test session, so the tests never depend on the
+embedded full-size model.
 """
 
 from __future__ import annotations
@@ -12,48 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
-TINY_SIZE = 64
-
-
-def build_tiny_artifact(directory: Path, *, seed: int = 0, rho_init: float = -2.5) -> Path:
-    """Save a tiny untrained radial VGG-16* artifact (width 4, 64 px); rho_init gives visible MI."""
-    from models.artifact import ArtifactConfig, Calibration, save_artifact
-    from models.vgg import VGGConfig, build_vgg16_star
-
-    torch.manual_seed(seed)
-    arch = VGGConfig(width=4, input_size=TINY_SIZE, layer="radial", rho_init=rho_init)
-    model = build_vgg16_star(arch)
-    config = ArtifactConfig(
-        name="tiny-radial-test",
-        version="0.0.1",
-        architecture=arch,
-        mean=(0.45, 0.25, 0.15),
-        std=(0.25, 0.15, 0.1),
-        posterior="radial",
-        prior={"kind": "unit_gaussian"},
-        draw_seed=1234,
-        training_data="synthetic",
-        intended_use="Tests only: an untrained tiny network with no clinical meaning.",
-    )
-    calibration = Calibration(
-        referral_threshold_mi=0.002,
-        target_referral_rate=0.2,
-        decision_threshold=0.5,
-        validation={"note": "none (untrained test model)"},
-        dataset="none: test fixture",
-    )
-    save_artifact(
-        directory,
-        model=model,
-        config=config,
-        calibration=calibration,
-        model_card="# Tiny test model\n\nUntrained; for tests only.\n",
-        overwrite=True,
-    )
-    return directory
+from tests.helpers.artifacts import build_tiny_artifact  # also imported from here by benchmarks/load_service.py
 
 
 @pytest.fixture(scope="session")

@@ -12,32 +12,28 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
+
+from tests.helpers.artifacts import build_tiny_artifact
 
 if TYPE_CHECKING:
     from service.scoring import Scorer
 
-TINY_SIZE = 64
-
 
 def make_tiny_artifact(directory: Path, *, seed: int) -> Path:
     """Save an untrained tiny radial VGG-16* artifact; the MI threshold refers part of the images."""
-    from models.artifact import ArtifactConfig, Calibration, save_artifact
-    from models.vgg import VGGConfig, build_vgg16_star
-
-    torch.manual_seed(seed)
-    arch = VGGConfig(width=4, input_size=TINY_SIZE, layer="radial", rho_init=-2.5)
-    config = ArtifactConfig(
-        name="tiny-batch-test", version=f"0.0.{seed}", architecture=arch, mean=(0.45, 0.25, 0.15),
-        std=(0.25, 0.15, 0.1), posterior="radial", prior={"kind": "unit_gaussian"}, draw_seed=77,
-        training_data="synthetic", intended_use="Tests only: an untrained tiny network.",
+    return build_tiny_artifact(
+        directory,
+        name="tiny-batch-test",
+        version=f"0.0.{seed}",
+        intended_use="Tests only: an untrained tiny network.",
+        referral_threshold_mi=0.0011,
+        target_referral_rate=0.5,
+        seed=seed,
+        draw_seed=77,
+        validation=None,
+        model_card="# Tiny batch test model\n\nUntrained; tests only.\n",
     )
-    calibration = Calibration(referral_threshold_mi=0.0011, target_referral_rate=0.5, decision_threshold=0.5,
-                              dataset="none: test fixture")
-    save_artifact(directory, model=build_vgg16_star(arch), config=config, calibration=calibration,
-                  model_card="# Tiny batch test model\n\nUntrained; tests only.\n", overwrite=True)
-    return directory
 
 
 @pytest.fixture(scope="session")

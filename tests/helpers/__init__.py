@@ -1,0 +1,1 @@
+"""Shared test scaffolding: tiny model artifacts and subprocess readiness, used across test folders."""

@@ -1,0 +1,72 @@
+"""Tiny real model artifacts for tests: an untrained radial VGG-16* saved with ``models.artifact``.
+
+Every test folder that needs a model on disk builds it here, so the artifact format is exercised the same
+way everywhere and the tests never depend on the embedded full-size model. The fixtures differ only in
+the arguments (name, MI threshold, seed, ...); the defaults are those of the service tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+TINY_WIDTH = 4
+TINY_SIZE = 64
+DEFAULT_VALIDATION: Mapping[str, Any] = MappingProxyType({"note": "none (untrained test model)"})
+
+
+def build_tiny_artifact(
+    directory: Path,
+    *,
+    name: str = "tiny-radial-test",
+    version: str = "0.0.1",
+    intended_use: str = "Tests only: an untrained tiny network with no clinical meaning.",
+    referral_threshold_mi: float = 0.002,
+    target_referral_rate: float = 0.2,
+    rho_init: float = -2.5,
+    seed: int = 0,
+    draw_seed: int = 1234,
+    validation: Mapping[str, Any] | None = DEFAULT_VALIDATION,
+    model_card: str = "# Tiny test model\n\nUntrained; for tests only.\n",
+    width: int = TINY_WIDTH,
+    input_size: int = TINY_SIZE,
+) -> Path:
+    """Save an untrained radial VGG-16* artifact (``width`` channels, ``input_size`` px) and return its path.
+
+    ``seed`` fixes the weights (two seeds give two artifacts with different sha256); ``rho_init`` sets the
+    posterior spread, so the mutual information is visible (~1e-3 nats at -2.5). A ``referral_threshold_mi``
+    far below that refers every gradable image, which lets tests see the referral path deterministically.
+    ``validation=None`` stores an empty validation record. An existing ``directory`` is replaced.
+    """
+    import torch
+
+    from models.artifact import ArtifactConfig, Calibration, save_artifact
+    from models.vgg import VGGConfig, build_vgg16_star
+
+    torch.manual_seed(seed)
+    arch = VGGConfig(width=width, input_size=input_size, layer="radial", rho_init=rho_init)
+    model = build_vgg16_star(arch)
+    config = ArtifactConfig(
+        name=name,
+        version=version,
+        architecture=arch,
+        mean=(0.45, 0.25, 0.15),
+        std=(0.25, 0.15, 0.1),
+        posterior="radial",
+        prior={"kind": "unit_gaussian"},
+        draw_seed=draw_seed,
+        training_data="synthetic",
+        intended_use=intended_use,
+    )
+    calibration = Calibration(
+        referral_threshold_mi=referral_threshold_mi,
+        target_referral_rate=target_referral_rate,
+        decision_threshold=0.5,
+        validation=dict(validation or {}),
+        dataset="none: test fixture",
+    )
+    save_artifact(directory, model=model, config=config, calibration=calibration, model_card=model_card,
+                  overwrite=True)
+    return directory
