@@ -1,0 +1,79 @@
+"""Agreement of the serving modes on TRAINED weights: torch fp32 (reference) vs torch bf16 vs ONNX Runtime.
+
+Scores the same synthetic fundus images through ``Scorer`` in each mode and prints, per mode, the largest
+and mean absolute deviation from torch fp32 in the referable-DR probability and in the mutual
+information, how many decisions (label or uncertainty referral) flip, and the time per image. One run,
+side by side. Example (figures in docs/benchmarks.md, "Precision on trained weights")::
+
+    .venv/bin/python benchmarks/precision_drift.py --model-dir models/default --images 48
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from service.scoring import ImageScore, PreparedImage, Scorer, prepare_image
+from training.synthetic.render import render_fundus
+
+
+def images(n: int, size: int, seed: int) -> list[bytes]:
+    out = []
+    for i in range(n):
+        pixels, _ = render_fundus(np.random.default_rng([seed, i]), i % 5, size=size)
+        buf = io.BytesIO()
+        Image.fromarray(pixels).save(buf, format="JPEG", quality=92)
+        out.append(buf.getvalue())
+    return out
+
+
+def score_all(scorer: Scorer, prepared: list[PreparedImage], batch: int) -> tuple[list[ImageScore], float]:
+    scorer.warmup((min(batch, len(prepared)),))
+    start = time.perf_counter()
+    scores = [s for i in range(0, len(prepared), batch) for s in scorer.score_batch(prepared[i:i + batch])]
+    return scores, (time.perf_counter() - start) / len(prepared)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-dir", type=Path, default=None, help="artifact (default: the embedded model)")
+    parser.add_argument("--images", type=int, default=48)
+    parser.add_argument("--image-size", type=int, default=512)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=2026)
+    args = parser.parse_args()
+
+    reference = Scorer.from_artifact(args.model_dir, backend="torch", precision="fp32")
+    prepared = [prepare_image(b, reference.pipeline) for b in images(args.images, args.image_size, args.seed)]
+    ref, ref_s = score_all(reference, prepared, args.batch)
+    thr = reference.calibration.referral_threshold_mi
+    print(f"model {reference.model_identity['name']} {reference.model_identity['sha256'][:12]}, "
+          f"{len(prepared)} images, MI referral threshold {thr:.3g} nat")
+    print(f"{'mode':<22}{'s/img':>8}{'max|dp|':>11}{'mean|dp|':>11}{'max|dMI|':>11}{'mean|dMI|':>11}"
+          f"{'label flips':>13}{'referral flips':>16}")
+    print(f"{'torch fp32 (ref)':<22}{ref_s:>8.3f}")
+    modes = [("torch bf16", dict(backend="torch", precision="bf16")),
+             ("torch fp32 grouped", dict(backend="torch", precision="fp32", strategy="grouped")),
+             ("onnxruntime fp32", dict(backend="onnxruntime", precision="fp32"))]
+    for name, kwargs in modes:
+        scorer = Scorer.from_artifact(args.model_dir, **kwargs)  # type: ignore[arg-type]
+        got, secs = score_all(scorer, prepared, args.batch)
+        dp = np.abs([g.probability - r.probability for g, r in zip(got, ref, strict=True)])
+        dmi = np.abs([g.mutual_information - r.mutual_information for g, r in zip(got, ref, strict=True)])
+        label_flips = sum(g.label != r.label for g, r in zip(got, ref, strict=True))
+        referral_flips = sum((g.mutual_information > thr) != (r.mutual_information > thr)
+                             for g, r in zip(got, ref, strict=True))
+        print(f"{name:<22}{secs:>8.3f}{dp.max():>11.2e}{dp.mean():>11.2e}{dmi.max():>11.2e}{dmi.mean():>11.2e}"
+              f"{label_flips:>13}{referral_flips:>16}")
+
+
+if __name__ == "__main__":
+    main()
