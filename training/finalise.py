@@ -26,8 +26,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class FinalResult:
-    artifact_dir: Path
-    sha256: str
+    artifact_dir: Path | None  # None for baselines (MC dropout, deterministic): they have no serving form
+    sha256: str | None
     validation: EvaluationReport
     test: EvaluationReport | None
 
@@ -48,8 +48,6 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
     model = build_model(config)
     model.load_state_dict(load_file(str(run_dir / BEST_WEIGHTS)))
     model.eval()
-    if not isinstance(model, VGGStar) or not model.config.is_bayesian:
-        raise ValueError(f"Only Bayesian VGG-16* models become serving artifacts; {config.model} does not.")
 
     def evaluate(split: str, threshold: float | None) -> EvaluationReport:
         dataset = data.val if split == "val" else data.test
@@ -65,6 +63,10 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
     val = evaluate("val", None)
     val_summary = val.calibration_summary()
     test = evaluate("test", val_summary["referral_threshold_mi"]) if len(data.test) > 1 else None
+    if not isinstance(model, VGGStar) or not model.config.is_bayesian:
+        log.warning("%s is a baseline without fixed posterior draws: reports written, no serving artifact",
+                    config.model)
+        return FinalResult(None, None, val, test)
     description, synthetic = _dataset_description(config)
     calibration = Calibration(
         referral_threshold_mi=float(val_summary["referral_threshold_mi"]),
@@ -102,7 +104,8 @@ def summary_lines(result: FinalResult) -> list[str]:
         v = s["validation"]
         return {"auc": v["auc"], "accuracy": v["accuracy"], "ece": v["ece"], "auc_at_referral": v["auc_at_referral"],
                 "referral_rate": s["achieved_referral_rate"]}
-    lines = [f"artifact: {result.artifact_dir} (sha256 {result.sha256})",
+    lines = [f"artifact: {result.artifact_dir} (sha256 {result.sha256})" if result.artifact_dir else
+             "artifact: none (baseline models are evaluated, not served)",
              f"validation: {json.dumps(fmt(result.validation))}"]
     if result.test is not None:
         lines.append(f"test: {json.dumps(fmt(result.test))}")

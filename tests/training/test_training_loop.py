@@ -114,3 +114,16 @@ def test_cli_fit_evaluate_export_round_trip(tiny_data: Path, tmp_path: Path, cap
     graph = tmp_path / "graph.onnx"
     assert train_main(["export", "--artifact", str(art), "--out", str(graph)]) == 0
     assert 0 < graph.stat().st_size < 1_000_000
+
+
+def test_baseline_family_is_evaluated_without_a_serving_artifact(tiny_data: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert train_main(["fit", "--data", str(tiny_data), "--out", str(out), "--model", "dropout_vgg16_star",
+                       "--width", "2", "--input-size", "32", "--epochs", "1", "--batch-size", "8",
+                       "--eval-samples", "2", "--no-progress"]) == 0
+    assert "artifact: none" in capsys.readouterr().out
+    assert not (out / "artifact").exists()
+    report = json.loads((out / "eval_val" / "evaluation.json").read_text())
+    assert report["n_images"] > 0
+    assert json.loads((out / "history.json").read_text())[0]["phase"] == "nll_means"
