@@ -78,6 +78,8 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         dataset=description,
     )
     history = list(iterate_history(run_dir))
+    if history:  # per-epoch times add up across resumed calls; this call's own time would not
+        train_seconds = sum(float(row.get("seconds", 0.0)) for row in history)
     card = render_model_card(
         config=config, command=command or " ".join(shlex.quote(a) for a in ["radscreen-train", *sys.argv[1:]]),
         dataset={"description": description, "n_train": len(data.train), "n_val": len(data.val),
