@@ -436,6 +436,7 @@ def save_artifact(
 
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    staging.chmod(0o755)  # mkdtemp makes it 0700: a service running as another user could not read it
     try:
         for name, data in contents.items():
             with open(staging / name, "wb") as fh:

@@ -32,13 +32,22 @@ class FinalResult:
     test: EvaluationReport | None
 
 
-def _dataset_description(config: TrainConfig) -> tuple[str, bool]:
+def _dataset_description(config: TrainConfig) -> tuple[str, bool, str | None]:
+    """(description, synthetic?, the command that regenerates the data set or None)."""
     info = Path(config.data) / "dataset.json"
     if config.layout == "synthetic" and info.is_file():
         meta = json.loads(info.read_text())
+        command = (f"radscreen-train synth --out data/synth --n {meta.get('n_images')} --seed {meta.get('seed')} "
+                   f"--size {meta.get('size')} --ungradable-fraction {meta.get('ungradable_fraction')}")
         return (f"synthetic fundus generator {meta.get('generator', '?')}, seed {meta.get('seed')}, "
-                f"{meta.get('n_images')} images at {meta.get('size')} px", True)
-    return f"{config.layout} manifest at {config.data}", config.layout == "synthetic"
+                f"{meta.get('n_images')} images at {meta.get('size')} px", True, command)
+    return f"{config.layout} manifest at {config.data}", config.layout == "synthetic", None
+
+
+def mean_posterior_sigma(model: torch.nn.Module) -> float | None:
+    """Mean σ = softplus(ρ) over every Bayesian weight and bias (None for non-Bayesian models)."""
+    rhos = [p.detach().flatten() for n, p in model.named_parameters() if n.endswith("_rho")]
+    return float(torch.nn.functional.softplus(torch.cat(rhos)).mean()) if rhos else None
 
 
 def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, command: str | None = None,
@@ -67,7 +76,7 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         log.warning("%s is a baseline without fixed posterior draws: reports written, no serving artifact",
                     config.model)
         return FinalResult(None, None, val, test)
-    description, synthetic = _dataset_description(config)
+    description, synthetic, data_command = _dataset_description(config)
     calibration = Calibration(
         referral_threshold_mi=float(val_summary["referral_threshold_mi"]),
         target_referral_rate=float(val_summary["target_referral_rate"]),
@@ -82,10 +91,11 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         train_seconds = sum(float(row.get("seconds", 0.0)) for row in history)
     card = render_model_card(
         config=config, command=command or " ".join(shlex.quote(a) for a in ["radscreen-train", *sys.argv[1:]]),
-        dataset={"description": description, "n_train": len(data.train), "n_val": len(data.val),
-                 "n_test": len(data.test)},
+        dataset={"description": description, "command": data_command, "n_train": len(data.train),
+                 "n_val": len(data.val), "n_test": len(data.test)},
         history=history, val_summary=val_summary, test_summary=test.calibration_summary() if test else None,
-        train_seconds=train_seconds, synthetic=synthetic, n_parameters=count_parameters(model))
+        train_seconds=train_seconds, synthetic=synthetic, n_parameters=count_parameters(model),
+        posterior_sigma=mean_posterior_sigma(model))
     art_config = ArtifactConfig(
         name=config.name, version=config.version, architecture=model.config, mean=data.mean, std=data.std,
         posterior=model.config.layer, prior=dict(config.prior), draw_seed=config.draw_seed,

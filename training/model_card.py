@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import platform
 from typing import Any
 
@@ -26,7 +27,7 @@ def machine_description() -> str:
 
 def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, Any], history: list[dict[str, Any]],
                       val_summary: dict[str, Any], test_summary: dict[str, Any] | None, train_seconds: float,
-                      synthetic: bool, n_parameters: int) -> str:
+                      synthetic: bool, n_parameters: int, posterior_sigma: float | None = None) -> str:
     val = val_summary.get("validation", {})
     lines = [
         f"# Model card: {config.name} {config.version}",
@@ -49,6 +50,7 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         "## Training data",
         f"- Provenance: {'SYNTHETIC (procedural fundus generator, training.synthetic)' if synthetic else 'real'}.",
         f"- Source: {dataset.get('description', config.data)}",
+        *([f"- Regenerate: `{dataset['command']}`"] if dataset.get("command") else []),
         f"- Images: train {dataset.get('n_train')}, validation {dataset.get('n_val')}, test {dataset.get('n_test')} "
         f"(patient-level split {list(config.split)}, seed {config.seed}; ungradable images "
         f"{'excluded' if config.gradable_only else 'included'}).",
@@ -61,11 +63,15 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         f"{config.epochs} epochs"
         + (f" of at most {config.max_steps_per_epoch} steps" if config.max_steps_per_epoch else "") + ".",
         f"- Machine: {machine_description()}; wall time {train_seconds / 60:.1f} min.",
+        *([f"- Posterior scale after training: mean σ {posterior_sigma:.3g} (initial softplus(ρ_init) "
+           f"{math.log1p(math.exp(config.rho_init)):.3g}). A σ still near its initial value means the posterior is "
+           "narrow and the mutual information small: the model is under-trained for its uncertainty."]
+          if posterior_sigma is not None else []),
         "",
         "## Validation (serving draws)",
         f"- AUC {val.get('auc', float('nan')):.3f}, accuracy {_pct(val.get('accuracy'))}, "
         f"ECE {val.get('ece', float('nan')):.3f}.",
-        f"- MI referral threshold {val_summary.get('referral_threshold_mi', float('nan')):.4f} nat for a target "
+        f"- MI referral threshold {val_summary.get('referral_threshold_mi', float('nan')):.3g} nat for a target "
         f"referral rate of {_pct(val_summary.get('target_referral_rate'))} "
         f"(achieved {_pct(val_summary.get('achieved_referral_rate'))}).",
     ]

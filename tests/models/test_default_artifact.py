@@ -1,0 +1,48 @@
+"""The embedded default model: verifies, is the full VGG-16*, and says plainly what it is (synthetic data)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
+from models.vgg import build_vgg16_star, count_parameters
+
+
+def test_default_artifact_verifies_and_states_its_provenance() -> None:
+    artifact = load_artifact()  # the embedded default, hash-verified
+    cfg = artifact.config
+    assert cfg.training_data == "synthetic"
+    assert "not for clinical use" in cfg.intended_use.lower()
+    card = artifact.model_card
+    for needed in ("SYNTHETIC", "NOT for clinical use", "Command:", "Machine:", "seed"):
+        assert needed in card, f"model card lacks {needed!r}"
+    assert cfg.architecture.width == 46 and cfg.architecture.layer == "radial"
+    assert cfg.input_size in (256, 512)
+    assert count_parameters(build_vgg16_star(cfg.architecture)) == 15_207_142
+    assert cfg.mc_samples == 16
+    assert 0.0 < artifact.calibration.referral_threshold_mi < np.log(2)
+    size = sum(p.stat().st_size for p in Path(DEFAULT_ARTIFACT_DIR).iterdir())
+    assert size < 40 * 2**20
+
+
+@pytest.mark.slow
+def test_default_model_scores_a_synthetic_fundus_image() -> None:
+    import io
+
+    from PIL import Image
+
+    from service.scoring import Scorer, prepare_image
+    from training.synthetic.render import render_fundus
+
+    scorer = Scorer.from_artifact()
+    rng = np.random.default_rng(0)
+    pixels, _ = render_fundus(rng, 3, size=512)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="JPEG", quality=92)
+    [score] = scorer.score_batch([prepare_image(buf.getvalue(), scorer.pipeline)])
+    assert 0.0 <= score.probability <= 1.0
+    assert 0.0 <= score.mutual_information <= score.predictive_entropy <= np.log(2) + 1e-9
+    assert score.quality.gradable
