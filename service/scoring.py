@@ -141,6 +141,14 @@ class Scorer:
                 k,
                 cfg.mc_samples,
             )
+        if precision != "fp32":
+            logger.warning(
+                "precision=%s: reduced precision shifts the mutual information; with a narrow posterior the "
+                "shift can exceed the MI referral threshold (%.3g nat) and flip referrals (the embedded model: "
+                "bf16 flipped 10 of 32, docs/benchmarks.md). Measure with benchmarks/precision_drift.py first.",
+                precision,
+                cal.referral_threshold_mi,
+            )
         net = materialise_draws(artifact.build_model(), k=k, seed=cfg.draw_seed)
         dev = resolve_device(device)  # type: ignore[arg-type]
         engine = make_backend(net, backend=backend, device=dev, precision=precision, strategy=strategy)
