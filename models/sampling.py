@@ -32,17 +32,24 @@ def stochastic_layers(model: nn.Module) -> list[StochasticLayer]:
 
 
 @contextmanager
-def sampling_generator(model: nn.Module, generator: torch.Generator | None) -> Iterator[None]:
-    """All stochastic layers draw from ``generator``, in forward order."""
+def _set_on_layers(model: nn.Module, attribute: str, value: object) -> Iterator[None]:
+    """Set ``attribute`` on every stochastic layer for the duration of the block, then restore it."""
     layers = stochastic_layers(model)
-    saved = [m.generator for m in layers]
+    saved = [getattr(m, attribute) for m in layers]
     for m in layers:
-        m.generator = generator
+        setattr(m, attribute, value)
     try:
         yield
     finally:
-        for m, g in zip(layers, saved, strict=True):
-            m.generator = g
+        for m, old in zip(layers, saved, strict=True):
+            setattr(m, attribute, old)
+
+
+@contextmanager
+def sampling_generator(model: nn.Module, generator: torch.Generator | None) -> Iterator[None]:
+    """All stochastic layers draw from ``generator``, in forward order."""
+    with _set_on_layers(model, "generator", generator):
+        yield
 
 
 @contextmanager
@@ -57,12 +64,5 @@ def seeded(model: nn.Module, seed: int) -> Iterator[torch.Generator]:
 @contextmanager
 def use_means(model: nn.Module, enabled: bool = True) -> Iterator[None]:
     """Run every stochastic layer deterministically at its mean (Bayesian: w = μ; dropout: off)."""
-    layers = stochastic_layers(model)
-    saved = [m.use_mean for m in layers]
-    for m in layers:
-        m.use_mean = enabled
-    try:
+    with _set_on_layers(model, "use_mean", enabled):
         yield
-    finally:
-        for m, flag in zip(layers, saved, strict=True):
-            m.use_mean = flag
