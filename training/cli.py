@@ -120,7 +120,7 @@ def _fit(args: argparse.Namespace) -> int:
     if state.epoch < config.epochs:
         print(f"stopped at epoch {state.epoch + 1} step {state.step_in_epoch} (step budget); rerun to continue")
         return 0
-    command = " ".join(shlex.quote(a) for a in ["radscreen-train", *sys.argv[1:]])
+    command = " ".join(shlex.quote(a) for a in ["radscreen-train", *args.argv])
     result = finalise_run(config, data=data, command=command, train_seconds=elapsed)
     print(f"trained {state.epoch} epochs ({state.global_step} steps) in {elapsed / 60:.1f} min; "
           f"best epoch {state.best_epoch}")
@@ -174,7 +174,9 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # the model card records the command that was actually run
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     handlers = {"synth": _synth, "fit": _fit, "evaluate": _evaluate, "export": _export}

@@ -96,7 +96,7 @@ def test_cli_fit_evaluate_export_round_trip(tiny_data: Path, tmp_path: Path, cap
     artifact = load_artifact(art)
     assert artifact.config.training_data == "synthetic"
     assert "not for clinical use" in artifact.model_card.lower()
-    assert "radscreen-train fit" in artifact.model_card or "Command:" in artifact.model_card
+    assert f"Command: `radscreen-train fit --data {tiny_data} --out {tmp_path / 'run'}" in artifact.model_card
     assert 0.0 <= artifact.calibration.referral_threshold_mi <= 0.6932
     assert artifact.config.mc_samples == 16
     # The artifact's weights are the run's best weights.
