@@ -24,13 +24,24 @@ from service.scoring import ImageScore, PreparedImage, Scorer
 logger = logging.getLogger(__name__)
 
 
-class Overloaded(Exception):  # noqa: N818 (contract name)
-    """The queue is full; ``retry_after`` is a whole-second estimate of when there will be room."""
+class RetryLater(Exception):  # noqa: N818
+    """The request cannot be served now but can be retried: answered 503 with ``Retry-After``.
 
-    def __init__(self, retry_after: int, detail: str) -> None:
+    ``slug`` names the problem type; ``retry_after`` is a whole-second estimate.
+    """
+
+    slug = "unavailable"
+
+    def __init__(self, detail: str, *, retry_after: int) -> None:
         super().__init__(detail)
         self.retry_after = retry_after
         self.detail = detail
+
+
+class Overloaded(RetryLater):
+    """The queue is full; ``retry_after`` estimates when there will be room."""
+
+    slug = "overloaded"
 
 
 @dataclass(frozen=True)
@@ -86,7 +97,7 @@ class MicroBatcher:
         while not self._queue.empty():
             job = self._queue.get_nowait()
             if not job.future.done():
-                job.future.set_exception(Overloaded(1, "The service is shutting down."))
+                job.future.set_exception(Overloaded("The service is shutting down.", retry_after=1))
         self._executor.shutdown(wait=True, cancel_futures=True)
 
     @property
@@ -102,8 +113,8 @@ class MicroBatcher:
         free = self.queue_size - self._queue.qsize()
         if len(images) > free:
             raise Overloaded(
-                self.retry_after(),
                 f"The inference queue is full ({self.queue_size} images waiting); retry shortly.",
+                retry_after=self.retry_after(),
             )
         loop = asyncio.get_running_loop()
         now = time.perf_counter()

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
-from service.batcher import MicroBatcher, Scored
+from service.batcher import MicroBatcher, RetryLater, Scored
 from service.metrics import ServiceMetrics
 from service.scoring import ImageRejected, PreparedImage, Scorer, prepare_image
 from service.settings import Settings
@@ -28,13 +28,13 @@ State = Literal["loading", "ready", "failed"]
 ScorerFactory = Callable[[Settings], Scorer]
 
 
-class NotReady(Exception):  # noqa: N818
+class NotReady(RetryLater):
     """The model is still loading (or failed to load)."""
 
+    slug = "not-ready"
+
     def __init__(self, detail: str, retry_after: int = 2) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.retry_after = retry_after
+        super().__init__(detail, retry_after=retry_after)
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.batcher import Overloaded
-from service.engine import NotReady
+from service.batcher import RetryLater
 from service.imaging import ImageRejected
 
 logger = logging.getLogger(__name__)
@@ -129,14 +128,9 @@ async def _on_service_problem(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(request, exc.slug, exc.status, exc.detail, exc.headers, **exc.extra)
 
 
-async def _on_overloaded(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, Overloaded)
-    return problem_response(request, "overloaded", 503, exc.detail, {"Retry-After": str(exc.retry_after)})
-
-
-async def _on_not_ready(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, NotReady)
-    return problem_response(request, "not-ready", 503, exc.detail, {"Retry-After": str(exc.retry_after)})
+async def _on_retry_later(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RetryLater)  # Overloaded, NotReady
+    return problem_response(request, exc.slug, 503, exc.detail, {"Retry-After": str(exc.retry_after)})
 
 
 async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
@@ -171,8 +165,7 @@ def install_error_handlers(app: FastAPI) -> None:
     """Register every mapping above on ``app``."""
     app.add_exception_handler(ImageRejected, _on_image_rejected)
     app.add_exception_handler(ServiceProblem, _on_service_problem)
-    app.add_exception_handler(Overloaded, _on_overloaded)
-    app.add_exception_handler(NotReady, _on_not_ready)
+    app.add_exception_handler(RetryLater, _on_retry_later)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
     app.add_exception_handler(Exception, _on_unexpected)
