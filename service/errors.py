@@ -8,12 +8,13 @@ fixed per type, the ``status``, a human ``detail`` and the request id (also as `
 | ----------------------- | ------ | ---------------------------------------------------- |
 | undecodable-image       | 400    | empty, truncated or corrupt image                    |
 | image-too-small         | 400    | a side below 16 px                                   |
+| extreme-aspect-ratio    | 400    | long side > 4x the short one (not a fundus frame)    |
 | unauthorized            | 401    | missing/wrong X-API-Key when a key is configured     |
 | not-found               | 404    | unknown path                                         |
 | method-not-allowed      | 405    | wrong method                                         |
 | not-acceptable          | 406    | FHIR asked for but not available                     |
 | payload-too-large       | 413    | body or image above the byte limit                   |
-| image-too-large         | 413    | pixel count above the limit, decompression bomb      |
+| image-too-large         | 413    | pixels or padded square above the limit, bomb        |
 | unsupported-media-type  | 415    | not an image (PDF, text, ...), wrong content type    |
 | multi-frame-image       | 415    | animated GIF/WebP/PNG, multi-page TIFF               |
 | validation-error        | 422    | missing/invalid fields                               |
@@ -43,6 +44,7 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 TITLES: dict[str, str] = {
     "undecodable-image": "Image cannot be decoded",
     "image-too-small": "Image too small",
+    "extreme-aspect-ratio": "Image aspect ratio not accepted",
     "unauthorized": "Missing or invalid API key",
     "not-found": "Not found",
     "method-not-allowed": "Method not allowed",

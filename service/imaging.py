@@ -9,9 +9,15 @@ Rules, in the order they are applied:
 2. Type by *content* (magic bytes), never by the declared content type: JPEG, PNG, TIFF, WebP, BMP,
    GIF (single frame) and MPO (phone-camera JPEG; its primary frame is used). PDF and anything not
    recognised as an image -> 415.
-3. Pixel count from the header, *before* decoding (``Image.open`` only reads the header): more than
-   ``max_pixels`` -> 413; Pillow's own decompression-bomb error also -> 413. Sides below
-   ``MIN_SIDE`` px -> 400 (nothing to grade in a thumbnail).
+3. Geometry from the header, *before* decoding (``Image.open`` only reads the header), so that no
+   later allocation can exceed the budget: more than ``max_pixels`` pixels -> 413; a padded FOV
+   square (``max(w, h)**2``, what ``fov_square`` may build) above ``max_pixels`` -> 413; Pillow's own
+   decompression-bomb error also -> 413. Sides below ``MIN_SIDE`` px -> 400 (nothing to grade in a
+   thumbnail); a long side more than ``MAX_ASPECT_RATIO`` times the short one -> 400
+   ``extreme-aspect-ratio`` (not a fundus photograph). Metadata is bounded too: Pillow's PNG text
+   limits (``MAX_TEXT_CHUNK`` 1 MiB per compressed chunk, ``MAX_TEXT_MEMORY`` 64 MiB in all) turn
+   a zTXt/iCCP "zip bomb" into a ``ValueError`` -> 400; every other ICC/EXIF/XMP block is at most
+   the upload itself (``max_bytes``).
 4. Multi-frame images (animated GIF/WebP/PNG, multi-page TIFF) -> 415 ``multi-frame-image``: the
    service grades one photograph per image, and silently picking a frame could grade the wrong one.
 5. Decoding: truncated or corrupt data -> 400 ``undecodable-image``. JPEGs are decoded at a reduced
@@ -29,12 +35,24 @@ Rules, in the order they are applied:
 from __future__ import annotations
 
 import io
+import math
+import struct
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps, PngImagePlugin, UnidentifiedImageError
 
 MIN_SIDE = 16
+# Real fundus frames are 1:1 (most cameras, Optos) to about 16:9 (1.78, consumer-camera backs); 4:1
+# leaves a wide margin for montages and odd crops while refusing strips whose padded square would be
+# mostly black (and, with the padded-square budget, any "aspect-ratio bomb" such as 100000x10).
+MAX_ASPECT_RATIO = 4.0
+FRAME_COUNT_CAP = 64  # frames counted for the multi-frame message; walking them all is a CPU bomb
+# PNG text/iCCP chunks are decompressed at open: at most 1 MiB each (Pillow's MAX_TEXT_CHUNK), and we
+# lower Pillow's 64 MiB total for all text chunks of one image to this (the service reads none of them).
+MAX_PNG_TEXT_MEMORY = 4 * 1024 * 1024
+PngImagePlugin.MAX_TEXT_MEMORY = min(PngImagePlugin.MAX_TEXT_MEMORY, MAX_PNG_TEXT_MEMORY)
+_METADATA_LIMIT_ERRORS = ("Decompressed data too large", "Too much memory used in text chunks")
 FOV_THRESHOLD = 12  # of 255: fundus cameras record a near-black background outside the FOV
 ALLOWED_FORMATS = frozenset({"JPEG", "PNG", "TIFF", "WEBP", "BMP", "GIF", "MPO"})
 
@@ -97,7 +115,88 @@ def _sniff_name(data: bytes) -> str:
     return "not a recognised image format"
 
 
-def open_image(data: bytes, *, max_pixels: int, max_bytes: int) -> Image.Image:
+def _refuse_multi_frame(img: Image.Image) -> None:
+    """415 for an animation or multi-page file, counting at most ``FRAME_COUNT_CAP`` frames.
+
+    ``n_frames`` would walk every frame (a 20 MB TIFF can chain ~175 000 tiny IFDs: a minute and a
+    half of CPU), so only ``is_animated`` (cheap) is asked first and the count is capped.
+    """
+    try:
+        if not getattr(img, "is_animated", False):
+            return
+        frames = 1
+        while frames <= FRAME_COUNT_CAP:
+            img.seek(frames)
+            frames += 1
+    except EOFError:
+        pass
+    except (OSError, SyntaxError, ValueError, struct.error) as exc:  # a corrupt later frame/IFD
+        raise ImageRejected(
+            "undecodable-image", f"The {img.format} frame list is corrupt and cannot be read.", 400
+        ) from exc
+    if frames == 1:
+        return
+    shown = f"more than {FRAME_COUNT_CAP}" if frames > FRAME_COUNT_CAP else str(frames)
+    raise ImageRejected(
+        "multi-frame-image",
+        f"The {img.format} has {shown} frames (animation or multi-page); send one photograph.",
+        415,
+    )
+
+
+def check_geometry(width: int, height: int, *, max_pixels: int, max_aspect_ratio: float = MAX_ASPECT_RATIO) -> None:
+    """Refuse, from the declared size alone, any image whose decoding or padding could exceed the budget.
+
+    The decoded image is ``w*h`` pixels and ``fov_square`` may pad it to ``max(w, h)**2``: both must
+    stay within ``max_pixels`` (``RADSCREEN_MAX_PIXELS``), so every later array is bounded by it.
+    """
+    pixels, side = width * height, max(width, height)
+    if pixels > max_pixels:
+        raise ImageRejected(
+            "image-too-large",
+            f"The image is {width}x{height} = {pixels} pixels; the limit is {max_pixels} pixels "
+            "(RADSCREEN_MAX_PIXELS).",
+            413,
+        )
+    if side * side > max_pixels:
+        raise ImageRejected(
+            "image-too-large",
+            f"The image is {width}x{height} px: centred on a square it would be {side}x{side} = "
+            f"{side * side} pixels; the limit is {max_pixels} pixels (RADSCREEN_MAX_PIXELS), so the long "
+            f"side may be at most {math.isqrt(max_pixels)} px.",
+            413,
+        )
+    if min(width, height) < MIN_SIDE:
+        raise ImageRejected(
+            "image-too-small", f"The image is {width}x{height} px; both sides must be >= {MIN_SIDE} px.", 400
+        )
+    ratio = side / min(width, height)
+    if ratio > max_aspect_ratio:
+        raise ImageRejected(
+            "extreme-aspect-ratio",
+            f"The image is {width}x{height} px, an aspect ratio of {ratio:.1f}:1; fundus photographs are "
+            f"1:1 to about 16:9 and at most {max_aspect_ratio:g}:1 is accepted.",
+            400,
+        )
+
+
+def _metadata_too_large(exc: BaseException) -> bool:
+    return isinstance(exc, ValueError) and str(exc).startswith(_METADATA_LIMIT_ERRORS)
+
+
+def _metadata_rejection() -> ImageRejected:
+    return ImageRejected(
+        "undecodable-image",
+        "The image carries an embedded metadata block (text or ICC profile) that expands beyond the "
+        f"safety limits ({PngImagePlugin.MAX_TEXT_CHUNK // 1024} KiB per block, "
+        f"{PngImagePlugin.MAX_TEXT_MEMORY // 1024} KiB in all); re-export the photograph without it.",
+        400,
+    )
+
+
+def open_image(
+    data: bytes, *, max_pixels: int, max_bytes: int, max_aspect_ratio: float = MAX_ASPECT_RATIO
+) -> Image.Image:
     """Identify the image and check size limits from its header; nothing is decoded yet."""
     if not data:
         raise ImageRejected("undecodable-image", "The image is empty (0 bytes).", 400)
@@ -109,9 +208,13 @@ def open_image(data: bytes, *, max_pixels: int, max_bytes: int) -> Image.Image:
         img = Image.open(io.BytesIO(data))
     except Image.DecompressionBombError as exc:
         raise ImageRejected(
-            "image-too-large", f"The image exceeds the limit of {max_pixels} pixels (decompression bomb): {exc}", 413
+            "image-too-large",
+            f"The image exceeds the limit of {max_pixels} pixels (RADSCREEN_MAX_PIXELS; decompression bomb): {exc}",
+            413,
         ) from exc
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError, struct.error) as exc:
+        if _metadata_too_large(exc):
+            raise _metadata_rejection() from exc
         if looks_like_image(data):
             raise ImageRejected(
                 "undecodable-image", "The image header is corrupt or truncated and cannot be read.", 400
@@ -128,23 +231,9 @@ def open_image(data: bytes, *, max_pixels: int, max_bytes: int) -> Image.Image:
             415,
         )
     width, height = img.size
-    if width * height > max_pixels:
-        raise ImageRejected(
-            "image-too-large",
-            f"The image is {width}x{height} = {width * height} pixels; the limit is {max_pixels} pixels.",
-            413,
-        )
-    if min(width, height) < MIN_SIDE:
-        raise ImageRejected(
-            "image-too-small", f"The image is {width}x{height} px; both sides must be >= {MIN_SIDE} px.", 400
-        )
-    frames = int(getattr(img, "n_frames", 1))
-    if frames > 1 and img.format != "MPO":
-        raise ImageRejected(
-            "multi-frame-image",
-            f"The {img.format} has {frames} frames (animation or multi-page); send one photograph.",
-            415,
-        )
+    check_geometry(width, height, max_pixels=max_pixels, max_aspect_ratio=max_aspect_ratio)
+    if img.format != "MPO":
+        _refuse_multi_frame(img)
     return img
 
 
@@ -188,7 +277,9 @@ def decode_rgb(data: bytes, *, max_pixels: int, max_bytes: int, target: int | No
         return _to_rgb8(img)
     except Image.DecompressionBombError as exc:
         raise ImageRejected("image-too-large", f"Decompression bomb refused: {exc}", 413) from exc
-    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+    except (OSError, SyntaxError, ValueError, EOFError, struct.error) as exc:
+        if _metadata_too_large(exc):
+            raise _metadata_rejection() from exc
         raise ImageRejected(
             "undecodable-image", f"The {img.format} data is truncated or corrupt and cannot be decoded.", 400
         ) from exc
