@@ -13,7 +13,8 @@ fixed per type, the ``status``, a human ``detail`` and the request id (also as `
 | not-found               | 404    | unknown path                                         |
 | method-not-allowed      | 405    | wrong method                                         |
 | not-acceptable          | 406    | FHIR asked for but not available                     |
-| payload-too-large       | 413    | body or image above the byte limit                   |
+| request-timeout         | 408    | body chunks too slow (upload idle / total timeout)   |
+| payload-too-large       | 413    | body or image above the byte limit, too many parts   |
 | image-too-large         | 413    | pixels or padded square above the limit, bomb        |
 | unsupported-media-type  | 415    | not an image (PDF, text, ...), wrong content type    |
 | multi-frame-image       | 415    | animated GIF/WebP/PNG, multi-page TIFF               |
@@ -30,8 +31,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from service.batcher import RetryLater
 from service.imaging import ImageRejected
@@ -49,6 +51,7 @@ TITLES: dict[str, str] = {
     "not-found": "Not found",
     "method-not-allowed": "Method not allowed",
     "not-acceptable": "Not acceptable",
+    "request-timeout": "Request body too slow",
     "payload-too-large": "Payload too large",
     "image-too-large": "Image too large",
     "unsupported-media-type": "Unsupported media type",
@@ -153,6 +156,16 @@ async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(request, slug, exc.status_code, detail, dict(exc.headers or {}))
 
 
+async def _on_client_disconnect(request: Request, exc: Exception) -> Response:
+    """The client went away mid-body: nothing to answer and nothing to log as an error.
+
+    The access log (``service.middleware``) records it at info level with status 499 and counts it;
+    this empty response is never sent (the connection is gone).
+    """
+    assert isinstance(exc, ClientDisconnect)
+    return Response(status_code=499)
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("unhandled error", extra={"request_id": request_id_of(request)})
     return problem_response(
@@ -168,6 +181,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ImageRejected, _on_image_rejected)
     app.add_exception_handler(ServiceProblem, _on_service_problem)
     app.add_exception_handler(RetryLater, _on_retry_later)
+    app.add_exception_handler(ClientDisconnect, _on_client_disconnect)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
     app.add_exception_handler(Exception, _on_unexpected)

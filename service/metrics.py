@@ -79,6 +79,18 @@ class ServiceMetrics:
             self.predictions.labels(label=label)
         for reason in ("uncertain", "image_quality"):
             self.referrals.labels(reason=reason)
+        self._add_client_disconnects(r)
+
+    def _add_client_disconnects(self, r: CollectorRegistry) -> None:
+        """Requests the client abandoned (issue 14): counted, logged at info, never scored or 5xx."""
+        self.client_disconnects = Counter(
+            "radscreen_client_disconnects",
+            "Requests abandoned by the client before the answer, by stage (upload / processing).",
+            ["stage"],
+            registry=r,
+        )
+        for stage in ("upload", "processing"):
+            self.client_disconnects.labels(stage=stage)
 
     def observe_score(self, score: ImageScore) -> None:
         """Count one prediction: label, referral reasons, probability and MI distributions."""

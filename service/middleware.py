@@ -1,4 +1,5 @@
-"""ASGI middleware: request ids, access logs, request metrics and the request-body size limit.
+"""ASGI middleware: request ids, access logs, request metrics, the request-body size and time limits,
+and client disconnects.
 
 Pure ASGI (not ``BaseHTTPMiddleware``) so the body is streamed, never buffered here.
 
@@ -7,12 +8,25 @@ is read; a chunked body is counted as it streams and the request fails with 413 
 passes the limit. The limit is ``max_upload_bytes`` + 64 KiB of multipart overhead, times
 ``max_batch_items`` on the batch endpoint.
 
+Body time: uvicorn has no request-body timeout, so a stalled upload would hold its connection and
+its partial body forever. Each body chunk must arrive within ``upload_idle_timeout_s`` of the
+previous one and the whole body within ``upload_timeout_s`` of the request start, else 408
+``request-timeout``.
+
+Client disconnects: a client that goes away while its body is being read (stage ``upload``;
+Starlette raises ``ClientDisconnect`` in the route, mapped quietly in ``service.errors``) or after
+sending it but before the answer (stage ``processing``: a watcher sees ``http.disconnect`` and
+cancels the request, so its queued images are skipped by the batcher) is counted in
+``radscreen_client_disconnects_total{stage}`` and logged as the request's one info-level access
+line with status 499 (nginx's "client closed request"; nothing is sent), never as an error.
+
 Logs carry method, route template, status, latency and request id, never bodies, query strings or
 study ids.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -33,8 +47,32 @@ _PLAIN_ROUTES = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
 
 
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for "the client went away before the answer"
+
+
 def _body_too_large(limit: int) -> ServiceProblem:
     return ServiceProblem("payload-too-large", 413, f"The request body exceeds the limit of {limit} bytes.")
+
+
+def _body_too_slow(what: str, seconds: float, setting: str) -> ServiceProblem:
+    return ServiceProblem(
+        "request-timeout",
+        408,
+        f"The request body did not arrive in time: {what} took longer than {seconds:g} s ({setting}).",
+        headers={"Connection": "close"},
+    )
+
+
+class _Exchange:
+    """What the middleware learns about one request while the app runs."""
+
+    def __init__(self) -> None:
+        self.status = 500
+        self.response_started = False
+        self.body_done = False
+        self.received = 0
+        self.disconnected: str | None = None  # "upload" | "processing"
+        self.gone = asyncio.Event()
 
 
 class RequestContextMiddleware:
@@ -45,6 +83,8 @@ class RequestContextMiddleware:
         self.metrics = metrics
         self.single_limit = settings.max_upload_bytes + MULTIPART_OVERHEAD
         self.batch_limit = (settings.max_upload_bytes + MULTIPART_OVERHEAD) * settings.max_batch_items
+        self.idle_timeout = settings.upload_idle_timeout_s
+        self.body_timeout = settings.upload_timeout_s
 
     def _limit_for(self, path: str) -> int:
         return self.batch_limit if path.rstrip("/").endswith("/batch") else self.single_limit
@@ -58,53 +98,99 @@ class RequestContextMiddleware:
         request_id = incoming if _SAFE_REQUEST_ID.match(incoming) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
-        status = 500
         limit = self._limit_for(scope["path"])
+        ex = _Exchange()
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
             if message["type"] == "http.response.start":
-                status = message["status"]
+                ex.status, ex.response_started = message["status"], True
                 message.setdefault("headers", [])
                 message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
             await send(message)
 
-        received = 0
-
-        async def counting_receive() -> Message:
-            nonlocal received
-            message = await receive()
+        async def guarded_receive() -> Message:
+            if ex.body_done:  # after the whole body only a disconnect can come: the watcher owns receive
+                await ex.gone.wait()
+                return {"type": "http.disconnect"}
+            message = await self._receive_in_time(receive, started)
             if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > limit:
+                ex.received += len(message.get("body", b""))
+                if ex.received > limit:
                     raise _body_too_large(limit)
+                if not message.get("more_body", False):
+                    ex.body_done = True
+                    watchers.append(asyncio.create_task(self._watch(receive, ex, app_task)))
+            elif message["type"] == "http.disconnect":
+                ex.disconnected = "upload"
             return message
 
+        watchers: list[asyncio.Task[None]] = []
+        app_task: asyncio.Task[None] | None = None
         try:
             declared = headers.get("content-length")
             if declared is not None and declared.isdigit() and int(declared) > limit:
                 await self._reject(send_with_id, request_id, _body_too_large(limit))
             else:
-                await self.app(scope, counting_receive, send_with_id)
+                app_task = asyncio.ensure_future(self.app(scope, guarded_receive, send_with_id))
+                await self._run(app_task, ex)
         finally:
-            elapsed = time.perf_counter() - started
-            endpoint = self._endpoint(scope, status)
-            self.metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
-            self.metrics.request_latency.labels(endpoint=endpoint).observe(elapsed)
-            logger.info(
-                "%s %s %d %.1fms",
-                scope["method"],
-                endpoint,
-                status,
-                elapsed * 1e3,
-                extra={
-                    "request_id": request_id,
-                    "method": scope["method"],
-                    "endpoint": endpoint,
-                    "status": status,
-                    "latency_ms": round(elapsed * 1e3, 2),
-                },
-            )
+            for watcher in watchers:
+                watcher.cancel()
+            self._record(scope, ex, request_id, time.perf_counter() - started)
+
+    async def _receive_in_time(self, receive: Receive, started: float) -> Message:
+        """The next body message, or 408 after ``idle_timeout`` s of silence / ``body_timeout`` s in all."""
+        left = self.body_timeout - (time.perf_counter() - started)
+        wait = min(self.idle_timeout, left)
+        try:
+            async with asyncio.timeout(max(wait, 0.0)):
+                return await receive()
+        except TimeoutError:
+            if left <= self.idle_timeout:
+                raise _body_too_slow("the whole body", self.body_timeout, "RADSCREEN_UPLOAD_TIMEOUT_S") from None
+            raise _body_too_slow(
+                "waiting for the next part", self.idle_timeout, "RADSCREEN_UPLOAD_IDLE_TIMEOUT_S"
+            ) from None
+
+    @staticmethod
+    async def _watch(receive: Receive, ex: _Exchange, app_task: asyncio.Task[None] | None) -> None:
+        """After the body: wait for ``http.disconnect``; before any answer, the request is abandoned."""
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not ex.response_started and app_task is not None and not app_task.done():
+            ex.disconnected = "processing"
+            app_task.cancel()
+        ex.gone.set()
+
+    @staticmethod
+    async def _run(app_task: asyncio.Task[None], ex: _Exchange) -> None:
+        """Await the app; a cancellation caused by our own disconnect watcher ends the request quietly."""
+        try:
+            await app_task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if ex.disconnected != "processing" or (current is not None and current.cancelling()):
+                raise  # the server itself is cancelling us (shutdown): let it
+
+    def _record(self, scope: Scope, ex: _Exchange, request_id: str, elapsed: float) -> None:
+        """Metrics and the one access-log line (with the disconnect stage when the client left)."""
+        status = CLIENT_CLOSED_REQUEST if ex.disconnected else ex.status
+        endpoint = self._endpoint(scope, status)
+        self.metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
+        self.metrics.request_latency.labels(endpoint=endpoint).observe(elapsed)
+        extra: dict[str, Any] = {
+            "request_id": request_id,
+            "method": scope["method"],
+            "endpoint": endpoint,
+            "status": status,
+            "latency_ms": round(elapsed * 1e3, 2),
+        }
+        note = ""
+        if ex.disconnected:
+            self.metrics.client_disconnects.labels(stage=ex.disconnected).inc()
+            extra["client_disconnected"] = ex.disconnected
+            note = f" (client disconnected during {ex.disconnected}; nothing sent)"
+        logger.info("%s %s %d %.1fms%s", scope["method"], endpoint, status, elapsed * 1e3, note, extra=extra)
 
     @staticmethod
     def _endpoint(scope: Scope, status: int) -> str:

@@ -73,6 +73,12 @@ class Settings(BaseSettings):
     max_batch_items: int = Field(
         default=16, ge=1, le=256, description="Most images in one /v1/predict/batch call."
     )
+    upload_idle_timeout_s: float = Field(
+        default=30.0, gt=0, le=3600, description="Longest silence between two chunks of a request body (else 408)."
+    )
+    upload_timeout_s: float = Field(
+        default=300.0, gt=0, le=86_400, description="Longest time to receive a whole request body (else 408)."
+    )
     decode_workers: int = Field(
         default=2, ge=1, le=64, description="Threads decoding and preprocessing images."
     )

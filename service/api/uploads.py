@@ -1,6 +1,12 @@
 """Reading image uploads from a request: multipart ``image`` part(s) or a raw ``image/*`` body.
 
 HTTP-only translation (content types, form parts, field rules); decoding is ``service.imaging``.
+
+Too many parts: the multipart parser stops at the per-request part limit plus ``COUNT_SLACK``, so a
+batch of 17 images against a limit of 16 is told "17 images; at most 16 (RADSCREEN_MAX_BATCH_ITEMS)"
+with 413, and a body of thousands of parts is refused as soon as the slack is passed (the whole body
+is also capped in bytes by the middleware). A client that disconnects mid-body makes Starlette raise
+``ClientDisconnect`` here; ``service.errors`` maps it quietly (see ``service.middleware``).
 """
 
 from __future__ import annotations
@@ -9,11 +15,12 @@ import re
 from dataclasses import dataclass
 
 from fastapi import Request
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.errors import ServiceProblem
 
+COUNT_SLACK = 48  # extra parts parsed beyond the limit, to say how many were sent
 STUDY_ID_MAX = 128
 STUDY_ID_PATTERN = r"^[\x20-\x7E]{1,128}$"  # printable ASCII, opaque to us
 _STUDY_ID_RE = re.compile(STUDY_ID_PATTERN)
@@ -51,14 +58,48 @@ def _media_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
+def _too_many(count: str, max_files: int, what: str = "image") -> ServiceProblem:
+    """413 for a batch over RADSCREEN_MAX_BATCH_ITEMS; 422 when the one-image endpoint gets several."""
+    if max_files == 1:
+        return _field_error(
+            "image", f"this endpoint scores one image and got {count} {what}s; use /v1/predict/batch"
+        )
+    return ServiceProblem(
+        "payload-too-large",
+        413,
+        f"The request has {count} {what}s; at most {max_files} images are accepted per request "
+        f"(RADSCREEN_MAX_BATCH_ITEMS={max_files}). Split them over several requests.",
+    )
+
+
+async def _read_form(request: Request, max_files: int) -> FormData:
+    """Parse the multipart body, counting up to ``COUNT_SLACK`` parts beyond the limits."""
+    cap_files, cap_fields = max_files + COUNT_SLACK, max_files + 8 + COUNT_SLACK
+    try:
+        return await request.form(max_files=cap_files, max_fields=cap_fields)
+    except StarletteHTTPException as exc:  # malformed multipart or too many parts
+        detail = str(exc.detail)
+        if detail.startswith("Too many files"):
+            raise _too_many(f"more than {cap_files}", max_files) from exc
+        if detail.startswith("Too many fields"):
+            raise ServiceProblem(
+                "payload-too-large",
+                413,
+                f"The request has more than {cap_fields} form fields; this endpoint takes the 'image' "
+                f"file part(s) and optional 'study_id' fields only (at most {max_files} of each).",
+            ) from exc
+        raise ServiceProblem("validation-error", 422, f"Malformed multipart body: {detail}") from exc
+
+
 async def read_uploads(request: Request, *, max_files: int) -> tuple[list[Upload], list[str]]:
     """All ``image`` parts (or the raw body) and any ``study_id`` form values, in request order."""
     media = _media_type(request)
     if media == "multipart/form-data":
-        try:
-            form = await request.form(max_files=max_files, max_fields=max_files + 8)
-        except StarletteHTTPException as exc:  # malformed multipart or too many parts
-            raise ServiceProblem("validation-error", 422, f"Malformed multipart body: {exc.detail}") from exc
+        form = await _read_form(request, max_files)
+        files = sum(isinstance(value, UploadFile) for _, value in form.multi_items())
+        if files > max_files:
+            await form.close()
+            raise _too_many(str(files), max_files)
         parts = form.getlist("image")
         if not parts:
             raise _field_error("image", f"field required: {HOW_TO_SEND}")
