@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,9 +34,33 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class CurrentStderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted, like ``logging.lastResort``.
+
+    A plain ``StreamHandler()`` keeps the stream that was ``sys.stderr`` at configuration time. When
+    that stream is later closed (pytest replaces and closes its capture streams between tests;
+    an embedding app may swap stderr), every record fails with "--- Logging error --- ... Call
+    stack:" on the new stderr instead of being logged (issue 13, item 14).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:  # StreamHandler.__init__/setStream assign it: always stderr
+        pass
+
+
 def configure_logging(level: str = "info") -> None:
-    """JSON lines on stderr for the service and uvicorn loggers (called by ``radscreen serve``)."""
-    handler = logging.StreamHandler()
+    """JSON lines on stderr for the service and uvicorn loggers (called by ``radscreen serve``).
+
+    Idempotent: calling it again replaces the handlers instead of adding more.
+    """
+    handler = CurrentStderrHandler()
     handler.setFormatter(JsonFormatter())
     for name in ("service", "models", "uvicorn", "uvicorn.error"):
         log = logging.getLogger(name)
