@@ -62,7 +62,8 @@ def configure_logging(level: str = "info") -> None:
     """
     handler = CurrentStderrHandler()
     handler.setFormatter(JsonFormatter())
-    for name in ("service", "models", "uvicorn", "uvicorn.error"):
+    logging.captureWarnings(True)  # library warnings (e.g. Pillow on a client's corrupt EXIF) as JSON lines
+    for name in ("service", "models", "uvicorn", "uvicorn.error", "py.warnings"):
         log = logging.getLogger(name)
         log.handlers[:] = [handler]
         log.setLevel(level.upper())

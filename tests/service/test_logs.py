@@ -17,7 +17,7 @@ import pytest
 
 from service.logs import configure_logging
 
-NAMES = ("service", "models", "uvicorn", "uvicorn.error")
+NAMES = ("service", "models", "uvicorn", "uvicorn.error", "py.warnings")
 
 
 @pytest.fixture
@@ -26,6 +26,7 @@ def restore_loggers() -> Iterator[None]:
              for n in NAMES}
     access_disabled = logging.getLogger("uvicorn.access").disabled
     yield
+    logging.captureWarnings(False)
     for name, (handlers, level, propagate) in saved.items():
         log = logging.getLogger(name)
         log.handlers[:], log.level, log.propagate = handlers, level, propagate

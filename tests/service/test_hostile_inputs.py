@@ -1,0 +1,232 @@
+"""Hostile uploads against a real ``radscreen serve`` process (issue 14): each gets its 4xx, or for a
+dropped client a clean info-level log line; the service's memory stays bounded; it answers a normal
+image identically afterwards; its log holds no traceback and no error.
+
+The tests of this module share one service and run in file order: the last one checks the log, the
+memory bound and the answer after everything above has been thrown at the service.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.helpers.hostile import hostile_bodies, png_black, png_claiming
+from tests.helpers.hostile_service import (
+    Service,
+    disconnect_mid_body,
+    disconnect_while_processing,
+    hostile_service,
+    multipart_body,
+    post,
+    reset_peak_rss,
+    rss_kib,
+    stalled_upload,
+    trickled_upload,
+)
+from tests.service.conftest import encode, fundus_like
+
+PROBLEM = "application/problem+json"
+MAX_PIXELS = 4_000_000
+MAX_UPLOAD = 2 * 1024 * 1024
+ENV = {
+    "RADSCREEN_MAX_PIXELS": str(MAX_PIXELS),
+    "RADSCREEN_MAX_UPLOAD_BYTES": str(MAX_UPLOAD),
+    "RADSCREEN_UPLOAD_IDLE_TIMEOUT_S": "1.5",
+    "RADSCREEN_UPLOAD_TIMEOUT_S": "6",
+    "RADSCREEN_MAX_WAIT_MS": "1500",  # a lone image waits 1.5 s for company: room to hang up before the answer
+    "RADSCREEN_DECODE_WORKERS": "2",
+}
+# Stated bound on the service's peak RSS above its warmed-up baseline during this suite: two decode
+# workers each holding one image at the pixel budget (4 Mpx: 12 MB RGB plus its float copies in the
+# quality gate and resize, measured ~45 MB each), bodies (<= 16 x 2 MiB in one batch), allocator slack.
+RSS_BOUND_MIB = 200
+VOLATILE = ("request_id", "study_id", "timing_ms")  # everything else must be the same after the suite
+
+
+@dataclass
+class Suite:
+    svc: Service
+    before: dict[str, Any]
+    baseline_kib: int
+    peak_reset: bool
+    samples: list[int] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+def _normal_image() -> bytes:
+    return encode(fundus_like(7, size=128))
+
+
+def _numbers(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k not in VOLATILE}
+
+
+@pytest.fixture(scope="module")
+def suite(tiny_artifact: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
+    log = tmp_path_factory.mktemp("hostile") / "service.log"
+    with hostile_service(tiny_artifact, log, ENV) as svc:
+        r = post(svc, "/v1/predict", _normal_image(), "image/png", "hostile-before-0001")
+        assert r.status_code == 200, r.text
+        state = Suite(svc, _numbers(r.json()), rss_kib(svc.pid)["VmRSS"], reset_peak_rss(svc.pid))
+
+        def sample() -> None:
+            while not state.stop.wait(0.01):
+                state.samples.append(rss_kib(svc.pid)["VmRSS"])
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            yield state
+        finally:
+            state.stop.set()
+            sampler.join(timeout=5)
+
+
+def _assert_problem(r: Any, status: int, slug: str, needle: str) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith(PROBLEM)
+    body: dict[str, Any] = r.json()
+    assert body["type"] == f"https://radscreen.dev/problems/{slug}" and body["status"] == status
+    assert needle.lower() in body["detail"].lower(), body["detail"]
+    return body
+
+
+def test_declared_size_and_metadata_bombs_get_their_4xx(suite: Suite) -> None:
+    for i, (name, bomb) in enumerate(hostile_bodies(MAX_PIXELS).items()):
+        r = post(suite.svc, "/v1/predict", bomb.body, "application/octet-stream", f"hostile-bomb-{i:04d}")
+        if bomb.status == 200:  # bounded metadata that lies about its size: ignored, the image is scored
+            assert r.status_code == 200, (name, r.text)
+            continue
+        _assert_problem(r, bomb.status, bomb.slug, bomb.needle)
+
+
+def test_aspect_ratio_bombs_name_the_limit_and_the_numbers(suite: Suite) -> None:
+    r = post(suite.svc, "/v1/predict", png_claiming(100_000, 10), "image/png", "hostile-aspect-0001")
+    detail = _assert_problem(r, 413, "image-too-large", "RADSCREEN_MAX_PIXELS")["detail"]
+    assert "100000x10" in detail and "10000000000" in detail and str(MAX_PIXELS) in detail
+    wide = np.zeros((400, 1800, 3), np.uint8)  # 4.5:1, within the pixel budget, really decoded
+    wide[:, 700:1100] = fundus_like(3, size=400)
+    r = post(suite.svc, "/v1/predict", encode(wide), "image/png", "hostile-aspect-0002")
+    _assert_problem(r, 400, "extreme-aspect-ratio", "4.5:1")
+
+
+def test_budget_sized_zip_bombs_are_decoded_within_the_bound(suite: Suite) -> None:
+    side = int(MAX_PIXELS**0.5)  # 2000 x 2000 black PNG: ~12 KB on the wire, 12 MB decoded
+    bomb = png_black(side)
+    assert len(bomb) < 64 * 1024
+    r = post(suite.svc, "/v1/predict", bomb, "image/png", "hostile-budget-0001")
+    assert r.status_code == 200 and r.json()["quality"]["gradable"] is False  # black: nothing to grade
+    body, ctype = multipart_body([("image", f"{i}.png", bomb) for i in range(16)])
+    r = post(suite.svc, "/v1/predict/batch", body, ctype, "hostile-budget-0002")
+    assert r.status_code == 200 and r.json()["count"] == 16, r.text
+
+
+def test_batch_with_bombs_answers_each_item(suite: Suite) -> None:
+    bombs = hostile_bodies(MAX_PIXELS)
+    names = ["png-60000x700", "tiff-1000-pages", "png-ztxt-8MiB-bomb", "webp-declared-16384^2"]
+    parts = [("image", f"{n}.bin", bombs[n].body) for n in names] + [("image", "ok.png", _normal_image())]
+    body, ctype = multipart_body(parts)
+    r = post(suite.svc, "/v1/predict/batch", body, ctype, "hostile-batch-0001")
+    assert r.status_code == 200, r.text
+    items = r.json()["items"]
+    for name, item in zip(names, items, strict=False):
+        assert item["problem"]["type"].endswith(bombs[name].slug) and item["problem"]["status"] == bombs[name].status
+    assert _numbers(items[-1]["result"]) == suite.before
+
+
+def test_many_parts_in_one_body(suite: Suite) -> None:
+    png = _normal_image()
+    body, ctype = multipart_body([("image", f"{i}.png", png) for i in range(17)])
+    r = post(suite.svc, "/v1/predict/batch", body, ctype, "hostile-parts-0001")
+    detail = _assert_problem(r, 413, "payload-too-large", "17 images")["detail"]
+    assert "RADSCREEN_MAX_BATCH_ITEMS=16" in detail
+    body, ctype = multipart_body([("image", f"{i}.png", b"x") for i in range(5000)])
+    _assert_problem(post(suite.svc, "/v1/predict/batch", body, ctype, "hostile-parts-0002"), 413,
+                    "payload-too-large", "more than 64 images")
+    body, ctype = multipart_body([("study_id", None, b"s") for _ in range(5000)])
+    _assert_problem(post(suite.svc, "/v1/predict/batch", body, ctype, "hostile-parts-0003"), 413,
+                    "payload-too-large", "form fields")
+    body, ctype = multipart_body([("image", "a.png", png), ("image", "b.png", png)])
+    _assert_problem(post(suite.svc, "/v1/predict", body, ctype, "hostile-parts-0004"), 422,
+                    "validation-error", "got 2 images")
+
+
+def test_slow_uploads_are_cut_off(suite: Suite) -> None:
+    status, headers, body = stalled_upload(suite.svc, "hostile-slow-0001")
+    assert status == 408 and headers["content-type"].startswith(PROBLEM), body
+    assert b"RADSCREEN_UPLOAD_IDLE_TIMEOUT_S" in body
+    status, headers, body = trickled_upload(suite.svc, "hostile-slow-0002")
+    assert status == 408 and b"RADSCREEN_UPLOAD_TIMEOUT_S" in body, body
+
+
+def test_client_disconnects_are_counted_and_logged_at_info(suite: Suite) -> None:
+    svc = suite.svc
+    predictions = svc.metric("radscreen_predictions_total", label="referable") + svc.metric(
+        "radscreen_predictions_total", label="non_referable")
+    for i, multipart in enumerate((False, True)):
+        disconnect_mid_body(svc, f"hostile-gone-up-{i:04d}", multipart=multipart)
+        line = svc.access_line(f"hostile-gone-up-{i:04d}")
+        assert (line["level"], line["status"], line["client_disconnected"]) == ("info", 499, "upload"), line
+    disconnect_while_processing(svc, "hostile-gone-proc-0001", _normal_image())
+    line = svc.access_line("hostile-gone-proc-0001")
+    assert (line["level"], line["status"], line["client_disconnected"]) == ("info", 499, "processing"), line
+    time.sleep(2.0)  # longer than the batch wait: a job that was not cancelled would be scored by now
+    assert svc.metric("radscreen_client_disconnects_total", stage="upload") == 2
+    assert svc.metric("radscreen_client_disconnects_total", stage="processing") == 1
+    after = svc.metric("radscreen_predictions_total", label="referable") + svc.metric(
+        "radscreen_predictions_total", label="non_referable")
+    assert after == predictions  # nothing was scored for the abandoned requests
+
+
+def test_afterwards_clean_log_bounded_memory_same_answer(suite: Suite) -> None:
+    svc = suite.svc
+    r = post(svc, "/v1/predict", _normal_image(), "image/png", "hostile-after-0001")
+    assert r.status_code == 200 and _numbers(r.json()) == suite.before
+    suite.stop.set()
+    peak = max([*suite.samples, rss_kib(svc.pid)["VmHWM"] if suite.peak_reset else 0])
+    grown_mib = (peak - suite.baseline_kib) / 1024
+    print(f"\nservice RSS: baseline {suite.baseline_kib / 1024:.0f} MiB, peak {peak / 1024:.0f} MiB "
+          f"(+{grown_mib:.0f} MiB; bound +{RSS_BOUND_MIB} MiB; VmHWM reset: {suite.peak_reset})")
+    assert grown_mib <= RSS_BOUND_MIB
+    entries = svc.log_entries()
+    text = svc.log_path.read_text(errors="replace")
+    assert "Traceback" not in text and "unhandled error" not in text and "Exception in ASGI" not in text
+    assert not [e for e in entries if e.get("level") in ("error", "critical") or "raw" in e]  # JSON lines only
+    served = [e for e in entries if e.get("logger") == "service.access" and e["endpoint"] != "/readyz"]
+    assert served and not [e for e in served if e["status"] >= 500]  # /readyz is 503 while loading: expected
+
+
+def test_batch_job_turns_each_bomb_into_an_error_row_and_goes_on(tiny_artifact: Path, tmp_path: Path) -> None:
+    """The batch job shares ``prepare_image``: every bomb is its own error row, the good images are scored."""
+    from service.batch.job import BatchJobConfig, run_job
+    from service.batch.output import read_output
+    from service.scoring import Scorer
+
+    bombs = hostile_bodies(40_000_000)  # the job's default pixel budget
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i, (name, bomb) in enumerate(bombs.items()):
+        (folder / f"{i:02d}-{name.replace('^', '')}.png").write_bytes(bomb.body)
+    for i in range(3):
+        (folder / f"zz-good-{i}.png").write_bytes(encode(fundus_like(i, size=96)))
+    out = tmp_path / "rows.jsonl"
+    config = BatchJobConfig(input=folder, output=out, model_dir=tiny_artifact, device="cpu", progress=False,
+                            batch_size=4)
+    result = run_job(config, scorer=Scorer.from_artifact(tiny_artifact, device="cpu"))
+    rows = {r["id"]: r for r in read_output(out)}
+    assert result.rows == len(bombs) + 3 == len(rows)
+    for i, (name, bomb) in enumerate(bombs.items()):
+        row = rows[f"{i:02d}-{name.replace('^', '')}.png"]
+        if bomb.status == 200:
+            assert not row["error"] and row["referable_dr_probability"] is not None, row
+        else:
+            assert row["error"].startswith(f"{bomb.slug}: ") and row["referable_dr_probability"] is None, row
+    assert not any(rows[f"zz-good-{i}.png"]["error"] for i in range(3))
