@@ -238,22 +238,36 @@ def open_image(
 
 
 def _to_rgb8(img: Image.Image) -> np.ndarray:
-    """Any decoded Pillow mode -> uint8 [H, W, 3]; high bit depths are scaled, alpha goes on black."""
+    """Any decoded Pillow mode -> uint8 [H, W, 3]; high bit depths are scaled, alpha goes on black.
+
+    Integer arithmetic where the result is an integer anyway (16-bit scaling, alpha compositing): the
+    same values as rounding the exact quotient (no ties exist for /255 and /257), at a fraction of the
+    memory of float copies (RGBA: ~21 instead of ~48 bytes per pixel at the peak).
+    """
     mode = img.mode
     if mode in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F"):
-        arr = np.asarray(img, dtype=np.float64)  # [H, W]
-        if mode == "F":
-            top = 1.0 if arr.size and float(np.nanmax(arr)) <= 1.0 else float(np.nanmax(arr) or 1.0)
+        arr = np.asarray(img)  # [H, W]: uint16, int32 or float32
+        if mode != "F" and (mode.startswith("I;16") or int(arr.max(initial=0)) <= 65535):
+            v = np.clip(arr, 0, 65535).astype(np.uint32)  # [H, W]
+            v += 128
+            v //= 257  # round(v * 255 / 65535) = round(v / 257)
+            gray8 = v.astype(np.uint8)
         else:
-            top = 65535.0 if mode.startswith("I;16") or float(arr.max(initial=0)) <= 65535 else float(arr.max())
-        gray = np.clip(np.nan_to_num(arr) / top, 0.0, 1.0) * 255.0
-        gray8 = np.round(gray).astype(np.uint8)
+            wide = arr.astype(np.float64)
+            if mode == "F":
+                top = 1.0 if wide.size and float(np.nanmax(wide)) <= 1.0 else float(np.nanmax(wide) or 1.0)
+            else:
+                top = float(wide.max())
+            gray8 = np.round(np.clip(np.nan_to_num(wide) / top, 0.0, 1.0) * 255.0).astype(np.uint8)
         return np.repeat(gray8[:, :, None], 3, axis=2)
     has_alpha = mode in ("RGBA", "LA", "PA", "RGBa", "La") or (mode == "P" and "transparency" in img.info)
     if has_alpha:
-        rgba = np.asarray(img.convert("RGBA"), dtype=np.float32)  # [H, W, 4]
-        rgb = rgba[:, :, :3] * (rgba[:, :, 3:4] / 255.0)  # composite on black
-        return np.round(rgb).astype(np.uint8)
+        rgba = np.asarray(img.convert("RGBA"))  # uint8 [H, W, 4]
+        rgb = rgba[:, :, :3].astype(np.uint16)  # [H, W, 3]; 255 * 255 fits in 16 bits
+        rgb *= rgba[:, :, 3:4]  # composite on black: c * a / 255, rounded
+        rgb += 127
+        rgb //= 255
+        return rgb.astype(np.uint8)
     return np.asarray(img.convert("RGB"), dtype=np.uint8)
 
 
