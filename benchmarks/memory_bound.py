@@ -57,9 +57,17 @@ MIB = 1024 * 1024
 def requests_of(svc: Service, max_pixels: int, max_batch_items: int) -> list[tuple[str, Callable[[], int]]]:
     """(label, call returning the HTTP status, or 499 for a disconnect) for one round of the suite."""
     calls: list[tuple[str, Callable[[], int]]] = []
-    for name, bomb in hostile_bodies(max_pixels).items():
-        calls.append((name, lambda b=bomb.body: post(svc, "/v1/predict", b, "application/octet-stream",
-                                                     "bench-bomb-0000").status_code))
+    def raw(body: bytes) -> Callable[[], int]:
+        return lambda: post(svc, "/v1/predict", body, "application/octet-stream", "bench-bomb-0000").status_code
+
+    def gone(call: Callable[[], None]) -> Callable[[], int]:
+        def run() -> int:
+            call()
+            return 499
+
+        return run
+
+    calls += [(name, raw(bomb.body)) for name, bomb in hostile_bodies(max_pixels).items()]
     budget = png_black(math.isqrt(max_pixels))
     calls.append(("budget-zip-bomb",
                   lambda: post(svc, "/v1/predict", budget, "image/png", "bench-budget-1").status_code))
@@ -68,9 +76,9 @@ def requests_of(svc: Service, max_pixels: int, max_batch_items: int) -> list[tup
     many, many_type = multipart_body([("image", f"{i}.png", b"x") for i in range(5000)])
     calls.append(("5000-parts", lambda: post(svc, "/v1/predict/batch", many, many_type, "bench-parts-01").status_code))
     good = small_png(256)
-    calls.append(("disconnect-upload", lambda: (disconnect_mid_body(svc, "bench-gone-0001"), 499)[1]))
+    calls.append(("disconnect-upload", gone(lambda: disconnect_mid_body(svc, "bench-gone-0001"))))
     calls.append(("disconnect-processing",
-                  lambda: (disconnect_while_processing(svc, "bench-gone-0002", good, 0.0), 499)[1]))
+                  gone(lambda: disconnect_while_processing(svc, "bench-gone-0002", good, 0.0))))
     calls.append(("stalled-upload", lambda: stalled_upload(svc, "bench-slow-0001")[0]))
     calls.append(("trickled-upload", lambda: trickled_upload(svc, "bench-slow-0002")[0]))
     return calls
