@@ -52,13 +52,14 @@ from tests.helpers.hostile_service import (
 # (/proc VmHWM around prepare_image on 2000x2000 images, 2026-11-23): RGB PNG/JPEG ~14.4, RGBA ~22.
 DECODE_BYTES_PER_PIXEL = 22
 MIB = 1024 * 1024
+SLOW = 900.0  # client timeout: a batch of 16 budget-sized images through the full model on a shared CPU is slow
 
 
 def requests_of(svc: Service, max_pixels: int, max_batch_items: int) -> list[tuple[str, Callable[[], int]]]:
     """(label, call returning the HTTP status, or 499 for a disconnect) for one round of the suite."""
     calls: list[tuple[str, Callable[[], int]]] = []
     def raw(body: bytes) -> Callable[[], int]:
-        return lambda: post(svc, "/v1/predict", body, "application/octet-stream", "bench-bomb-0000").status_code
+        return lambda: post(svc, "/v1/predict", body, "application/octet-stream", "bench-bomb-0000", SLOW).status_code
 
     def gone(call: Callable[[], None]) -> Callable[[], int]:
         def run() -> int:
@@ -70,11 +71,11 @@ def requests_of(svc: Service, max_pixels: int, max_batch_items: int) -> list[tup
     calls += [(name, raw(bomb.body)) for name, bomb in hostile_bodies(max_pixels).items()]
     budget = png_black(math.isqrt(max_pixels))
     calls.append(("budget-zip-bomb",
-                  lambda: post(svc, "/v1/predict", budget, "image/png", "bench-budget-1").status_code))
+                  lambda: post(svc, "/v1/predict", budget, "image/png", "bench-budget-1", SLOW).status_code))
     batch, ctype = multipart_body([("image", f"{i}.png", budget) for i in range(max_batch_items)])
-    calls.append(("budget-batch", lambda: post(svc, "/v1/predict/batch", batch, ctype, "bench-budget-2").status_code))
+    calls.append(("budget-batch", lambda: post(svc, "/v1/predict/batch", batch, ctype, "bench-budget-2", SLOW).status_code))
     many, many_type = multipart_body([("image", f"{i}.png", b"x") for i in range(5000)])
-    calls.append(("5000-parts", lambda: post(svc, "/v1/predict/batch", many, many_type, "bench-parts-01").status_code))
+    calls.append(("5000-parts", lambda: post(svc, "/v1/predict/batch", many, many_type, "bench-parts-01", SLOW).status_code))
     good = small_png(256)
     calls.append(("disconnect-upload", gone(lambda: disconnect_mid_body(svc, "bench-gone-0001"))))
     calls.append(("disconnect-processing",

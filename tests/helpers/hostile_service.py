@@ -65,7 +65,7 @@ class Service:
 
 def rss_kib(pid: int) -> dict[str, int]:
     """``VmRSS`` (now) and ``VmHWM`` (peak since start or the last reset) of ``pid`` in KiB."""
-    fields = {}
+    fields = {"VmRSS": 0, "VmHWM": 0}  # both absent once the process has exited
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
         if key in ("VmRSS", "VmHWM"):
@@ -181,6 +181,8 @@ def multipart_body(parts: Sequence[tuple[str, str | None, bytes]], boundary: str
     return b"".join(out) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
 
 
-def post(svc: Service, path: str, body: bytes, content_type: str, request_id: str) -> httpx.Response:
+def post(
+    svc: Service, path: str, body: bytes, content_type: str, request_id: str, timeout: float = 120.0
+) -> httpx.Response:
     headers = {"Content-Type": content_type, "X-Request-ID": request_id}
-    return httpx.post(f"{svc.base}{path}", content=body, headers=headers, timeout=120)
+    return httpx.post(f"{svc.base}{path}", content=body, headers=headers, timeout=timeout)
