@@ -73,9 +73,11 @@ def requests_of(svc: Service, max_pixels: int, max_batch_items: int) -> list[tup
     calls.append(("budget-zip-bomb",
                   lambda: post(svc, "/v1/predict", budget, "image/png", "bench-budget-1", SLOW).status_code))
     batch, ctype = multipart_body([("image", f"{i}.png", budget) for i in range(max_batch_items)])
-    calls.append(("budget-batch", lambda: post(svc, "/v1/predict/batch", batch, ctype, "bench-budget-2", SLOW).status_code))
+    calls.append(("budget-batch",
+                  lambda: post(svc, "/v1/predict/batch", batch, ctype, "bench-budget-2", SLOW).status_code))
     many, many_type = multipart_body([("image", f"{i}.png", b"x") for i in range(5000)])
-    calls.append(("5000-parts", lambda: post(svc, "/v1/predict/batch", many, many_type, "bench-parts-01", SLOW).status_code))
+    calls.append(("5000-parts",
+                  lambda: post(svc, "/v1/predict/batch", many, many_type, "bench-parts-01", SLOW).status_code))
     good = small_png(256)
     calls.append(("disconnect-upload", gone(lambda: disconnect_mid_body(svc, "bench-gone-0001"))))
     calls.append(("disconnect-processing",
