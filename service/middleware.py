@@ -155,8 +155,13 @@ class RequestContextMiddleware:
     @staticmethod
     async def _watch(receive: Receive, ex: _Exchange, app_task: asyncio.Task[None] | None) -> None:
         """After the body: wait for ``http.disconnect``; before any answer, the request is abandoned."""
-        while (await receive())["type"] != "http.disconnect":
-            pass
+        try:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+        except Exception:  # the server's receive failed: stop watching, let the request finish on its own
+            logger.debug("receive failed while watching for a disconnect", exc_info=True)
+            ex.gone.set()
+            return
         if not ex.response_started and app_task is not None and not app_task.done():
             ex.disconnected = "processing"
             app_task.cancel()
