@@ -49,8 +49,9 @@ from tests.helpers.hostile_service import (
 )
 
 # Measured peak bytes per pixel of one decode + quality gate + resize at the pixel budget
-# (/proc VmHWM around prepare_image on 2000x2000 images, 2026-11-23): RGB PNG/JPEG ~14.4, RGBA ~22.
-DECODE_BYTES_PER_PIXEL = 22
+# (/proc VmHWM around prepare_image on 2000x2000 images, 2026-11-23): RGB PNG/JPEG 14.4, 16-bit 13.5,
+# RGBA 22, 32-bit integer or float 23.5: the worst is rounded up.
+DECODE_BYTES_PER_PIXEL = 24
 MIB = 1024 * 1024
 SLOW = 900.0  # client timeout: a batch of 16 budget-sized images through the full model on a shared CPU is slow
 

@@ -258,7 +258,11 @@ def _to_rgb8(img: Image.Image) -> np.ndarray:
                 top = 1.0 if wide.size and float(np.nanmax(wide)) <= 1.0 else float(np.nanmax(wide) or 1.0)
             else:
                 top = float(wide.max())
-            gray8 = np.round(np.clip(np.nan_to_num(wide) / top, 0.0, 1.0) * 255.0).astype(np.uint8)
+            np.nan_to_num(wide, copy=False)  # the same arithmetic as before, in place: one float copy
+            wide /= top
+            np.clip(wide, 0.0, 1.0, out=wide)
+            wide *= 255.0
+            gray8 = np.round(wide, out=wide).astype(np.uint8)
         return np.repeat(gray8[:, :, None], 3, axis=2)
     has_alpha = mode in ("RGBA", "LA", "PA", "RGBa", "La") or (mode == "P" and "transparency" in img.info)
     if has_alpha:
