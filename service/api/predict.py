@@ -98,7 +98,11 @@ def _fhir(body: dict[str, Any]) -> JSONResponse:
         from service.fhir import to_fhir_bundle
     except ImportError as exc:
         raise ServiceProblem("not-acceptable", 406, "FHIR output is not available in this build.") from exc
-    return JSONResponse(to_fhir_bundle(body), media_type=FHIR_MEDIA_TYPE)
+    try:
+        bundle = to_fhir_bundle(body)
+    except ValueError as exc:  # an outcome that contradicts its own fields (render endpoint only)
+        raise ServiceProblem("validation-error", 422, str(exc)) from exc
+    return JSONResponse(bundle, media_type=FHIR_MEDIA_TYPE)
 
 
 @router.post(
@@ -176,3 +180,19 @@ async def predict_batch(request: Request, engine: EngineDep, settings: SettingsD
         else:
             items.append(BatchItem(index=i, filename=upload.filename, result=_result(outcome, scorer, sid)))  # type: ignore[arg-type]
     return BatchResponse(request_id=rid, count=len(items), items=items)
+
+
+@router.post(
+    "/v1/fhir",
+    summary="Render a prediction already made as a FHIR R4 Bundle (no re-scoring)",
+    description=(
+        "Send the JSON body that `POST /v1/predict` returned (as is); get the same result as a FHIR R4 "
+        "Bundle, with the same request id. The model is not run again: this only converts the document, so "
+        "the FHIR report always matches the result a user saw. The stated `outcome` must agree with the "
+        "fields it is derived from (422 otherwise)."
+    ),
+    response_class=JSONResponse,
+    responses={200: {"content": _FHIR_CONTENT}, **problem_responses(401, 406, 422)},
+)
+async def render_fhir(body: PredictionResponse) -> JSONResponse:
+    return _fhir(body.model_dump(mode="json"))
