@@ -41,7 +41,7 @@ def test_folder_rows_equal_the_scorer_and_predict_payload(
     # the reference: the same shared path, one batched forward over the same images
     from service.batch.inputs import discover_folder
 
-    items = [it for it in discover_folder(folder).items if it.id != "corrupt.jpg"]
+    items = [it for it in discover_folder(folder).items if it.id != "corrupt.jpg" and it.error is None]
     prepared = [prepare_image(it.file.read_bytes(), batch_scorer.pipeline) for it in items]  # type: ignore[union-attr]
     expected = [scored_row(it, score_payload(s, batch_scorer))
                 for it, s in zip(items, batch_scorer.score_batch(prepared), strict=True)]
