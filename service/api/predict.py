@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from service.api.uploads import STUDY_ID_MAX, STUDY_ID_PATTERN, check_study_id, read_uploads
 from service.deps import ApiKeyDep, EngineDep, SettingsDep
@@ -93,16 +94,18 @@ def _result(pred: Prediction, scorer: Scorer, study_id: str | None) -> dict[str,
     return body
 
 
-def _fhir(body: dict[str, Any]) -> JSONResponse:
+def _fhir(body: dict[str, Any]) -> Response:
     try:
         from service.fhir import to_fhir_bundle
     except ImportError as exc:
         raise ServiceProblem("not-acceptable", 406, "FHIR output is not available in this build.") from exc
     try:
         bundle = to_fhir_bundle(body)
-    except ValueError as exc:  # an outcome that contradicts its own fields (render endpoint only)
-        raise ServiceProblem("validation-error", 422, str(exc)) from exc
-    return JSONResponse(bundle, media_type=FHIR_MEDIA_TYPE)
+        content = json.dumps(bundle, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except ValueError as exc:  # render endpoint only: a contradicting outcome, or a number out of range
+        detail = str(exc) if "contradicts" in str(exc) else "The body holds a number too large to render."
+        raise ServiceProblem("validation-error", 422, detail) from exc
+    return Response(content, media_type=FHIR_MEDIA_TYPE)
 
 
 @router.post(
@@ -194,5 +197,5 @@ async def predict_batch(request: Request, engine: EngineDep, settings: SettingsD
     response_class=JSONResponse,
     responses={200: {"content": _FHIR_CONTENT}, **problem_responses(401, 406, 422)},
 )
-async def render_fhir(body: PredictionResponse) -> JSONResponse:
+async def render_fhir(body: PredictionResponse) -> Response:
     return _fhir(body.model_dump(mode="json"))
