@@ -205,7 +205,7 @@ def plot_summary(path: Path, builder: SummaryBuilder, *, bins: int = 40) -> None
     if builder.referral_threshold_mi is not None:
         referred = sum(1 for v in builder.mutual_information if v > builder.referral_threshold_mi)
         ax_mi.axvline(builder.referral_threshold_mi, color="black", linestyle="--",
-                      label=f"referral threshold {builder.referral_threshold_mi:.3g} ({referred} above)")
+                      label=f"calibrated MI threshold {builder.referral_threshold_mi:.3g} ({referred} above)")
         ax_mi.legend(loc="best", fontsize="small", framealpha=0.9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -126,7 +126,7 @@ def test_scored_images_get_the_expected_outcome_and_payload(scorer: Scorer, imag
     ungradable = PreparedImage(images[0].pixels, bad, 1.0)
     [ref] = scorer.score_batch([images[0]])
     p, mi = ref.probability, ref.mutual_information
-    assert 0.0 < mi and 0.0 < p < 1.0
+    assert mi > 0.0 and 0.0 < p < 1.0
     cases = {
         "grader_review_uncertain": _with_thresholds(scorer, mi=mi / 2, decision=p / 2),
         "refer_referable_dr": _with_thresholds(scorer, mi=mi * 2, decision=p / 2),
