@@ -110,8 +110,10 @@ class SummaryBuilder:
                 "ungradable": self.ungradable,
                 "by_label_graded": dict(sorted(self.labels.items())),
             },
-            "referral": {
-                "referred": self.referred,
+            # refer_to_expert: the model deferred the image to a human. NOT the referral decision (see
+            # "outcomes"), hence not called "referral" here.
+            "deferred_to_human": {
+                "count": self.referred,
                 "rate": rate(self.referred),
                 "by_reason": {k: {"count": v, "rate": rate(v)} for k, v in sorted(self.reasons.items())},
                 "referral_threshold_mi": self.referral_threshold_mi,
@@ -145,7 +147,7 @@ def summary_title(model: dict[str, Any]) -> str:
 
 def format_summary(summary: dict[str, Any]) -> str:
     """A few human lines for the terminal: the outcome table first, then reasons and distributions."""
-    counts, referral = summary["counts"], summary["referral"]
+    counts, referral = summary["counts"], summary["deferred_to_human"]
     lines = [summary["title"], f"inputs {counts['inputs']}  scored {counts['scored']}  failed {counts['errors']}"]
     for key, entry in summary["outcomes"].items():
         share = "" if entry["share_of_inputs"] is None else f" ({entry['share_of_inputs']:.1%})"
@@ -153,7 +155,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         if key == FAILED:
             lines.extend(f"    {kind}: {n}" for kind, n in counts["errors_by_type"].items())
     if referral["rate"] is not None:
-        lines.append(f"deferred to a human (refer_to_expert): {referral['referred']} "
+        lines.append(f"deferred to a human (refer_to_expert): {referral['count']} "
                      f"({referral['rate']:.1%} of scored); by reason:")
         for reason, entry in referral["by_reason"].items():
             lines.append(f"  {reason}: {entry['count']} ({entry['rate']:.1%})")

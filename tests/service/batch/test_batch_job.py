@@ -60,7 +60,7 @@ def test_folder_rows_equal_the_scorer_and_predict_payload(
     dark = [r for r in rows[1:] if r["gradable"] is False]
     assert dark and all(r["outcome"] == "retake_ungradable" and "image_quality" in r["referral_reasons"]
                         for r in dark)
-    assert result.summary["referral"]["referred"] == sum(r["refer_to_expert"] is True for r in rows)
+    assert result.summary["deferred_to_human"]["count"] == sum(r["refer_to_expert"] is True for r in rows)
 
 
 def test_manifest_bad_rows_all_accounted_for(

@@ -119,8 +119,8 @@ def test_summary_counts_outcomes_reasons_and_quantiles(tmp_path: Path) -> None:
     assert summary["counts"] == {"inputs": 5, "scored": 4, "errors": 1,
                                  "errors_by_type": {"undecodable-image": 1}, "ungradable": 1,
                                  "by_label_graded": {"non_referable": 1, "referable": 2}}
-    referral = summary["referral"]
-    assert referral["referred"] == 2 and math.isclose(referral["rate"], 2 / 4)
+    referral = summary["deferred_to_human"]
+    assert referral["count"] == 2 and math.isclose(referral["rate"], 2 / 4)
     assert referral["by_reason"] == {"image_quality": {"count": 1, "rate": 1 / 4},
                                      "uncertain": {"count": 2, "rate": 2 / 4}}
     # probability over the graded images only: the ungradable image's 0.9 is not a finding
@@ -142,4 +142,6 @@ def test_summary_counts_outcomes_reasons_and_quantiles(tmp_path: Path) -> None:
 
 def test_summary_of_only_errors_has_no_rates() -> None:
     summary = SummaryBuilder().add_all(sample_rows()[3:]).build()
-    assert summary["referral"]["rate"] is None and summary["distributions"]["mutual_information"] is None
+    assert summary["deferred_to_human"]["rate"] is None and summary["distributions"]["mutual_information"] is None
+    assert summary["outcomes"]["failed"] == {"count": 1, "share_of_inputs": 1.0, "meaning": "not scored: see errors"}
+    assert sum(v["count"] for v in summary["outcomes"].values()) == 1
