@@ -161,7 +161,7 @@
       el("small", {}, o.sub));
   }
 
-  function probabilityBlock(d, q) {
+  function probabilityBlock(d, q, outcome) {
     if (!q.gradable) {
       return el("div", { class: "metric", id: "probability" },
         el("h3", {}, "Referable-DR probability"),
@@ -174,7 +174,10 @@
       el("div", { class: "value" }, `${pct(d.referable_dr_probability)} — ${labelWords}`),
       gauge("prob", d.referable_dr_probability, d.decision_threshold, 1,
         `Probability ${pct(d.referable_dr_probability)}, decision threshold ${pct(d.decision_threshold)}`),
-      el("p", { class: "explain" }, `Label “${d.label.replace("_", " ")}” at decision threshold ${pct(d.decision_threshold)}.`));
+      el("p", { class: "explain" }, outcome === "grader_review_uncertain"
+        ? `The model is uncertain: this number is not a result until a grader has reviewed the image ` +
+          `(decision threshold ${pct(d.decision_threshold)}).`
+        : `Label “${d.label.replace("_", " ")}” at decision threshold ${pct(d.decision_threshold)}.`));
   }
 
   function uncertaintyBlock(u) {
@@ -195,7 +198,7 @@
   function renderSingle(body, file, url) {
     const q = body.quality, m = body.model;
     const metrics = el("div", {},
-      probabilityBlock(body.diagnosis, q),
+      probabilityBlock(body.diagnosis, q, body.outcome),
       uncertaintyBlock(body.uncertainty),
       el("div", { class: "metric", id: "quality" },
         el("h3", {}, "Image quality"),
