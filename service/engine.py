@@ -95,7 +95,7 @@ class Engine:
             metrics=self.metrics,
         )
         self.batcher.start()
-        self.metrics.set_model(scorer.model_identity)
+        self.metrics.set_model(scorer.model_identity, scorer.calibration.referral_threshold_mi)
         self.metrics.ready.set(1)
         self.state = "ready"
         logger.info("ready", extra={"load_s": round(time.perf_counter() - started, 3)})

@@ -5,20 +5,30 @@ resources), because every part is then a first-class resource a receiving system
 reference on its own, and the bundle is a single POSTable document. It holds:
 
 - ``DiagnosticReport`` — status ``preliminary`` (an automated, unreviewed result of a model that is not
-  cleared for clinical use; a human must confirm it), conclusion text stating the referral decision in
-  plain words and the not-for-clinical-use note, ``result`` references to the four observations,
-  ``identifier`` for the request id and (if given) the caller's opaque ``study_id``;
+  cleared for clinical use; a human must confirm it), ``conclusionCode`` = the screening outcome
+  (``retake_ungradable`` / ``grader_review_uncertain`` / ``refer_referable_dr`` / ``no_referable_dr``,
+  computed once in ``service.scoring.screening_outcome``), conclusion text stating that outcome in plain
+  words and the not-for-clinical-use note, ``result`` references to the observations, ``identifier`` for
+  the request id and (if given) the caller's opaque ``study_id``;
 - ``Observation`` referable-DR probability — ``valueQuantity`` in ``%`` (UCUM), the decision threshold
-  as ``referenceRange.high``, the diagnosis label as ``interpretation``;
+  as ``referenceRange.high``, the diagnosis label as ``interpretation``; for an ungradable image no value
+  at all but ``dataAbsentReason`` "not graded" (the number is not a finding);
 - ``Observation`` mutual information — ``valueQuantity`` in ``nat`` (no UCUM code exists for nats, so
   unit text only), the calibrated referral threshold as ``referenceRange.high``;
 - ``Observation`` image quality — ``valueBoolean`` = gradable, the score and each issue as components;
-- ``Observation`` referral recommendation — ``valueBoolean`` = refer to an expert, reasons as coded
-  components with plain-word displays;
+- ``Observation`` screening outcome — ``valueCodeableConcept`` = the outcome, components: deferred to a
+  human (``refer_to_expert``) and its reasons as coded values with plain-word displays;
+- ``Observation`` referral recommended — ``valueBoolean`` true only for ``refer_referable_dr``; for
+  ``grader_review_uncertain`` / ``retake_ungradable`` it is false with an ``interpretation`` and a note
+  saying the decision is pending a human grader / a new photograph (false is then NOT "no referral");
 - ``Device`` — the model: name, version, sha256 of its artifact manifest as identifier, MC samples,
   training data and intended use.
 
-Codes that no public terminology covers live in our own code system :data:`CODE_SYSTEM`. References
+Codes that no public terminology covers live in our own code system :data:`CODE_SYSTEM`. The four
+screening outcomes are coded there too: no SNOMED CT concept for "human grader review because the model is
+uncertain" or "retake the photograph" could be verified in this project, and mixing verified public codes
+for two outcomes with local ones for the other two would make the value set uneven to consume; the
+outcome's ``display`` and ``text`` carry the plain words. References
 between entries are ``urn:uuid:`` full URLs derived deterministically from the request id, so the same
 response always renders to the same bundle (auditable; a retried upload is recognisably a duplicate).
 
@@ -35,6 +45,8 @@ import html
 import uuid
 from datetime import UTC, datetime
 from typing import Any
+
+from service.scoring import OUTCOME_TEXT, ScorerCalibration, ScreeningOutcome, screening_outcome
 
 FHIR_MEDIA_TYPE = "application/fhir+json"
 CODE_SYSTEM = "urn:radial-screen:fhir:codes"
@@ -54,6 +66,13 @@ NOT_FOR_CLINICAL_USE = (
 REASON_TEXT: dict[str, str] = {
     "uncertain": "the model is uncertain about this image",
     "image_quality": "image quality too low to grade",
+}
+DATA_ABSENT = "http://terminology.hl7.org/CodeSystem/data-absent-reason"
+# What the referral-recommended Observation says when it is false because a human must decide.
+PENDING_TEXT: dict[str, str] = {
+    "grader_review_uncertain": "No decision by the model: a human grader must review this image",
+    "retake_ungradable": "No decision by the model: retake the photograph, then screen again",
+    "no_referable_dr": "No referable diabetic retinopathy found: rescreen at the routine interval",
 }
 
 
@@ -79,12 +98,37 @@ def _require(body: dict[str, Any], key: str) -> Any:
     return body[key]
 
 
-def referral_sentence(body: dict[str, Any]) -> str:
-    """The referral decision in plain words, e.g. "Refer: the model is uncertain about this image"."""
-    if not body.get("refer_to_expert"):
-        return "No referral: the model is confident and the image is gradable"
-    reasons = [REASON_TEXT.get(r, str(r).replace("_", " ")) for r in body.get("referral_reasons") or []]
-    return "Refer: " + ("; ".join(reasons) if reasons else "referred to an expert")
+def outcome_of(body: dict[str, Any]) -> ScreeningOutcome:
+    """The response's screening outcome, checked against the rule it must follow.
+
+    The outcome is recomputed from the fields it derives from (gradable, MI vs threshold, probability vs
+    decision threshold) with :func:`service.scoring.screening_outcome`; a body whose stated outcome
+    disagrees (edited or corrupted JSON) is refused rather than rendered into a clinical document.
+    """
+    diagnosis, unc, quality = _require(body, "diagnosis"), _require(body, "uncertainty"), _require(body, "quality")
+    calibration = ScorerCalibration(
+        referral_threshold_mi=float(unc["referral_threshold"]),
+        decision_threshold=float(diagnosis["decision_threshold"]),
+        target_referral_rate=0.0,
+        dataset="",
+    )
+    derived = screening_outcome(
+        gradable=bool(quality["gradable"]),
+        mutual_information=float(unc["mutual_information"]),
+        probability=float(diagnosis["referable_dr_probability"]),
+        calibration=calibration,
+    )
+    stated = _require(body, "outcome")
+    if stated != derived.value:
+        raise ValueError(
+            f"outcome {stated!r} contradicts the response's own fields, which give {derived.value!r}"
+        )
+    return derived
+
+
+def outcome_sentence(body: dict[str, Any]) -> str:
+    """The screening outcome in plain words, e.g. "Refer to an eye-care professional: referable ..."."""
+    return OUTCOME_TEXT[outcome_of(body)]
 
 
 def _device(model: dict[str, Any]) -> dict[str, Any]:
@@ -131,24 +175,75 @@ def _observation(
     }
 
 
+def _nat(x: float) -> str:
+    """A nat value with 3 significant digits, readable at every scale (1.42e-13, 1.01e-06, 0.0123)."""
+    return f"{x:.3g}"
+
+
 def _observations(body: dict[str, Any], device_ref: str, issued: str) -> dict[str, dict[str, Any]]:
-    """The four Observations keyed by entry name (probability, mi, quality, referral)."""
-    diagnosis = _require(body, "diagnosis")
-    unc = _require(body, "uncertainty")
-    quality = _require(body, "quality")
+    """The Observations keyed by entry name (outcome, referral, probability, mi, quality)."""
+    outcome = outcome_of(body)
+    diagnosis, unc, quality = body["diagnosis"], body["uncertainty"], body["quality"]
     probability = float(diagnosis["referable_dr_probability"])
-    label = str(diagnosis.get("label", "referable" if probability >= 0.5 else "non_referable"))
-    decision_threshold = float(diagnosis.get("decision_threshold", 0.5))
+    label = str(diagnosis["label"])
+    decision_threshold = float(diagnosis["decision_threshold"])
     mi = float(unc["mutual_information"])
     mi_threshold = float(unc["referral_threshold"])
     unit = str(unc.get("unit", "nat"))
+    graded = outcome is not ScreeningOutcome.RETAKE_UNGRADABLE
 
+    reasons = [str(r) for r in body.get("referral_reasons") or []]
+    outcome_obs = _observation(
+        _code("screening-outcome", "Diabetic retinopathy screening outcome"),
+        device_ref,
+        issued,
+        valueCodeableConcept=_code(outcome.value, OUTCOME_TEXT[outcome]),
+        component=[
+            {
+                "code": _code("deferred-to-human", "The model defers this image to a human"),
+                "valueBoolean": bool(_require(body, "refer_to_expert")),
+            },
+            *(
+                {
+                    "code": _code("deferral-reason", "Reason the model defers to a human"),
+                    "valueCodeableConcept": _code(r, REASON_TEXT.get(r, r.replace("_", " "))),
+                }
+                for r in reasons
+            ),
+        ],
+    )
+    recommended = outcome is ScreeningOutcome.REFER_REFERABLE_DR
+    referral_obs = _observation(
+        _code("referral-recommended", "Referral to an eye-care professional recommended"),
+        device_ref,
+        issued,
+        valueBoolean=recommended,
+        **(
+            {}
+            if recommended
+            else {
+                "interpretation": [_code(outcome.value, OUTCOME_TEXT[outcome])],
+                "note": [{"text": PENDING_TEXT[outcome.value]}],
+            }
+        ),
+    )
+    if graded:
+        prob_value: dict[str, Any] = {
+            "valueQuantity": _percent(probability),
+            "interpretation": [_code(label, label.replace("_", " ").capitalize())],
+        }
+    else:
+        prob_value = {
+            "dataAbsentReason": {
+                "coding": [{"system": DATA_ABSENT, "code": "not-performed", "display": "Not Performed"}],
+                "text": "Not graded: the image is ungradable, so the model's probability is not a finding",
+            }
+        }
     prob_obs = _observation(
         _code("referable-dr-probability", "Probability of referable diabetic retinopathy"),
         device_ref,
         issued,
-        valueQuantity=_percent(probability),
-        interpretation=[_code(label, label.replace("_", " ").capitalize())],
+        **prob_value,
         referenceRange=[
             {
                 "high": _percent(decision_threshold),
@@ -162,14 +257,14 @@ def _observations(body: dict[str, Any], device_ref: str, issued: str) -> dict[st
         issued,
         valueQuantity={"value": mi, "unit": unit},
         interpretation=[
-            _code("above-referral-threshold", "Above the calibrated referral threshold")
+            _code("above-referral-threshold", "Above the calibrated threshold: grader review")
             if mi > mi_threshold
-            else _code("within-referral-threshold", "Within the calibrated referral threshold")
+            else _code("within-referral-threshold", "Within the calibrated threshold")
         ],
         referenceRange=[
             {
                 "high": {"value": mi_threshold, "unit": unit},
-                "text": "Calibrated referral threshold: above it the image is referred to an expert",
+                "text": f"Calibrated threshold {_nat(mi_threshold)} {unit}: above it a human grader reviews the image",
             }
         ],
     )
@@ -192,40 +287,32 @@ def _observations(body: dict[str, Any], device_ref: str, issued: str) -> dict[st
         valueBoolean=bool(quality["gradable"]),
         **({"component": quality_components} if quality_components else {}),
     )
-    refer = bool(_require(body, "refer_to_expert"))
-    reasons = [str(r) for r in body.get("referral_reasons") or []]
-    referral_obs = _observation(
-        _code("refer-to-expert", "Referral to an eye-care professional recommended"),
-        device_ref,
-        issued,
-        valueBoolean=refer,
-        note=[{"text": referral_sentence(body)}],
-        **(
-            {
-                "component": [
-                    {
-                        "code": _code("referral-reason", "Referral reason"),
-                        "valueCodeableConcept": _code(r, REASON_TEXT.get(r, r.replace("_", " "))),
-                    }
-                    for r in reasons
-                ]
-            }
-            if reasons
-            else {}
-        ),
-    )
-    return {"probability": prob_obs, "mi": mi_obs, "quality": quality_obs, "referral": referral_obs}
+    return {
+        "outcome": outcome_obs,
+        "referral": referral_obs,
+        "probability": prob_obs,
+        "mi": mi_obs,
+        "quality": quality_obs,
+    }
 
 
 def _conclusion(body: dict[str, Any]) -> str:
-    """One paragraph: decision, probability, uncertainty, model provenance, not-for-clinical-use."""
+    """One paragraph: outcome, probability (or "not graded"), uncertainty, provenance, not-for-clinical-use."""
     d, u, m = body["diagnosis"], body["uncertainty"], body.get("model", {})
+    outcome = outcome_of(body)
+    if outcome is ScreeningOutcome.RETAKE_UNGRADABLE:
+        finding = "Referable-DR probability: not graded (the image is ungradable). "
+    else:
+        finding = (
+            f"Referable-DR probability {100.0 * float(d['referable_dr_probability']):.1f}% "
+            f"(label: {str(d.get('label', '')).replace('_', ' ')}; decision threshold "
+            f"{100.0 * float(d['decision_threshold']):.1f}%). "
+        )
+    mi, thr, unit = float(u["mutual_information"]), float(u["referral_threshold"]), u.get("unit", "nat")
     return (
-        f"{referral_sentence(body)}. "
-        f"Referable-DR probability {100.0 * float(d['referable_dr_probability']):.1f}% "
-        f"(label: {str(d.get('label', '')).replace('_', ' ')}); "
-        f"uncertainty (mutual information) {float(u['mutual_information']):.4f} {u.get('unit', 'nat')} "
-        f"against referral threshold {float(u['referral_threshold']):.4f}. "
+        f"{OUTCOME_TEXT[outcome]}. {finding}"
+        f"Uncertainty (mutual information) {_nat(mi)} {unit}, {'above' if mi > thr else 'within'} the "
+        f"calibrated threshold {_nat(thr)} {unit}. "
         f"Model {m.get('name', '?')} {m.get('version', '?')} (sha256 {str(m.get('sha256', ''))[:12]}), "
         f"trained on {m.get('training_data', 'unstated')} data. {NOT_FOR_CLINICAL_USE}"
     )
@@ -242,6 +329,7 @@ def to_fhir_bundle(body: dict[str, Any], *, issued: datetime | None = None) -> d
     request_id = str(body.get("request_id") or uuid.uuid4())
     stamp = (issued or datetime.now(UTC)).astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     model = _require(body, "model")
+    outcome = outcome_of(body)
     device_ref = _urn(request_id, "device")
     observations = _observations(body, device_ref, stamp)
     conclusion = _conclusion(body)
@@ -262,11 +350,7 @@ def to_fhir_bundle(body: dict[str, Any], *, issued: datetime | None = None) -> d
         "issued": stamp,
         "result": [{"reference": _urn(request_id, key)} for key in observations],
         "conclusion": conclusion,
-        "conclusionCode": [
-            _code("refer", "Refer to an eye-care professional")
-            if body.get("refer_to_expert")
-            else _code("no-referral", "No referral recommended by the model")
-        ],
+        "conclusionCode": [_code(outcome.value, OUTCOME_TEXT[outcome])],
         "text": {
             "status": "generated",
             "div": f'<div xmlns="http://www.w3.org/1999/xhtml"><p>{html.escape(conclusion)}</p></div>',

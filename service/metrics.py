@@ -6,17 +6,33 @@ apps in one process (tests, benchmarks) never clash over metric names.
 
 from __future__ import annotations
 
+import math
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from service.scoring import ImageScore
+from service.scoring import ImageScore, ScreeningOutcome
 
 __all__ = ["CONTENT_TYPE_LATEST", "ServiceMetrics"]
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128)
 PROBABILITY_BUCKETS = tuple(round(0.1 * i, 1) for i in range(1, 11))
-MI_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7)
+# MI bucket bounds as multiples of the artifact's calibrated referral threshold: MI lives on the scale of
+# that threshold (the embedded model's is ~1e-6 nat), so fixed bounds like 1e-3 would hide all drift.
+MI_BUCKET_FACTORS = (0.01, 0.03, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 10.0, 100.0, 1000.0)
+
+
+def mi_buckets(referral_threshold_mi: float) -> tuple[float, ...]:
+    """Histogram bounds for MI (nats) around ``referral_threshold_mi``; ``1.0`` is exactly the threshold.
+
+    Bounds above ln 2 (the largest possible binary MI) are dropped and ln 2 is added last, so every bucket
+    can be reached. A non-positive threshold falls back to a decade ladder from 1e-9 nat.
+    """
+    if not referral_threshold_mi > 0:
+        return (*tuple(10.0 ** e for e in range(-9, 0)), math.log(2))
+    bounds = sorted({float(f"{f * referral_threshold_mi:.6g}") for f in MI_BUCKET_FACTORS})
+    return (*[b for b in bounds if b < math.log(2)], math.log(2))
 
 
 class ServiceMetrics:
@@ -64,12 +80,14 @@ class ServiceMetrics:
             buckets=PROBABILITY_BUCKETS,
             registry=r,
         )
-        self.mutual_information = Histogram(
-            "radscreen_mutual_information",
-            "Mutual information in nats (drift watch).",
-            buckets=MI_BUCKETS,
+        self.outcomes = Counter(
+            "radscreen_outcomes",
+            "Screening outcomes (retake_ungradable, grader_review_uncertain, refer_referable_dr, no_referable_dr).",
+            ["outcome"],
             registry=r,
         )
+        # Created by set_model(): its buckets come from the loaded artifact's calibrated MI threshold.
+        self.mutual_information: Histogram | None = None
         self.model_info = Gauge(
             "radscreen_model_info", "The loaded model (value 1).", ["name", "version", "sha256"], registry=r
         )
@@ -79,6 +97,8 @@ class ServiceMetrics:
             self.predictions.labels(label=label)
         for reason in ("uncertain", "image_quality"):
             self.referrals.labels(reason=reason)
+        for outcome in ScreeningOutcome:
+            self.outcomes.labels(outcome=outcome.value)
         self._add_client_disconnects(r)
 
     def _add_client_disconnects(self, r: CollectorRegistry) -> None:
@@ -93,14 +113,27 @@ class ServiceMetrics:
             self.client_disconnects.labels(stage=stage)
 
     def observe_score(self, score: ImageScore) -> None:
-        """Count one prediction: label, referral reasons, probability and MI distributions."""
+        """Count one prediction: outcome, label, referral reasons, probability and MI distributions."""
+        self.outcomes.labels(outcome=score.outcome.value).inc()
         self.predictions.labels(label=score.label).inc()
         for reason in score.referral_reasons:
             self.referrals.labels(reason=reason).inc()
         self.probability.observe(score.probability)
-        self.mutual_information.observe(score.mutual_information)
+        if self.mutual_information is not None:
+            self.mutual_information.observe(score.mutual_information)
 
-    def set_model(self, identity: dict[str, object]) -> None:
+    def set_model(self, identity: dict[str, object], referral_threshold_mi: float | None = None) -> None:
+        """Label the model-info gauge; with a threshold, (re)build the MI histogram on its scale."""
+        if referral_threshold_mi is not None:
+            if self.mutual_information is not None:
+                self.registry.unregister(self.mutual_information)
+            self.mutual_information = Histogram(
+                "radscreen_mutual_information",
+                "Mutual information in nats (drift watch); bucket bounds are multiples of the calibrated "
+                "referral threshold (le equal to the threshold is the referral boundary).",
+                buckets=mi_buckets(referral_threshold_mi),
+                registry=self.registry,
+            )
         self.model_info.clear()
         self.model_info.labels(
             name=str(identity["name"]), version=str(identity["version"]), sha256=str(identity["sha256"])

@@ -2,36 +2,26 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-EXAMPLE_MODEL: dict[str, Any] = {
-    "name": "radial-vgg16-star",
-    "version": "1.0.0",
-    "sha256": "9f2c4e1d0b7a63f5e8c1d2b3a4f5e6d7c8b9a0f1e2d3c4b5a6978877665544aa",
-    "mc_samples": 16,
-    "training_data": "synthetic",
-    "intended_use": "Research demonstration of uncertainty-aware referral; not for clinical use.",
-}
-EXAMPLE_PREDICTION: dict[str, Any] = {
-    "request_id": "5f0c2a9e8b7d4c6a9e1f2b3c4d5e6f70",
-    "study_id": "study-0042",
-    "model": EXAMPLE_MODEL,
-    "diagnosis": {"referable_dr_probability": 0.83, "label": "referable", "decision_threshold": 0.5},
-    "uncertainty": {
-        "mutual_information": 0.11,
-        "predictive_entropy": 0.46,
-        "expected_entropy": 0.35,
-        "unit": "nat",
-        "referral_threshold": 0.09,
-    },
-    "quality": {"gradable": True, "score": 0.92, "issues": []},
-    "refer_to_expert": True,
-    "referral_reasons": ["uncertain"],
-    "timing_ms": {"decode": 4.1, "queue": 0.8, "inference": 31.0},
-    "disclaimer": "Decision support only, not a diagnosis. ...",
-}
+# The OpenAPI example is a real response of the embedded default model, written by
+# scripts/gen_doc_examples.py (and kept in sync with it by tests/service/test_doc_examples.py).
+EXAMPLE_FILE = Path(__file__).with_name("openapi_example.json")
+
+
+def _load_example() -> dict[str, Any]:
+    """The generated example response; empty if the file is missing (a broken install, not fatal)."""
+    try:
+        return dict(json.loads(EXAMPLE_FILE.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return {}
+
+
+EXAMPLE_PREDICTION: dict[str, Any] = _load_example()
 EXAMPLE_PROBLEM: dict[str, Any] = {
     "type": "https://radscreen.dev/problems/undecodable-image",
     "title": "Image cannot be decoded",
@@ -42,6 +32,7 @@ EXAMPLE_PROBLEM: dict[str, Any] = {
 }
 
 ReferralReason = Literal["uncertain", "image_quality"]
+Outcome = Literal["retake_ungradable", "grader_review_uncertain", "refer_referable_dr", "no_referable_dr"]
 QualityIssue = Literal["no_field_of_view", "too_dark", "overexposed", "obstructed", "blurred", "not_fundus"]
 
 
@@ -56,7 +47,14 @@ class ModelIdentity(BaseModel):
 
 
 class Diagnosis(BaseModel):
-    referable_dr_probability: float = Field(ge=0, le=1, description="Mean over the K draws of P(grade >= 2).")
+    referable_dr_probability: float = Field(
+        ge=0,
+        le=1,
+        description=(
+            "Mean over the K draws of P(grade >= 2). Not a finding when quality.gradable is false "
+            "(outcome retake_ungradable): returned for audit only, never to be shown as a result."
+        ),
+    )
     label: Literal["referable", "non_referable"]
     decision_threshold: float
 
@@ -90,14 +88,29 @@ class ImageResult(BaseModel):
     diagnosis: Diagnosis
     uncertainty: Uncertainty
     quality: Quality
-    refer_to_expert: bool = Field(description="The model defers this image to a human.")
+    refer_to_expert: bool = Field(
+        description=(
+            "The model defers this image to a human (uncertain and/or ungradable). NOT the patient's "
+            "referral decision: false does not mean 'no referral'; read `outcome`."
+        )
+    )
     referral_reasons: list[ReferralReason]
+    outcome: Outcome = Field(
+        description=(
+            "The screening outcome a clinic acts on, with fixed precedence: retake_ungradable (image not "
+            "gradable) > grader_review_uncertain (MI above the calibrated threshold) > refer_referable_dr / "
+            "no_referable_dr (probability at/above or below the decision threshold)."
+        )
+    )
+    outcome_reason: str = Field(description="The outcome in one plain-language line.")
     timing_ms: Timing
     disclaimer: str
 
 
 class PredictionResponse(ImageResult):
-    model_config = ConfigDict(protected_namespaces=(), json_schema_extra={"examples": [EXAMPLE_PREDICTION]})
+    model_config = ConfigDict(
+        protected_namespaces=(), json_schema_extra={"examples": [EXAMPLE_PREDICTION] if EXAMPLE_PREDICTION else []}
+    )
     request_id: str
 
 

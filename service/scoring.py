@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from service.imaging import ImagePipeline, ImageRejected, decode_rgb, fov_square
 from service.quality import QualityReport, assess_quality
 
 __all__ = [
+    "OUTCOME_TEXT",
     "ImagePipeline",
     "ImageRejected",
     "ImageScore",
@@ -37,14 +39,55 @@ __all__ = [
     "QualityReport",
     "Scorer",
     "ScorerCalibration",
+    "ScreeningOutcome",
     "prepare_image",
     "score_payload",
+    "screening_outcome",
 ]
 
 logger = logging.getLogger(__name__)
 
 REASON_UNCERTAIN = "uncertain"
 REASON_QUALITY = "image_quality"
+
+
+class ScreeningOutcome(StrEnum):
+    """What a clinic acts on for one image (DESIGN.md §4), in precedence order.
+
+    ``refer_to_expert`` only says the model defers the image to a human; this is the decision shown on
+    every surface (JSON, page, FHIR, batch, metrics), computed once in :func:`screening_outcome`.
+    """
+
+    RETAKE_UNGRADABLE = "retake_ungradable"
+    GRADER_REVIEW_UNCERTAIN = "grader_review_uncertain"
+    REFER_REFERABLE_DR = "refer_referable_dr"
+    NO_REFERABLE_DR = "no_referable_dr"
+
+
+# The one plain-language line per outcome, shared by the page, FHIR and the batch summary.
+OUTCOME_TEXT: dict[ScreeningOutcome, str] = {
+    ScreeningOutcome.RETAKE_UNGRADABLE: "Retake the photograph: the image cannot be graded",
+    ScreeningOutcome.GRADER_REVIEW_UNCERTAIN: "Human grader review: the model is uncertain about this image",
+    ScreeningOutcome.REFER_REFERABLE_DR: "Refer to an eye-care professional: referable diabetic retinopathy",
+    ScreeningOutcome.NO_REFERABLE_DR: "No referable diabetic retinopathy found: rescreen at the routine interval",
+}
+
+
+def screening_outcome(
+    *, gradable: bool, mutual_information: float, probability: float, calibration: ScorerCalibration
+) -> ScreeningOutcome:
+    """The screening outcome with fixed precedence: ungradable, then uncertain, then the probability.
+
+    An ungradable image is never graded (its probability is not a finding); an uncertain one goes to a
+    human whatever its probability; only a gradable, confident answer is a referral decision.
+    """
+    if not gradable:
+        return ScreeningOutcome.RETAKE_UNGRADABLE
+    if mutual_information > calibration.referral_threshold_mi:
+        return ScreeningOutcome.GRADER_REVIEW_UNCERTAIN
+    if probability >= calibration.decision_threshold:
+        return ScreeningOutcome.REFER_REFERABLE_DR
+    return ScreeningOutcome.NO_REFERABLE_DR
 
 
 @dataclass(frozen=True)
@@ -75,9 +118,10 @@ class ImageScore:
     mutual_information: float  # nats, in [0, ln 2]
     predictive_entropy: float
     expected_entropy: float
-    refer_to_expert: bool
+    refer_to_expert: bool  # the model defers this image to a human (uncertain or ungradable)
     referral_reasons: list[str]
     quality: QualityReport
+    outcome: ScreeningOutcome  # what the clinic acts on: see screening_outcome()
 
 
 @dataclass(frozen=True)
@@ -212,6 +256,9 @@ class Scorer:
                 reasons.append(REASON_UNCERTAIN)
             if not im.quality.gradable:
                 reasons.append(REASON_QUALITY)
+            outcome = screening_outcome(
+                gradable=im.quality.gradable, mutual_information=mi, probability=p, calibration=cal
+            )
             out.append(
                 ImageScore(
                     probability=p,
@@ -222,6 +269,7 @@ class Scorer:
                     refer_to_expert=bool(reasons),
                     referral_reasons=reasons,
                     quality=im.quality,
+                    outcome=outcome,
                 )
             )
         return out
@@ -266,5 +314,7 @@ def score_payload(score: ImageScore, scorer: Scorer) -> dict[str, Any]:
         },
         "refer_to_expert": score.refer_to_expert,
         "referral_reasons": list(score.referral_reasons),
+        "outcome": score.outcome.value,
+        "outcome_reason": OUTCOME_TEXT[score.outcome],
         "disclaimer": scorer.disclaimer,
     }

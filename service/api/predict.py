@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from service.api.uploads import STUDY_ID_MAX, STUDY_ID_PATTERN, check_study_id, read_uploads
 from service.deps import ApiKeyDep, EngineDep, SettingsDep
@@ -93,12 +94,18 @@ def _result(pred: Prediction, scorer: Scorer, study_id: str | None) -> dict[str,
     return body
 
 
-def _fhir(body: dict[str, Any]) -> JSONResponse:
+def _fhir(body: dict[str, Any]) -> Response:
     try:
         from service.fhir import to_fhir_bundle
     except ImportError as exc:
         raise ServiceProblem("not-acceptable", 406, "FHIR output is not available in this build.") from exc
-    return JSONResponse(to_fhir_bundle(body), media_type=FHIR_MEDIA_TYPE)
+    try:
+        bundle = to_fhir_bundle(body)
+        content = json.dumps(bundle, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except ValueError as exc:  # render endpoint only: a contradicting outcome, or a number out of range
+        detail = str(exc) if "contradicts" in str(exc) else "The body holds a number too large to render."
+        raise ServiceProblem("validation-error", 422, detail) from exc
+    return Response(content, media_type=FHIR_MEDIA_TYPE)
 
 
 @router.post(
@@ -176,3 +183,19 @@ async def predict_batch(request: Request, engine: EngineDep, settings: SettingsD
         else:
             items.append(BatchItem(index=i, filename=upload.filename, result=_result(outcome, scorer, sid)))  # type: ignore[arg-type]
     return BatchResponse(request_id=rid, count=len(items), items=items)
+
+
+@router.post(
+    "/v1/fhir",
+    summary="Render a prediction already made as a FHIR R4 Bundle (no re-scoring)",
+    description=(
+        "Send the JSON body that `POST /v1/predict` returned (as is); get the same result as a FHIR R4 "
+        "Bundle, with the same request id. The model is not run again: this only converts the document, so "
+        "the FHIR report always matches the result a user saw. The stated `outcome` must agree with the "
+        "fields it is derived from (422 otherwise)."
+    ),
+    response_class=JSONResponse,
+    responses={200: {"content": _FHIR_CONTENT}, **problem_responses(401, 406, 422)},
+)
+async def render_fhir(body: PredictionResponse) -> Response:
+    return _fhir(body.model_dump(mode="json"))

@@ -24,6 +24,7 @@ DEFAULT_PATH_COLUMNS: tuple[str, ...] = ("image", "path")
 DUPLICATE_ID = "duplicate-id"
 PATH_OUTSIDE_ROOT = "path-outside-input-root"
 MISSING_PATH = "missing-path"
+NOT_AN_IMAGE = "not-an-image"
 
 
 class InputError(Exception):
@@ -75,18 +76,21 @@ def _inside(root: Path, file: Path) -> bool:
 
 
 def discover_folder(folder: Path) -> InputSource:
-    """All image files under ``folder`` (recursive), sorted by relative POSIX path; id = that path.
+    """Every file under ``folder`` (recursive), sorted by relative POSIX path; id = that path.
 
-    Symlinked files that resolve outside the folder become ``path-outside-input-root`` error rows.
+    Files whose suffix is not an image type (:data:`IMAGE_EXTENSIONS`, e.g. ``notes.pdf``) are not read
+    but become ``not-an-image`` error rows, so a folder scan never drops a file without a word; hidden
+    files (name starting with ``.``, e.g. ``.DS_Store``) and hidden folders are skipped. Symlinked files
+    that resolve outside the folder become ``path-outside-input-root`` error rows.
     """
     if not folder.is_dir():
         raise InputError(f"input folder {folder} does not exist or is not a directory")
     root = folder.resolve()
     rel_paths: list[str] = []
     for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames.sort()
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in filenames:
-            if name.startswith(".") or Path(name).suffix.lower() not in IMAGE_EXTENSIONS:
+            if name.startswith("."):
                 continue
             rel_paths.append(Path(dirpath, name).relative_to(folder).as_posix())
     rel_paths.sort()
@@ -94,7 +98,14 @@ def discover_folder(folder: Path) -> InputSource:
     for index, rel in enumerate(rel_paths):
         file = folder / rel
         shown = str(file)
-        if not _inside(root, file):
+        suffix = Path(rel).suffix.lower()
+        if suffix not in IMAGE_EXTENSIONS:
+            err = RowError(
+                NOT_AN_IMAGE,
+                f"skipped: {suffix or 'no'} suffix is not an image type ({', '.join(IMAGE_EXTENSIONS)})",
+            )
+            items.append(InputItem(index, rel, shown, None, err))
+        elif not _inside(root, file):
             err = RowError(PATH_OUTSIDE_ROOT, "symlink resolves outside the input folder")
             items.append(InputItem(index, rel, shown, None, err))
         else:

@@ -16,6 +16,7 @@ Row = dict[str, Any]
 COLUMNS: tuple[str, ...] = (
     "id",
     "path",
+    "outcome",  # the screening outcome (service.scoring.screening_outcome); empty on error rows
     "referable_dr_probability",
     "label",
     "mutual_information",
@@ -56,6 +57,7 @@ def scored_row(item: InputItem, payload: Mapping[str, Any]) -> Row:
     return {
         "id": item.id,
         "path": item.path,
+        "outcome": str(payload["outcome"]),
         "referable_dr_probability": float(diagnosis["referable_dr_probability"]),
         "label": str(diagnosis["label"]),
         "mutual_information": float(uncertainty["mutual_information"]),
@@ -112,7 +114,7 @@ def from_csv_cells(record: Mapping[str, str]) -> Row:
         text = record.get(col, "")
         if col in LIST_COLUMNS:
             row[col] = text.split(LIST_SEPARATOR) if text else []
-        elif text == "" and col in FLOAT_COLUMNS | BOOL_COLUMNS | {"label"}:
+        elif text == "" and col in FLOAT_COLUMNS | BOOL_COLUMNS | {"label", "outcome"}:
             row[col] = None
         elif col in BOOL_COLUMNS:
             row[col] = text == "true"

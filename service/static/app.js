@@ -1,6 +1,7 @@
-/* Radial Screen clinician page: choose or drop fundus photographs, send them to the service, show
-   probability, uncertainty (mutual information against the calibrated referral threshold), image
-   quality and the referral decision in plain words. Plain browser JavaScript, no build step, no
+/* Radial Screen clinician page: choose or drop fundus photographs, send them to the service, show the
+   screening outcome as the headline (the service's `outcome`, computed in one place server-side), then
+   probability, uncertainty (low / borderline / high relative to the calibrated threshold) and image
+   quality. A referable finding is never green; an ungradable image's probability is "not graded". Plain browser JavaScript, no build step, no
    network access beyond this service. The API key lives only in this tab's memory. */
 "use strict";
 
@@ -11,10 +12,22 @@
     uncertain: "the model is uncertain about this image",
     image_quality: "image quality too low to grade",
   };
+  // The four screening outcomes (service.scoring.ScreeningOutcome): headline, colour class, what to do.
+  const OUTCOMES = {
+    refer_referable_dr: { cls: "outcome-refer", headline: "Refer to an eye-care professional",
+      sub: "Referable diabetic retinopathy: the model is confident and the image is gradable." },
+    grader_review_uncertain: { cls: "outcome-review", headline: "Human grader review needed",
+      sub: "The model is uncertain about this image: a trained grader must grade it. This is not a result." },
+    retake_ungradable: { cls: "outcome-retake", headline: "Retake the photograph",
+      sub: "The image cannot be graded. No finding was made; take a new photograph and screen again." },
+    no_referable_dr: { cls: "outcome-clear", headline: "No referable diabetic retinopathy found",
+      sub: "Rescreen at the routine interval. A clinician must still review this result." },
+  };
   const ISSUES = {
     no_field_of_view: "no circular field of view found",
     too_dark: "too dark",
     overexposed: "overexposed",
+    obstructed: "part of the field is obstructed",
     blurred: "blurred or out of focus",
     not_fundus: "does not look like a fundus photograph",
   };
@@ -71,11 +84,18 @@
     return h;
   }
 
-  function referralSentence(body) {
-    if (!body.refer_to_expert) return "No referral: the model is confident and the image is gradable";
-    const reasons = (body.referral_reasons || []).map((r) => REASONS[r] || r.replace(/_/g, " "));
-    return "Refer: " + (reasons.length ? reasons.join("; ") : "referred to an expert");
+  const outcomeOf = (body) => OUTCOMES[body.outcome] ||
+    { cls: "outcome-review", headline: "Unknown outcome: human review needed", sub: String(body.outcome) };
+
+  /** Uncertainty in words, relative to the calibrated threshold: high = above it (grader review). */
+  function uncertaintyLevel(u) {
+    const ratio = u.referral_threshold > 0 ? u.mutual_information / u.referral_threshold : Infinity;
+    if (ratio > 1) return "high";
+    if (ratio > 0.5) return "borderline";
+    return "low";
   }
+
+  const deferralText = (body) => (body.referral_reasons || []).map((r) => REASONS[r] || r.replace(/_/g, " ")).join("; ");
 
   function qualityText(q) {
     if (q.gradable) return `Gradable (quality score ${q.score.toFixed(2)})`;
@@ -96,7 +116,14 @@
   }
 
   /** Open the connection settings so a 401 can be fixed where it is explained. */
-  function askForKey() { $("settings").open = true; }
+  function askForKey() { $("settings").open = true; markKeyRequired(); }
+
+  /** The server answered 401: say so on the field itself. */
+  function markKeyRequired() {
+    $("api-key-label").textContent = "API key (required by this server; sent as X-API-Key, kept only in this tab)";
+    $("api-key").required = true;
+    $("settings-summary").textContent = "Connection settings (API key required)";
+  }
 
   function showError(info) {
     const box = $("error");
@@ -121,44 +148,70 @@
       small ? null : el("span", { class: "marker-label", style: { left: at(threshold) } }, "threshold"));
   }
 
-  /** Scale for MI bars: keep the threshold near the middle so small values stay visible. */
-  const miScale = (mi, threshold) => Math.min(Math.LN2, Math.max(2 * threshold, 1.25 * mi, 1e-6));
+  /** MI bars share one fixed scale on every row: 0 to twice the calibrated threshold (marker in the
+      middle); a value beyond it fills the bar. The raw MI is in the text and the tooltip. */
+  const miScale = (threshold) => 2 * threshold;
 
   /* ---------- rendering ---------- */
 
-  function renderSingle(body, file, url) {
-    const d = body.diagnosis, u = body.uncertainty, q = body.quality, m = body.model;
-    const above = u.mutual_information > u.referral_threshold;
-    const labelWords = d.label === "referable" ? "referable DR likely" : "referable DR unlikely";
-    const decision = el("div", { class: `decision ${body.refer_to_expert ? "refer" : "no-refer"}`, id: "decision" },
-      referralSentence(body),
-      el("small", {}, body.refer_to_expert
-        ? "The model defers this image to a human grader."
-        : "A clinician must still review this result."));
-    const metrics = el("div", {},
-      el("div", { class: "metric", id: "probability" },
+  function outcomeHeadline(body, id) {
+    const o = outcomeOf(body);
+    return el("div", { class: `decision ${o.cls}`, id, "data-outcome": body.outcome },
+      el("span", { class: "outcome-headline" }, o.headline),
+      el("small", {}, o.sub));
+  }
+
+  function probabilityBlock(d, q, outcome) {
+    if (!q.gradable) {
+      return el("div", { class: "metric", id: "probability" },
         el("h3", {}, "Referable-DR probability"),
-        el("div", { class: "value" }, `${pct(d.referable_dr_probability)} — ${labelWords}`),
-        gauge("prob", d.referable_dr_probability, d.decision_threshold, 1,
-          `Probability ${pct(d.referable_dr_probability)}, decision threshold ${pct(d.decision_threshold)}`),
-        el("p", { class: "explain" }, `Label “${d.label.replace("_", " ")}” at decision threshold ${pct(d.decision_threshold)}.`)),
-      el("div", { class: "metric", id: "uncertainty" },
-        el("h3", {}, "Model uncertainty (mutual information)"),
-        el("div", { class: "value" }, `${nat(u.mutual_information)} nat — ${above ? "above" : "within"} the referral threshold`),
-        gauge("mi", u.mutual_information, u.referral_threshold, miScale(u.mutual_information, u.referral_threshold),
-          `Mutual information ${nat(u.mutual_information)} nat, referral threshold ${nat(u.referral_threshold)} nat`),
-        el("p", { class: "explain" },
-          `Calibrated referral threshold ${nat(u.referral_threshold)} nat. Above it the model is too unsure and refers the image.`)),
+        el("div", { class: "value not-graded" }, "Not graded"),
+        el("p", { class: "explain" }, "The image cannot be graded, so the model's number is not a finding."));
+    }
+    const labelWords = d.label === "referable" ? "referable DR likely" : "referable DR unlikely";
+    return el("div", { class: "metric", id: "probability" },
+      el("h3", {}, "Referable-DR probability"),
+      el("div", { class: "value" }, `${pct(d.referable_dr_probability)} — ${labelWords}`),
+      gauge("prob", d.referable_dr_probability, d.decision_threshold, 1,
+        `Probability ${pct(d.referable_dr_probability)}, decision threshold ${pct(d.decision_threshold)}`),
+      el("p", { class: "explain" }, outcome === "grader_review_uncertain"
+        ? `The model is uncertain: this number is not a result until a grader has reviewed the image ` +
+          `(decision threshold ${pct(d.decision_threshold)}).`
+        : `Label “${d.label.replace("_", " ")}” at decision threshold ${pct(d.decision_threshold)}.`));
+  }
+
+  function uncertaintyBlock(u) {
+    const level = uncertaintyLevel(u);
+    const words = { low: "low", borderline: "borderline (near the threshold)", high: "high (above the threshold)" }[level];
+    return el("div", { class: "metric", id: "uncertainty" },
+      el("h3", {}, "Model uncertainty"),
+      el("div", { class: `value level-${level}` }, `Uncertainty: ${words}`),
+      gauge("mi", u.mutual_information, u.referral_threshold, miScale(u.referral_threshold),
+        `Mutual information ${nat(u.mutual_information)} nat, calibrated threshold ${nat(u.referral_threshold)} nat`),
+      el("details", { class: "explain" },
+        el("summary", {}, "Details"),
+        `Mutual information ${nat(u.mutual_information)} nat against the calibrated threshold ` +
+        `${nat(u.referral_threshold)} nat. Above it a human grader reviews the image; "borderline" means ` +
+        "above half of it. The bar spans 0 to twice the threshold."));
+  }
+
+  function renderSingle(body, file, url) {
+    const q = body.quality, m = body.model;
+    const metrics = el("div", {},
+      probabilityBlock(body.diagnosis, q, body.outcome),
+      uncertaintyBlock(body.uncertainty),
       el("div", { class: "metric", id: "quality" },
         el("h3", {}, "Image quality"),
         el("div", { class: `quality ${q.gradable ? "ok" : "bad"}` }, qualityText(q))));
     const fhir = el("button", { type: "button", class: "secondary fhir-link", id: "fhir" }, "Download FHIR R4 report");
-    fhir.addEventListener("click", () => downloadFhir(file));
+    fhir.addEventListener("click", () => downloadFhir(body, file.name));
     return el("article", { "aria-label": `Result for ${file.name}` },
-      decision,
+      outcomeHeadline(body, "decision"),
       el("div", { class: "result-grid" },
         thumb(url, `Fundus photograph ${file.name}`, "thumb"),
         metrics),
+      body.refer_to_expert
+        ? el("p", { class: "meta" }, `The model defers this image to a human: ${deferralText(body)}.`) : null,
       el("p", { class: "meta" },
         `Model ${m.name} ${m.version} (sha256 ${m.sha256.slice(0, 12)}), ${m.mc_samples} posterior draws. `,
         `Request ${body.request_id}. Timing: decode ${body.timing_ms.decode.toFixed(0)} ms, `,
@@ -171,30 +224,38 @@
     const rows = items.map(({ file, url, result, problem }) => {
       const cells = [el("td", {}, thumb(url, "", "thumb"), el("div", { class: "meta" }, file.name))];
       if (problem) {
-        cells.push(el("td", { colspan: 3 }, problem.text, problem.detail ? ` (${problem.detail})` : ""),
-          el("td", { class: "refer" }, "Not analysed: check the file"));
+        cells.push(el("td", { class: "outcome-cell outcome-failed" }, "Not analysed: check the file"),
+          el("td", { colspan: 3 }, problem.text, problem.detail ? ` (${problem.detail})` : ""));
       } else {
-        const d = result.diagnosis, u = result.uncertainty;
+        const d = result.diagnosis, u = result.uncertainty, o = outcomeOf(result);
         cells.push(
-          el("td", {}, pct(d.referable_dr_probability), el("div", { class: "meta" }, d.label.replace("_", " "))),
-          el("td", {}, `${nat(u.mutual_information)} nat`,
-            gauge("mi", u.mutual_information, u.referral_threshold, miScale(u.mutual_information, u.referral_threshold),
+          el("td", { class: `outcome-cell ${o.cls}`, "data-outcome": result.outcome }, o.headline),
+          el("td", {}, result.quality.gradable
+            ? [pct(d.referable_dr_probability), el("div", { class: "meta" }, d.label.replace("_", " "))]
+            : el("span", { class: "not-graded" }, "Not graded")),
+          el("td", { title: `Mutual information ${nat(u.mutual_information)} nat, threshold ${nat(u.referral_threshold)} nat` },
+            `Uncertainty: ${uncertaintyLevel(u)}`,
+            gauge("mi", u.mutual_information, u.referral_threshold, miScale(u.referral_threshold),
               `Mutual information ${nat(u.mutual_information)}, threshold ${nat(u.referral_threshold)}`, true),
-            el("div", { class: "meta" }, `${u.mutual_information > u.referral_threshold ? "above" : "within"} threshold ${nat(u.referral_threshold)}`)),
-          el("td", {}, qualityText(result.quality)),
-          el("td", { class: result.refer_to_expert ? "refer" : "no-refer" }, referralSentence(result)));
+            el("div", { class: "meta" }, `${nat(u.mutual_information)} nat`)),
+          el("td", {}, qualityText(result.quality)));
       }
       return el("tr", {}, cells);
     });
-    const done = items.filter((i) => i.result);
-    const referred = done.filter((i) => i.result.refer_to_expert).length;
+    const counts = {};
+    for (const key of [...Object.keys(OUTCOMES), "failed"]) counts[key] = 0;
+    for (const i of items) counts[i.result ? i.result.outcome : "failed"] += 1;
+    const summaryItems = Object.entries(OUTCOMES).map(([key, o]) =>
+      el("li", { class: o.cls, "data-outcome": key }, `${o.headline}: ${counts[key]}`));
+    summaryItems.push(el("li", { class: "outcome-failed", "data-outcome": "failed" }, `Not analysed (failed file): ${counts.failed}`));
     return el("div", {},
       el("p", { class: "summary", id: "batch-summary" },
-        `${done.length} of ${items.length} images analysed; ${referred} referred to an expert.`),
+        `${items.length} images: ${items.length - counts.failed} analysed, ${counts.failed} failed.`),
+      el("ul", { class: "outcome-counts", id: "batch-counts" }, summaryItems),
       el("table", { class: "batch", id: "batch-table" },
-        el("caption", {}, "Batch results"),
+        el("caption", {}, "Batch results (uncertainty bars share one scale: 0 to twice the calibrated threshold)"),
         el("thead", {}, el("tr", {},
-          ["Image", "Referable-DR probability", "Uncertainty (MI vs threshold)", "Image quality", "Decision"]
+          ["Image", "Screening outcome", "Referable-DR probability", "Uncertainty", "Image quality"]
             .map((h) => el("th", { scope: "col" }, h)))),
         el("tbody", {}, rows)));
   }
@@ -207,13 +268,17 @@
     return fetch(path, { method: "POST", body: form, headers: headers(accept ? { Accept: accept } : {}) });
   }
 
-  async function downloadFhir(file) {
+  /** FHIR for the result on screen: the service converts this JSON (same request id); the model is not run again. */
+  async function downloadFhir(body, name) {
     clearError();
     try {
-      const response = await post("/v1/predict", [file], "application/fhir+json");
+      const response = await fetch("/v1/fhir", {
+        method: "POST", body: JSON.stringify(body),
+        headers: headers({ "Content-Type": "application/json", Accept: "application/fhir+json" }),
+      });
       if (!response.ok) { showError(await problemText(response)); return; }
       const blob = new Blob([JSON.stringify(await response.json(), null, 2)], { type: "application/fhir+json" });
-      const link = el("a", { href: URL.createObjectURL(blob), download: `${file.name}.fhir.json` });
+      const link = el("a", { href: URL.createObjectURL(blob), download: `${name}.${body.request_id}.fhir.json` });
       document.body.append(link); link.click(); link.remove();
     } catch (err) {
       showError({ text: "Could not reach the service. Check the network connection and try again." });
@@ -239,7 +304,7 @@
         }
         const body = await response.json();
         results.replaceChildren(renderSingle(body, state.files[0], state.urls[0]));
-        $("status").textContent = `Analysis complete. ${referralSentence(body)}.`;
+        $("status").textContent = `Analysis complete. ${outcomeOf(body).headline}.`;
       } else {
         const items = [];
         for (let start = 0; start < state.files.length; start += BATCH_LIMIT) {
@@ -260,8 +325,8 @@
           }
         }
         results.replaceChildren(renderBatch(items));
-        const referred = items.filter((i) => i.result && i.result.refer_to_expert).length;
-        $("status").textContent = `Batch complete: ${items.length} images, ${referred} referred.`;
+        const failed = items.filter((i) => !i.result).length;
+        $("status").textContent = `Batch complete: ${items.length} images, ${failed} failed.`;
       }
     } catch (err) {
       showError({ text: "Could not reach the service. Check the network connection and try again." });
@@ -320,6 +385,7 @@
       const response = await fetch("/v1/model", { headers: headers() });
       if (!response.ok) {
         const info = await problemText(response);
+        if (response.status === 401) markKeyRequired();
         status.textContent = info.text + (response.status === 401 ? "" : " Retrying…");
         if (response.status !== 401) setTimeout(() => loadModel(attempt + 1), Math.min(10000, 1000 * (attempt + 1)));
         return;

@@ -59,7 +59,7 @@ def test_every_query_uses_only_our_metrics() -> None:
     families = {re.sub(r"_(bucket|sum|count)$", "", n) for n in used}
     assert {
         "radscreen_requests_total", "radscreen_request_latency_seconds", "radscreen_queue_depth",
-        "radscreen_batch_size", "radscreen_referrals_total", "radscreen_mutual_information",
+        "radscreen_batch_size", "radscreen_referrals_total", "radscreen_outcomes_total", "radscreen_mutual_information",
         "radscreen_probability", "radscreen_queue_wait_seconds", "radscreen_inference_seconds",
     } <= families
 
@@ -82,10 +82,18 @@ def test_required_panels_and_datasource_wiring() -> None:
     assert dash["uid"] == "radscreen-overview"
     titles = " | ".join(p["title"].lower() for p in dash["panels"])
     for needle in (
-        "throughput", "latency percentiles", "queue depth", "batch size", "referral rate by reason",
-        "mutual information distribution", "probability distribution",
+        "throughput", "latency percentiles", "queue depth", "batch size", "deferred to a human by reason",
+        "screening outcomes", "mutual information distribution", "probability distribution",
     ):
         assert needle in titles, f"no panel about {needle}"
+    # the outcome panel colours: a referable finding is never green, only no_referable_dr is
+    outcome_panel = next(p for p in dash["panels"]
+                         if p["type"] != "row" and p["title"].lower().startswith("screening outcomes"))
+    colours = {o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"]
+               for o in outcome_panel["fieldConfig"]["overrides"]}
+    assert colours == {"refer_referable_dr": "red", "grader_review_uncertain": "orange",
+                       "retake_ungradable": "purple", "no_referable_dr": "green"}
+    assert "radscreen_outcomes_total" in outcome_panel["targets"][0]["expr"]
     datasource = yaml.safe_load((PROVISIONING / "datasources" / "prometheus.yml").read_text(encoding="utf-8"))
     uid = datasource["datasources"][0]["uid"]
     assert datasource["datasources"][0]["type"] == "prometheus"

@@ -25,6 +25,8 @@ def build_tiny_artifact(
     intended_use: str = "Tests only: an untrained tiny network with no clinical meaning.",
     referral_threshold_mi: float = 0.002,
     target_referral_rate: float = 0.2,
+    decision_threshold: float = 0.5,
+    dataset: str = "none: test fixture",
     rho_init: float = -2.5,
     seed: int = 0,
     draw_seed: int = 1234,
@@ -63,9 +65,9 @@ def build_tiny_artifact(
     calibration = Calibration(
         referral_threshold_mi=referral_threshold_mi,
         target_referral_rate=target_referral_rate,
-        decision_threshold=0.5,
+        decision_threshold=decision_threshold,
         validation=dict(validation or {}),
-        dataset="none: test fixture",
+        dataset=dataset,
     )
     save_artifact(directory, model=model, config=config, calibration=calibration, model_card=model_card,
                   overwrite=True)

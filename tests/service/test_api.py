@@ -66,6 +66,8 @@ def test_predict_multipart_and_raw_give_the_design_body(server: str) -> None:
         "quality",
         "refer_to_expert",
         "referral_reasons",
+        "outcome",
+        "outcome_reason",
         "timing_ms",
         "disclaimer",
     }
@@ -89,6 +91,7 @@ def test_non_fundus_image_is_referred_for_quality(server: str) -> None:
     body = httpx.post(f"{server}/v1/predict", content=encode(grey), headers={"Content-Type": "image/png"}).json()
     assert body["quality"]["gradable"] is False and "no_field_of_view" in body["quality"]["issues"]
     assert body["refer_to_expert"] is True and "image_quality" in body["referral_reasons"]
+    assert body["outcome"] == "retake_ungradable"
 
 
 def test_batch_keeps_order_and_isolates_bad_items(server: str) -> None:
@@ -177,6 +180,7 @@ def test_model_health_and_metrics(server: str) -> None:
         "radscreen_queue_depth",
         "radscreen_predictions_total",
         "radscreen_referrals_total",
+        "radscreen_outcomes_total",
         "radscreen_mutual_information_count",
     ):
         assert name in names, name

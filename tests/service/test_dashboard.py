@@ -1,14 +1,16 @@
 """The clinician page in a real browser (Debian chromium driven by Playwright) against a real service.
 
-The service runs with an API key and a tiny artifact whose referral threshold is far below the
-network's MI, so every gradable fundus image is referred as "uncertain" and a blank image is referred
-for quality: both referral paths are visible. Screenshots go to a temp dir and, when set, to
-$RADSCREEN_SCREENSHOT_DIR.
+The service runs with an API key and a tiny artifact calibrated (tests/service/outcomes.py) so that each
+of the four screening outcomes occurs for one generated image: every outcome is checked on the single
+view and in the batch table (headline words and colour class), and the FHIR download is checked to reuse
+the result on screen. Screenshots go to a temp dir and, when $RADSCREEN_SCREENSHOT_DIR is set, there too
+(the ones in docs/screenshots/ were made with RADSCREEN_SCREENSHOT_DIR=docs/screenshots).
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -18,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.deploy.live_service import blank_png, build_artifact, fundus_png, running_service
+from tests.deploy.live_service import running_service
+from tests.service.outcomes import OUTCOMES, build_outcome_artifact
 
 CHROMIUM = "/usr/bin/chromium"
 API_KEY = "dashboard-test-key"
@@ -53,11 +56,30 @@ CONTRAST_JS = """
 """
 
 
+# What the page must show for each outcome: headline words and the colour class (never green unless clear).
+EXPECTED = {
+    "refer_referable_dr": ("Refer to an eye-care professional", "outcome-refer"),
+    "grader_review_uncertain": ("Human grader review needed", "outcome-review"),
+    "retake_ungradable": ("Retake the photograph", "outcome-retake"),
+    "no_referable_dr": ("No referable diabetic retinopathy found", "outcome-clear"),
+}
+GREEN = "outcome-clear"
+
+
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("dashboard")
-    model_dir = build_artifact(root / "artifact", referral_threshold_mi=1e-6)
-    with running_service(model_dir, root / "service.log", env={"RADSCREEN_API_KEY": API_KEY}) as base:
+def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
+    return build_outcome_artifact(tmp_path_factory.mktemp("dashboard") / "artifact")
+
+
+@pytest.fixture(scope="module")
+def images(calibrated: tuple[Path, dict[str, bytes]]) -> dict[str, bytes]:
+    return calibrated[1]
+
+
+@pytest.fixture(scope="module")
+def service(calibrated: tuple[Path, dict[str, bytes]], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("dashboard-log") / "service.log"
+    with running_service(calibrated[0], log, env={"RADSCREEN_API_KEY": API_KEY}) as base:
         yield base
 
 
@@ -81,9 +103,18 @@ def page(browser: Any, service: str) -> Iterator[Any]:
     assert not errors, f"JavaScript errors on the page: {errors}"
 
 
-def screenshot(page: Any, tmp_path: Path, name: str) -> Path:
+def screenshot(page: Any, tmp_path: Path, name: str, selector: str | None = None) -> Path:
+    """Save a PNG of the page (or of one element); copied to $RADSCREEN_SCREENSHOT_DIR when set."""
     path = tmp_path / name
-    page.screenshot(path=str(path), full_page=True)
+    if selector is None:
+        page.screenshot(path=str(path), full_page=True)
+    else:
+        page.locator(selector).screenshot(path=str(path))
+    from PIL import Image
+
+    with Image.open(path) as shot:  # a 256-colour palette keeps the docs copies small (< 150 KB)
+        small = shot.convert("RGB").quantize(colors=256)
+    small.save(path, optimize=True)
     target = os.environ.get("RADSCREEN_SCREENSHOT_DIR")
     if target:
         Path(target).mkdir(parents=True, exist_ok=True)
@@ -104,23 +135,35 @@ def predict_json(service: str, png: bytes) -> dict[str, Any]:
     return dict(response.json())
 
 
-def test_single_image_report_with_provenance_and_referral(page: Any, service: str, tmp_path: Path) -> None:
+def analyse_one(page: Any, name: str, png: bytes) -> None:
+    page.set_input_files("#file-input", [{"name": name, "mimeType": "image/png", "buffer": png}])
+    page.click("#analyse")
+    page.wait_for_selector("#decision", timeout=30_000)
+
+
+def test_single_image_report_with_provenance_keyboard_and_contrast(
+    page: Any, service: str, images: dict[str, bytes], tmp_path: Path
+) -> None:
     # Listen for the file chooser from the start: subscribing only around the key press races the
     # browser-side interception being switched on.
     choosers: list[Any] = []
     page.on("filechooser", lambda chooser: choosers.append(chooser))
-    # Without the key the page explains what is wrong, in plain words, and the banner is already there.
+    # Without the key the page explains what is wrong, says the key is required, and the banner is there.
     page.wait_for_selector("#model-status:has-text('API key is missing or wrong')", timeout=20_000)
     assert "Not for clinical use." in page.inner_text("#not-clinical-banner")
+    assert page.inner_text("#api-key-label").startswith("API key (required by this server")
+    assert page.inner_text("#settings-summary") == "Connection settings (API key required)"
     enter_api_key(page)
-    model = httpx.get(f"{service}/v1/model", headers={"X-API-Key": API_KEY}, timeout=10).json()["model"]
+    info = httpx.get(f"{service}/v1/model", headers={"X-API-Key": API_KEY}, timeout=10).json()
+    model, cal = info["model"], info["calibration"]
     provenance = page.inner_text("aside.provenance")
     for text in (model["name"], model["version"], model["sha256"][:12], "synthetic", model["intended_use"],
-                 "16 fixed draws", "1.0e-6 nat", "50.0%"):
+                 "16 fixed draws", f"{cal['referral_threshold_mi']:.4f} nat",
+                 f"{100 * cal['decision_threshold']:.1f}%"):
         assert text in provenance, f"{text!r} missing from the provenance panel"
 
     # Keyboard: the drop zone is focusable and Enter opens the file chooser.
-    png = fundus_png(seed=0)
+    png = images["refer_referable_dr"]
     page.focus("#drop-zone")
     page.keyboard.press("Enter")
     for _ in range(100):  # up to 10 s
@@ -128,22 +171,24 @@ def test_single_image_report_with_provenance_and_referral(page: Any, service: st
             break
         page.wait_for_timeout(100)
     assert choosers, "Enter on the focused drop zone did not open the file chooser"
-    choosers[0].set_files([{"name": "fundus-0.png", "mimeType": "image/png", "buffer": png}])
+    choosers[0].set_files([{"name": "fundus.png", "mimeType": "image/png", "buffer": png}])
     page.wait_for_selector("#preview img")
     page.click("#analyse")
     page.wait_for_selector("#decision", timeout=30_000)
 
     expected = predict_json(service, png)  # fixed posterior draws: the same image gives the same numbers
     probability = expected["diagnosis"]["referable_dr_probability"]
-    assert page.inner_text("#decision").startswith("Refer: the model is uncertain about this image")
     assert f"{100 * probability:.1f}%" in page.inner_text("#probability .value")
-    assert "above the referral threshold" in page.inner_text("#uncertainty .value")
+    assert page.inner_text("#uncertainty .value") in (
+        "Uncertainty: low", "Uncertainty: borderline (near the threshold)")
+    page.click("#uncertainty details summary")
+    assert "against the calibrated threshold" in page.inner_text("#uncertainty details")
     assert page.inner_text("#quality").endswith(f"Gradable (quality score {expected['quality']['score']:.2f})")
     assert model["sha256"][:12] in page.inner_text("#results")
-    assert "Analysis complete. Refer: the model is uncertain" in page.inner_text("#status")
+    assert page.inner_text("#status") == "Analysis complete. Refer to an eye-care professional."
     assert page.get_attribute("#results", "aria-live") == "polite"
     gauge_label = page.get_attribute("#uncertainty .gauge", "aria-label")
-    assert gauge_label is not None and "referral threshold" in gauge_label
+    assert gauge_label is not None and "calibrated threshold" in gauge_label
 
     # Accessibility basics: every form control is labelled, text contrast meets WCAG AA (4.5:1).
     unlabelled = page.evaluate("""() => [...document.querySelectorAll('input:not([type=file])')]
@@ -153,13 +198,59 @@ def test_single_image_report_with_provenance_and_referral(page: Any, service: st
                      "aside .facts dt", "#analyse", ".site-footer p"):
         ratio = page.evaluate(CONTRAST_JS, selector)
         assert ratio >= 4.5, f"{selector}: contrast {ratio:.2f} < 4.5"
-    shot = screenshot(page, tmp_path, "dashboard-single.png")
-    assert shot.stat().st_size > 10_000
 
 
-def test_batch_table_from_drag_and_drop(page: Any, service: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("outcome", OUTCOMES)
+def test_each_outcome_on_the_single_view(
+    page: Any, service: str, images: dict[str, bytes], outcome: str, tmp_path: Path
+) -> None:
     enter_api_key(page)
-    files = [("fundus-1.png", fundus_png(seed=1)), ("blank.png", blank_png()), ("notes.png", b"not an image")]
+    png = images[outcome]
+    analyse_one(page, f"{outcome}.png", png)
+    body = predict_json(service, png)
+    assert body["outcome"] == outcome  # the calibrated artifact really gives this outcome
+    headline, cls = EXPECTED[outcome]
+    decision = page.locator("#decision")
+    assert page.inner_text("#decision .outcome-headline") == headline
+    classes = (decision.get_attribute("class") or "").split()
+    assert cls in classes and (outcome == "no_referable_dr") == (GREEN in classes)
+    assert decision.get_attribute("data-outcome") == outcome
+    colour = page.evaluate("() => getComputedStyle(document.querySelector('#decision')).backgroundColor")
+    assert colour == {"outcome-refer": "rgb(253, 236, 236)", "outcome-review": "rgb(255, 237, 213)",
+                      "outcome-retake": "rgb(237, 233, 254)", "outcome-clear": "rgb(231, 246, 236)"}[cls]
+    prob_text = page.inner_text("#probability .value")
+    if outcome == "retake_ungradable":
+        assert prob_text == "Not graded" and "%" not in prob_text  # the number is not a finding
+    else:
+        assert prob_text.startswith(f"{100 * body['diagnosis']['referable_dr_probability']:.1f}%")
+    level = page.inner_text("#uncertainty .value")
+    assert (level == "Uncertainty: high (above the threshold)") == (outcome == "grader_review_uncertain")
+    assert "No referral" not in page.inner_text("#results")
+    shot = screenshot(page, tmp_path, f"outcome-{outcome}.png", selector="#results")
+    assert shot.stat().st_size < 150_000
+
+
+def test_fhir_download_reuses_the_result_on_screen(page: Any, service: str, images: dict[str, bytes]) -> None:
+    enter_api_key(page)
+    analyse_one(page, "review.png", images["grader_review_uncertain"])
+    meta = page.inner_text("#results")
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    with page.expect_download() as download_info:
+        page.click("#fhir")
+    bundle = json.loads(Path(download_info.value.path()).read_text())
+    assert [u for u in requests if "/v1/predict" in u] == []  # the model did not run again
+    assert [u.removeprefix(service) for u in requests if u.startswith(service)] == ["/v1/fhir"]
+    assert f"Request {bundle['identifier']['value']}." in meta  # the same request id as on screen
+    report = next(e["resource"] for e in bundle["entry"] if e["resource"]["resourceType"] == "DiagnosticReport")
+    assert report["conclusionCode"][0]["coding"][0]["code"] == "grader_review_uncertain"
+
+
+def test_batch_table_shows_every_outcome_and_counts_failed_files(
+    page: Any, service: str, images: dict[str, bytes], tmp_path: Path
+) -> None:
+    enter_api_key(page)
+    files = [(f"{o}.png", images[o]) for o in OUTCOMES] + [("notes.png", b"not an image")]
     data_transfer = page.evaluate_handle(
         """(files) => { const dt = new DataTransfer();
             for (const [name, b64] of files) {
@@ -169,22 +260,52 @@ def test_batch_table_from_drag_and_drop(page: Any, service: str, tmp_path: Path)
         [[name, base64.b64encode(data).decode()] for name, data in files],
     )
     page.dispatch_event("#drop-zone", "drop", {"dataTransfer": data_transfer})
-    assert page.inner_text("#analyse") == "Analyse 3 images"
+    assert page.inner_text("#analyse") == "Analyse 5 images"
     page.click("#analyse")
     page.wait_for_selector("#batch-table", timeout=30_000)
 
     rows = page.query_selector_all("#batch-table tbody tr")
-    assert len(rows) == 3
-    cells = [[c.inner_text() for c in row.query_selector_all("td")] for row in rows]
-    expected = predict_json(service, files[0][1])
-    assert f"{100 * expected['diagnosis']['referable_dr_probability']:.1f}%" in cells[0][1]
-    assert cells[0][-1].startswith("Refer: the model is uncertain about this image")
-    assert "Not gradable" in cells[1][3] and "image quality too low to grade" in cells[1][-1]
-    assert "This file type is not accepted" in cells[2][1] and "Not analysed" in cells[2][-1]
-    assert page.inner_text("#batch-summary") == "2 of 3 images analysed; 2 referred to an expert."
-    assert len(page.query_selector_all("#batch-table img.thumb")) == 2  # the third cannot be drawn
-    assert page.inner_text("#batch-table tbody tr:nth-child(3) .no-preview") == "No preview"
-    screenshot(page, tmp_path, "dashboard-batch.png")
+    assert len(rows) == 5
+    for row, outcome in zip(rows, OUTCOMES, strict=False):
+        cell = row.query_selector("td.outcome-cell")
+        assert cell is not None
+        headline, cls = EXPECTED[outcome]
+        assert cell.inner_text() == headline and cls in (cell.get_attribute("class") or "").split()
+        cells = [c.inner_text() for c in row.query_selector_all("td")]
+        if outcome == "retake_ungradable":
+            assert cells[2] == "Not graded" and "Not gradable" in cells[4]
+        else:
+            expected = predict_json(service, images[outcome])
+            assert cells[2].startswith(f"{100 * expected['diagnosis']['referable_dr_probability']:.1f}%")
+    failed = [c.inner_text() for c in rows[4].query_selector_all("td")]
+    assert failed[1] == "Not analysed: check the file" and "This file type is not accepted" in failed[2]
+    assert page.inner_text("#batch-summary") == "5 images: 4 analysed, 1 failed."
+    counts = {li.get_attribute("data-outcome"): li.inner_text() for li in page.query_selector_all("#batch-counts li")}
+    assert counts == {
+        "refer_referable_dr": "Refer to an eye-care professional: 1",
+        "grader_review_uncertain": "Human grader review needed: 1",
+        "retake_ungradable": "Retake the photograph: 1",
+        "no_referable_dr": "No referable diabetic retinopathy found: 1",
+        "failed": "Not analysed (failed file): 1",
+    }
+    # One fixed MI scale for every row: the threshold marker sits at the same place (the middle) in each.
+    markers = page.evaluate(
+        "() => [...document.querySelectorAll('#batch-table .gauge .marker')].map((m) => m.style.left)")
+    assert markers == ["50%"] * 4
+    assert len(page.query_selector_all("#batch-table img.thumb")) == 4  # the fifth cannot be drawn
+    shot = screenshot(page, tmp_path, "batch-outcomes.png", selector="#results")
+    assert shot.stat().st_size < 150_000
+
+
+def test_upload_area_is_above_the_fold_on_a_phone(browser: Any, service: str) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=1, is_mobile=True)
+    pg = context.new_page()
+    pg.goto(service + "/")
+    box = pg.locator("#drop-zone").bounding_box()
+    analyse = pg.locator("#analyse").bounding_box()
+    context.close()
+    assert box is not None and analyse is not None
+    assert box["y"] + box["height"] <= 844 and analyse["y"] + analyse["height"] <= 844, (box, analyse)
 
 
 def test_refused_upload_is_explained_in_plain_words(page: Any, tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """FHIR rendering: hand-built prediction responses go in, a Bundle that fhir.resources (R4B) accepts
-comes out, and its values say what the JSON said (probability in %, MI against the threshold, quality,
-referral)."""
+comes out, and its values say what the JSON said (outcome, probability in % or "not graded", MI against
+the threshold with readable digits, quality, referral recommended only for refer_referable_dr)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ SHA = "ab12cd34ef56" + "0" * 52
 
 
 def response(**overrides: Any) -> dict[str, Any]:
-    """A /v1/predict response as DESIGN.md §4 shows it, with overrides merged in at the top level."""
+    """A /v1/predict response (refer_referable_dr, MI on the embedded model's 1e-6 nat scale), with
+    overrides merged in at the top level."""
     body: dict[str, Any] = {
         "request_id": "req-0001",
         "study_id": "STUDY-42",
@@ -42,20 +43,39 @@ def response(**overrides: Any) -> dict[str, Any]:
         },
         "diagnosis": {"referable_dr_probability": 0.83, "label": "referable", "decision_threshold": 0.5},
         "uncertainty": {
-            "mutual_information": 0.11,
+            "mutual_information": 4.2e-7,
             "predictive_entropy": 0.46,
-            "expected_entropy": 0.35,
+            "expected_entropy": 0.46 - 4.2e-7,
             "unit": "nat",
-            "referral_threshold": 0.09,
+            "referral_threshold": 1.0087e-6,
         },
         "quality": {"gradable": True, "score": 0.92, "issues": []},
-        "refer_to_expert": True,
-        "referral_reasons": ["uncertain"],
+        "refer_to_expert": False,
+        "referral_reasons": [],
+        "outcome": "refer_referable_dr",
+        "outcome_reason": "Refer to an eye-care professional: referable diabetic retinopathy",
         "timing_ms": {"decode": 4.1, "queue": 0.8, "inference": 31.0},
         "disclaimer": "Not for clinical use.",
     }
     body.update(overrides)
     return body
+
+
+UNCERTAIN = {
+    "uncertainty": {"mutual_information": 3.1e-6, "predictive_entropy": 0.46, "expected_entropy": 0.46,
+                    "unit": "nat", "referral_threshold": 1.0087e-6},
+    "refer_to_expert": True, "referral_reasons": ["uncertain"], "outcome": "grader_review_uncertain",
+}
+UNGRADABLE = {
+    "diagnosis": {"referable_dr_probability": 1.0, "label": "referable", "decision_threshold": 0.5},
+    "quality": {"gradable": False, "score": 0.12, "issues": ["too_dark", "blurred"]},
+    "refer_to_expert": True, "referral_reasons": ["image_quality"], "outcome": "retake_ungradable",
+    "study_id": None,
+}
+CLEAR = {
+    "diagnosis": {"referable_dr_probability": 0.04, "label": "non_referable", "decision_threshold": 0.5},
+    "outcome": "no_referable_dr",
+}
 
 
 def resources(bundle: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -74,17 +94,47 @@ def observation(bundle: dict[str, Any], code: str) -> dict[str, Any]:
     raise AssertionError(f"no Observation with code {code}")
 
 
+def report_of(bundle: dict[str, Any]) -> dict[str, Any]:
+    return resources(bundle)["DiagnosticReport"][0]
+
+
 def test_bundle_validates_as_fhir_r4b_and_survives_json_round_trip() -> None:
     bundle = to_fhir_bundle(response(), issued=ISSUED)
     parsed = Bundle.model_validate(json.loads(json.dumps(bundle)))
     assert parsed.type == "collection"
     kinds = [e.resource.get_resource_type() for e in parsed.entry or [] if e.resource is not None]
-    assert kinds == ["DiagnosticReport", "Observation", "Observation", "Observation", "Observation", "Device"]
+    assert kinds == ["DiagnosticReport", *["Observation"] * 5, "Device"]
     # every reference inside the bundle resolves to an entry's fullUrl
     full_urls = {e["fullUrl"] for e in bundle["entry"]}
-    report = resources(bundle)["DiagnosticReport"][0]
-    assert {r["reference"] for r in report["result"]} <= full_urls
+    assert {r["reference"] for r in report_of(bundle)["result"]} <= full_urls
     assert all(o["device"]["reference"] in full_urls for o in resources(bundle)["Observation"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "outcome", "recommended", "headline"),
+    [
+        ({}, "refer_referable_dr", True, "Refer to an eye-care professional: referable diabetic retinopathy."),
+        (UNCERTAIN, "grader_review_uncertain", False, "Human grader review: the model is uncertain"),
+        (UNGRADABLE, "retake_ungradable", False, "Retake the photograph: the image cannot be graded."),
+        (CLEAR, "no_referable_dr", False, "No referable diabetic retinopathy found: rescreen at the routine"),
+    ],
+)
+def test_each_outcome_is_the_conclusion_code_and_referral_is_true_only_for_refer(
+    overrides: dict[str, Any], outcome: str, recommended: bool, headline: str
+) -> None:
+    bundle = to_fhir_bundle(response(**overrides), issued=ISSUED)
+    Bundle.model_validate(bundle)
+    report = report_of(bundle)
+    assert report["conclusionCode"][0]["coding"][0] == {
+        "system": CODE_SYSTEM, "code": outcome, "display": report["conclusionCode"][0]["text"]}
+    assert report["conclusion"].startswith(headline)
+    assert observation(bundle, "screening-outcome")["valueCodeableConcept"]["coding"][0]["code"] == outcome
+    referral = observation(bundle, "referral-recommended")
+    assert referral["valueBoolean"] is recommended
+    if outcome in ("grader_review_uncertain", "retake_ungradable"):  # false here is NOT "no referral"
+        assert referral["interpretation"][0]["coding"][0]["code"] == outcome
+        assert referral["note"][0]["text"].startswith("No decision by the model")
+    assert "No referral" not in json.dumps(bundle)
 
 
 def test_values_match_the_json_response() -> None:
@@ -96,30 +146,31 @@ def test_values_match_the_json_response() -> None:
     assert prob["interpretation"][0]["coding"][0]["code"] == "referable"
 
     mi = observation(bundle, "mutual-information")
-    assert mi["valueQuantity"] == {"value": 0.11, "unit": "nat"}
-    assert mi["referenceRange"][0]["high"] == {"value": 0.09, "unit": "nat"}
-    assert mi["interpretation"][0]["coding"][0]["code"] == "above-referral-threshold"
+    assert mi["valueQuantity"] == {"value": 4.2e-7, "unit": "nat"}
+    assert mi["referenceRange"][0]["high"] == {"value": 1.0087e-6, "unit": "nat"}
+    assert mi["interpretation"][0]["coding"][0]["code"] == "within-referral-threshold"
 
     quality = observation(bundle, "image-gradable")
     assert quality["valueBoolean"] is True
     assert quality["component"][0]["valueQuantity"]["value"] == 0.92
-
-    referral = observation(bundle, "refer-to-expert")
-    assert referral["valueBoolean"] is True
-    assert referral["component"][0]["valueCodeableConcept"]["coding"][0]["code"] == "uncertain"
-    assert referral["note"][0]["text"] == "Refer: the model is uncertain about this image"
+    outcome = observation(bundle, "screening-outcome")
+    assert outcome["component"][0]["valueBoolean"] is False  # not deferred to a human
     assert all(o["status"] == "preliminary" for o in resources(bundle)["Observation"])
 
 
-def test_report_conclusion_states_decision_provenance_and_not_for_clinical_use() -> None:
-    report = resources(to_fhir_bundle(response(), issued=ISSUED))["DiagnosticReport"][0]
+def test_mi_and_threshold_are_printed_with_significant_digits() -> None:
+    conclusion = report_of(to_fhir_bundle(response(**UNCERTAIN), issued=ISSUED))["conclusion"]
+    assert "mutual information) 3.1e-06 nat, above the calibrated threshold 1.01e-06 nat" in conclusion
+    assert "0.0000" not in conclusion
+
+
+def test_report_conclusion_states_provenance_and_not_for_clinical_use() -> None:
+    report = report_of(to_fhir_bundle(response(), issued=ISSUED))
     assert report["status"] == "preliminary"
-    assert report["conclusion"].startswith("Refer: the model is uncertain about this image.")
     assert "83.0%" in report["conclusion"]
     assert "radial_vgg16_star 0.1.0 (sha256 ab12cd34ef56)" in report["conclusion"]
     assert "synthetic" in report["conclusion"]
     assert NOT_FOR_CLINICAL_USE in report["conclusion"]
-    assert report["conclusionCode"][0]["coding"][0]["code"] == "refer"
     assert report["issued"] == "2026-01-02T03:04:05Z"
     assert {"system": STUDY_ID_SYSTEM, "value": "STUDY-42"} in report["identifier"]
 
@@ -134,40 +185,25 @@ def test_device_carries_model_identity() -> None:
     assert "synthetic" in notes and "not for clinical use" in notes.lower()
 
 
-def test_ungradable_image_is_referred_for_quality_with_issues_listed() -> None:
-    body = response(
-        quality={"gradable": False, "score": 0.12, "issues": ["too dark", "out of focus"]},
-        refer_to_expert=True,
-        referral_reasons=["image_quality"],
-        study_id=None,
-    )
-    bundle = to_fhir_bundle(body, issued=ISSUED)
+def test_ungradable_image_is_not_graded_and_its_issues_listed() -> None:
+    bundle = to_fhir_bundle(response(**UNGRADABLE), issued=ISSUED)
     Bundle.model_validate(bundle)
     quality = observation(bundle, "image-gradable")
     assert quality["valueBoolean"] is False
-    assert [c["valueString"] for c in quality["component"][1:]] == ["too dark", "out of focus"]
-    report = resources(bundle)["DiagnosticReport"][0]
-    assert report["conclusion"].startswith("Refer: image quality too low to grade.")
+    assert [c["valueString"] for c in quality["component"][1:]] == ["too_dark", "blurred"]
+    prob = observation(bundle, "referable-dr-probability")
+    assert "valueQuantity" not in prob and "interpretation" not in prob  # 100 % is not a finding here
+    assert prob["dataAbsentReason"]["text"].startswith("Not graded")
+    report = report_of(bundle)
+    assert "not graded" in report["conclusion"] and "100.0%" not in report["conclusion"]
+    reasons = observation(bundle, "screening-outcome")["component"][1:]
+    assert [c["valueCodeableConcept"]["coding"][0]["code"] for c in reasons] == ["image_quality"]
     assert all(i["system"] != STUDY_ID_SYSTEM for i in report["identifier"])  # no study id -> no identifier
 
 
-def test_confident_gradable_image_is_not_referred() -> None:
-    body = response(
-        diagnosis={"referable_dr_probability": 0.04, "label": "non_referable", "decision_threshold": 0.5},
-        uncertainty={"mutual_information": 0.01, "unit": "nat", "referral_threshold": 0.09},
-        refer_to_expert=False,
-        referral_reasons=[],
-    )
-    bundle = to_fhir_bundle(body, issued=ISSUED)
-    Bundle.model_validate(bundle)
-    assert observation(bundle, "refer-to-expert")["valueBoolean"] is False
-    assert "component" not in observation(bundle, "refer-to-expert")
-    assert observation(bundle, "mutual-information")["interpretation"][0]["coding"][0]["code"] == (
-        "within-referral-threshold"
-    )
-    report = resources(bundle)["DiagnosticReport"][0]
-    assert report["conclusion"].startswith("No referral")
-    assert report["conclusionCode"][0]["coding"][0]["code"] == "no-referral"
+def test_an_outcome_that_contradicts_its_fields_is_refused() -> None:
+    with pytest.raises(ValueError, match="contradicts"):
+        to_fhir_bundle(response(outcome="no_referable_dr"))  # p = 0.83 >= 0.5, confident, gradable
 
 
 def test_output_is_deterministic_for_a_request_and_distinct_across_requests() -> None:
@@ -192,4 +228,4 @@ def test_batch_bundle_keeps_order_and_skips_error_items() -> None:
     Bundle.model_validate(bundle)
     reports = resources(bundle)["DiagnosticReport"]
     assert [r["identifier"][0]["value"] for r in reports] == ["r1", "r2"]
-    assert len(bundle["entry"]) == 12
+    assert len(bundle["entry"]) == 14

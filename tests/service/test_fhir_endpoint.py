@@ -10,16 +10,22 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.deploy.live_service import blank_png, build_artifact, fundus_png, running_service
+from tests.deploy.live_service import blank_png, fundus_png, running_service
+from tests.service.outcomes import OUTCOMES, build_outcome_artifact
 
 pytest.importorskip("fhir.resources.R4B", reason="fhir.resources (dev extra) validates the FHIR output")
 from fhir.resources.R4B.bundle import Bundle
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("fhir-endpoint")
-    with running_service(build_artifact(root / "artifact"), root / "service.log") as base:
+def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, bytes]]:
+    return build_outcome_artifact(tmp_path_factory.mktemp("fhir-endpoint") / "artifact")
+
+
+@pytest.fixture(scope="module")
+def service(calibrated: tuple[Any, dict[str, bytes]], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("fhir-endpoint-log") / "service.log"
+    with running_service(calibrated[0], log) as base:
         yield base
 
 
@@ -53,7 +59,9 @@ def test_accept_header_gives_a_valid_bundle_matching_the_json_answer(service: st
     mi = by_code(bundle, "mutual-information")
     assert mi["valueQuantity"]["value"] == pytest.approx(plain["uncertainty"]["mutual_information"], rel=1e-6)
     assert mi["referenceRange"][0]["high"]["value"] == plain["uncertainty"]["referral_threshold"]
-    assert by_code(bundle, "refer-to-expert")["valueBoolean"] is plain["refer_to_expert"]
+    outcome = by_code(bundle, "screening-outcome")
+    assert outcome["valueCodeableConcept"]["coding"][0]["code"] == plain["outcome"]
+    assert outcome["component"][0]["valueBoolean"] is plain["refer_to_expert"]
     assert by_code(bundle, "image-gradable")["valueBoolean"] is plain["quality"]["gradable"]
 
     device = next(e["resource"] for e in bundle["entry"] if e["resource"]["resourceType"] == "Device")
@@ -64,16 +72,47 @@ def test_accept_header_gives_a_valid_bundle_matching_the_json_answer(service: st
     assert "NOT FOR CLINICAL USE" in report["conclusion"]
 
 
-def test_format_query_gives_fhir_and_ungradable_image_is_referred_for_quality(service: str) -> None:
+def test_format_query_gives_fhir_and_ungradable_image_is_a_retake(service: str) -> None:
     response = post(service, blank_png(), params={"format": "fhir"})
     assert response.status_code == 200
     bundle = response.json()
     Bundle.model_validate(bundle)
-    referral = by_code(bundle, "refer-to-expert")
-    assert referral["valueBoolean"] is True
-    reasons = [c["valueCodeableConcept"]["coding"][0]["code"] for c in referral["component"]]
-    assert "image_quality" in reasons
+    outcome = by_code(bundle, "screening-outcome")
+    assert outcome["valueCodeableConcept"]["coding"][0]["code"] == "retake_ungradable"
+    reasons = [c["valueCodeableConcept"]["coding"][0]["code"] for c in outcome["component"][1:]]
+    assert reasons == ["image_quality"]
+    assert by_code(bundle, "referral-recommended")["valueBoolean"] is False
+    assert "valueQuantity" not in by_code(bundle, "referable-dr-probability")  # not graded
     assert by_code(bundle, "image-gradable")["valueBoolean"] is False
+
+
+@pytest.mark.parametrize("outcome", OUTCOMES)
+def test_json_fhir_and_rendered_fhir_agree_on_the_outcome(
+    service: str, calibrated: tuple[Any, dict[str, bytes]], outcome: str
+) -> None:
+    png = calibrated[1][outcome]
+    plain = post(service, png).json()
+    assert plain["outcome"] == outcome
+    fhir = post(service, png, headers={"Accept": "application/fhir+json"}).json()
+    rendered = httpx.post(f"{service}/v1/fhir", json=plain, timeout=30)  # the on-screen JSON, not re-scored
+    assert rendered.status_code == 200 and rendered.headers["content-type"].startswith("application/fhir+json")
+    for bundle in (fhir, rendered.json()):
+        Bundle.model_validate(bundle)
+        report = next(e["resource"] for e in bundle["entry"] if e["resource"]["resourceType"] == "DiagnosticReport")
+        assert report["conclusionCode"][0]["coding"][0]["code"] == outcome
+        assert report["conclusion"].startswith(plain["outcome_reason"])
+        assert by_code(bundle, "referral-recommended")["valueBoolean"] is (outcome == "refer_referable_dr")
+    assert rendered.json()["identifier"]["value"] == plain["request_id"]
+
+
+def test_render_refuses_an_outcome_that_contradicts_its_fields(
+    service: str, calibrated: tuple[Any, dict[str, bytes]]
+) -> None:
+    plain = post(service, calibrated[1]["refer_referable_dr"]).json()
+    plain["outcome"] = "no_referable_dr"
+    response = httpx.post(f"{service}/v1/fhir", json=plain, timeout=30)
+    assert response.status_code == 422
+    assert "contradicts" in response.json()["detail"]
 
 
 def test_errors_stay_problem_json_when_fhir_is_asked_for(service: str) -> None:

@@ -14,7 +14,17 @@ import torch
 from models.artifact import load_artifact
 from models.sampling import seeded
 from models.vgg import mc_logits
-from service.scoring import PreparedImage, QualityReport, Scorer, prepare_image, score_payload
+from service.scoring import (
+    OUTCOME_TEXT,
+    PreparedImage,
+    QualityReport,
+    Scorer,
+    ScorerCalibration,
+    ScreeningOutcome,
+    prepare_image,
+    score_payload,
+    screening_outcome,
+)
 from tests.service.conftest import encode, fundus_like
 
 FP32_TOL = 1e-4  # probability and MI, torch vs onnxruntime vs the reference K-pass loop
@@ -70,16 +80,78 @@ def test_batching_does_not_change_answers(scorer: Scorer, images: list) -> None:
     assert len({round(p, 6) for p in together[:, 0]}) == len(images)  # distinct images, distinct answers
 
 
-def test_referral_logic_and_payload(scorer: Scorer, images: list) -> None:
-    cal = scorer.calibration
+CAL = ScorerCalibration(referral_threshold_mi=1e-6, decision_threshold=0.5, target_referral_rate=0.2,
+                        dataset="constructed")
+
+
+@pytest.mark.parametrize(
+    ("gradable", "mi", "p", "expected"),
+    [
+        # ungradable wins over everything, even a confident 99 % or a very uncertain image
+        (False, 0.0, 0.99, "retake_ungradable"),
+        (False, 0.3, 0.01, "retake_ungradable"),
+        # gradable and uncertain: a human grader reviews it, whatever the probability says
+        (True, 2e-6, 0.99, "grader_review_uncertain"),
+        (True, 2e-6, 0.01, "grader_review_uncertain"),
+        # MI exactly at the threshold is not above it
+        (True, 1e-6, 0.99, "refer_referable_dr"),
+        # confident: the probability threshold decides; p == threshold is referable
+        (True, 5e-7, 0.5, "refer_referable_dr"),
+        (True, 0.0, 0.4999, "no_referable_dr"),
+        (True, 9.99e-7, 0.01, "no_referable_dr"),
+    ],
+)
+def test_screening_outcome_precedence(gradable: bool, mi: float, p: float, expected: str) -> None:
+    got = screening_outcome(gradable=gradable, mutual_information=mi, probability=p, calibration=CAL)
+    assert got == ScreeningOutcome(expected) and got.value == expected
+
+
+def test_outcome_text_names_the_action_and_only_one_outcome_says_no_referable() -> None:
+    assert OUTCOME_TEXT[ScreeningOutcome.REFER_REFERABLE_DR].startswith("Refer to an eye-care professional")
+    assert OUTCOME_TEXT[ScreeningOutcome.GRADER_REVIEW_UNCERTAIN].startswith("Human grader review")
+    assert OUTCOME_TEXT[ScreeningOutcome.RETAKE_UNGRADABLE].startswith("Retake the photograph")
+    assert [o for o, text in OUTCOME_TEXT.items() if "No referable" in text] == [ScreeningOutcome.NO_REFERABLE_DR]
+
+
+def _with_thresholds(scorer: Scorer, *, mi: float, decision: float) -> Scorer:
+    cal = ScorerCalibration(referral_threshold_mi=mi, decision_threshold=decision, target_referral_rate=0.2,
+                            dataset="constructed")
+    return Scorer(backend=scorer.backend, pipeline=scorer.pipeline, model_identity=scorer.model_identity,
+                  calibration=cal)
+
+
+def test_scored_images_get_the_expected_outcome_and_payload(scorer: Scorer, images: list) -> None:
+    """The same pixels under constructed thresholds land in each of the four outcomes."""
     bad = QualityReport(gradable=False, score=0.2, issues=["blurred"])
     ungradable = PreparedImage(images[0].pixels, bad, 1.0)
-    good, poor = scorer.score_batch([images[0], ungradable])
-    assert good.probability == pytest.approx(poor.probability)  # the net sees the same pixels
-    assert "image_quality" in poor.referral_reasons and poor.refer_to_expert
-    assert ("uncertain" in good.referral_reasons) == (good.mutual_information > cal.referral_threshold_mi)
-    assert 0.0 <= good.mutual_information <= good.predictive_entropy <= np.log(2) + 1e-12
-    assert good.predictive_entropy == pytest.approx(good.expected_entropy + good.mutual_information)
+    [ref] = scorer.score_batch([images[0]])
+    p, mi = ref.probability, ref.mutual_information
+    assert mi > 0.0 and 0.0 < p < 1.0
+    cases = {
+        "grader_review_uncertain": _with_thresholds(scorer, mi=mi / 2, decision=p / 2),
+        "refer_referable_dr": _with_thresholds(scorer, mi=mi * 2, decision=p / 2),
+        "no_referable_dr": _with_thresholds(scorer, mi=mi * 2, decision=min(1.0, p * 1.5 + 0.01)),
+    }
+    for expected, s in cases.items():
+        good, poor = s.score_batch([images[0], ungradable])
+        assert good.outcome.value == expected
+        assert poor.outcome is ScreeningOutcome.RETAKE_UNGRADABLE  # the same pixels, not gradable
+        assert good.probability == pytest.approx(poor.probability)  # the net sees the same pixels
+        body = score_payload(good, s)
+        assert body["outcome"] == expected and body["outcome_reason"] == OUTCOME_TEXT[ScreeningOutcome(expected)]
+    uncertain = cases["grader_review_uncertain"].score_batch([images[0]])[0]
+    assert uncertain.refer_to_expert is True and uncertain.referral_reasons == ["uncertain"]
+    confident = cases["refer_referable_dr"].score_batch([images[0], ungradable])
+    assert confident[0].refer_to_expert is False and confident[0].referral_reasons == []
+    assert confident[0].label == "referable"  # refer_to_expert false, yet a referral: the outcome says so
+    assert confident[1].refer_to_expert is True and confident[1].referral_reasons == ["image_quality"]
+
+
+def test_payload_fields(scorer: Scorer, images: list) -> None:
+    bad = QualityReport(gradable=False, score=0.2, issues=["blurred"])
+    [poor] = scorer.score_batch([PreparedImage(images[0].pixels, bad, 1.0)])
+    assert 0.0 <= poor.mutual_information <= poor.predictive_entropy <= np.log(2) + 1e-12
+    assert poor.predictive_entropy == pytest.approx(poor.expected_entropy + poor.mutual_information)
     body = score_payload(poor, scorer)
     assert set(body) == {
         "model",
@@ -88,10 +160,13 @@ def test_referral_logic_and_payload(scorer: Scorer, images: list) -> None:
         "quality",
         "refer_to_expert",
         "referral_reasons",
+        "outcome",
+        "outcome_reason",
         "disclaimer",
     }
+    assert body["outcome"] == "retake_ungradable"
+    assert body["outcome_reason"] == "Retake the photograph: the image cannot be graded"
     assert body["model"]["sha256"] == scorer.model_identity["sha256"] and body["model"]["mc_samples"] == 16
     assert body["uncertainty"]["unit"] == "nat"
-    assert body["diagnosis"]["label"] == ("referable" if poor.probability >= 0.5 else "non_referable")
     assert body["quality"] == {"gradable": False, "score": 0.2, "issues": ["blurred"]}
     assert "not a diagnosis" in body["disclaimer"] and "synthetic" in body["disclaimer"]

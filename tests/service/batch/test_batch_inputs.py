@@ -10,6 +10,7 @@ import pytest
 from service.batch.inputs import (
     DUPLICATE_ID,
     MISSING_PATH,
+    NOT_AN_IMAGE,
     PATH_OUTSIDE_ROOT,
     InputError,
     discover,
@@ -27,10 +28,18 @@ def _touch(path: Path) -> Path:
 def test_folder_is_recursive_sorted_and_ids_are_relative_posix_paths(tmp_path: Path) -> None:
     for rel in ("b.png", "a/z.JPG", "a/b/c.jpeg", "A.tif", ".hidden.png", "readme.txt", "a/x.pdf"):
         _touch(tmp_path / rel)
+    _touch(tmp_path / ".git" / "config.png")  # hidden folders are not scanned
     source = discover_folder(tmp_path)
-    assert [it.id for it in source.items] == ["A.tif", "a/b/c.jpeg", "a/z.JPG", "b.png"]
-    assert [it.index for it in source.items] == [0, 1, 2, 3]
-    assert all(it.error is None and it.file is not None and it.file.is_file() for it in source.items)
+    assert [it.id for it in source.items] == ["A.tif", "a/b/c.jpeg", "a/x.pdf", "a/z.JPG", "b.png", "readme.txt"]
+    assert [it.index for it in source.items] == [0, 1, 2, 3, 4, 5]
+    images = [it for it in source.items if it.id not in ("a/x.pdf", "readme.txt")]
+    assert all(it.error is None and it.file is not None and it.file.is_file() for it in images)
+    # files that are not images are reported as error rows, never dropped silently (and never read)
+    skipped = {it.id: it for it in source.items if it.error is not None}
+    assert set(skipped) == {"a/x.pdf", "readme.txt"}
+    assert all(it.error.kind == NOT_AN_IMAGE and it.file is None for it in skipped.values())  # type: ignore[union-attr]
+    assert skipped["a/x.pdf"].error.text() == (  # type: ignore[union-attr]
+        "not-an-image: skipped: .pdf suffix is not an image type (.jpeg, .jpg, .png, .tif, .tiff, .bmp, .webp)")
     assert source.description == f"folder:{tmp_path.resolve()}"
 
 

@@ -49,7 +49,7 @@ def test_ray_engine_matches_local_engine_and_skips_done_rows(
         store.write_part(local[:3])
     result = run_job(BatchJobConfig(input=folder, output=out, engine="ray", **kw), scorer=batch_scorer)
     rows = list(read_output(out))
-    assert result.scored_now == 5 and len(rows) == 8
+    assert result.scored_now == 5 and len(rows) == 9  # 7 images, corrupt.jpg, notes.txt (not an image)
     assert rows[:3] == local[:3]  # committed rows are reused, not rescored
     assert [r["id"] for r in rows] == [r["id"] for r in local]
     for got, want in zip(rows, local, strict=True):

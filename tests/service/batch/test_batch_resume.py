@@ -59,7 +59,7 @@ def test_sigkill_mid_run_then_rerun_gives_exactly_once_identical_output(
                            batch_size=4, chunk_size=1, progress=False), scorer=batch_scorer)
 
     lines = killed.read_text().splitlines()
-    assert len(lines) == 1 + 37  # header + every input exactly once
+    assert len(lines) == 1 + 38  # header + every input exactly once (36 images, corrupt.jpg, notes.txt)
     ids = [line.split(",", 1)[0] for line in lines[1:]]
     assert len(set(ids)) == len(ids)
     assert killed.read_bytes() == reference.read_bytes()

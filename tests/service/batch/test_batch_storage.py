@@ -19,8 +19,10 @@ SHA = "a" * 64
 
 
 def scored(i: int, *, p: float, mi: float, reasons: list[str], gradable: bool = True) -> Row:
+    outcome = ("retake_ungradable" if not gradable else "grader_review_uncertain" if "uncertain" in reasons
+               else "refer_referable_dr" if p >= 0.5 else "no_referable_dr")
     return {
-        "id": f"img{i}", "path": f"/data/img{i}.png", "referable_dr_probability": p,
+        "id": f"img{i}", "path": f"/data/img{i}.png", "outcome": outcome, "referable_dr_probability": p,
         "label": "referable" if p >= 0.5 else "non_referable", "mutual_information": mi,
         "predictive_entropy": 0.5 + mi, "expected_entropy": 0.5, "gradable": gradable,
         "quality_score": 0.9 if gradable else 0.1, "quality_issues": [] if gradable else ["too_dark"],
@@ -103,22 +105,35 @@ def test_unsupported_output_suffix_is_refused(tmp_path: Path) -> None:
         output_format(tmp_path / "r.xlsx")
 
 
-def test_summary_counts_rates_and_quantiles(tmp_path: Path) -> None:
-    builder = SummaryBuilder(decision_threshold=0.5, referral_threshold_mi=0.04)
-    summary = builder.add_all(sample_rows()).build()
-    assert summary["counts"] == {"inputs": 4, "scored": 3, "errors": 1,
+def test_summary_counts_outcomes_reasons_and_quantiles(tmp_path: Path) -> None:
+    model = {"name": "tiny", "version": "0.0.1", "sha256": SHA}
+    builder = SummaryBuilder(decision_threshold=0.5, referral_threshold_mi=0.04, model=model)
+    rows = [*sample_rows(), scored(4, p=0.8, mi=0.01, reasons=[])]  # plus one confident referable image
+    summary = builder.add_all(rows).build()
+    assert summary["title"] == f"Screening outcomes - model tiny 0.0.1 (sha256 {SHA[:12]})"
+    # every input once: the four outcomes plus failed files
+    assert {k: v["count"] for k, v in summary["outcomes"].items()} == {
+        "refer_referable_dr": 1, "grader_review_uncertain": 1, "retake_ungradable": 1, "no_referable_dr": 1,
+        "failed": 1}
+    assert summary["outcomes"]["refer_referable_dr"]["share_of_inputs"] == pytest.approx(0.2)
+    assert summary["counts"] == {"inputs": 5, "scored": 4, "errors": 1,
                                  "errors_by_type": {"undecodable-image": 1}, "ungradable": 1,
-                                 "by_label": {"non_referable": 1, "referable": 2}}
-    referral = summary["referral"]
-    assert referral["referred"] == 2 and math.isclose(referral["rate"], 2 / 3)
-    assert referral["by_reason"] == {"image_quality": {"count": 1, "rate": 1 / 3},
-                                     "uncertain": {"count": 2, "rate": 2 / 3}}
+                                 "by_label_graded": {"non_referable": 1, "referable": 2}}
+    referral = summary["deferred_to_human"]
+    assert referral["count"] == 2 and math.isclose(referral["rate"], 2 / 4)
+    assert referral["by_reason"] == {"image_quality": {"count": 1, "rate": 1 / 4},
+                                     "uncertain": {"count": 2, "rate": 2 / 4}}
+    # probability over the graded images only: the ungradable image's 0.9 is not a finding
     prob = summary["distributions"]["referable_dr_probability"]
-    assert prob["q00"] == pytest.approx(0.1 / 3) and prob["q100"] == pytest.approx(0.9)
-    assert prob["q50"] == pytest.approx(2 / 3) and prob["mean"] == pytest.approx(np.mean([0.1 / 3, 0.9, 2 / 3]))
-    assert summary["distributions"]["mutual_information"]["q50"] == pytest.approx(0.05)
+    assert prob["q00"] == pytest.approx(0.1 / 3) and prob["q100"] == pytest.approx(0.8)
+    assert prob["mean"] == pytest.approx(np.mean([0.1 / 3, 2 / 3, 0.8]))
+    assert summary["distributions"]["mutual_information"]["q100"] == pytest.approx(0.2)  # every scored image
     text = format_summary(summary)
-    assert "error undecodable-image: 1" in text and "referred to expert: 2 (66.7% of scored)" in text
+    assert text.splitlines()[0] == summary["title"]
+    assert "  refer_referable_dr: 1 (20.0%)  Refer to an eye-care professional: referable" in text
+    assert "  failed: 1 (20.0%)  not scored: see errors\n    undecodable-image: 1" in text
+    assert "deferred to a human (refer_to_expert): 2 (50.0% of scored); by reason:" in text
+    assert "referable_dr_probability (graded images): median" in text
     json.dumps(summary)  # JSON-ready
     png = tmp_path / "s.png"
     plot_summary(png, builder)
@@ -127,4 +142,6 @@ def test_summary_counts_rates_and_quantiles(tmp_path: Path) -> None:
 
 def test_summary_of_only_errors_has_no_rates() -> None:
     summary = SummaryBuilder().add_all(sample_rows()[3:]).build()
-    assert summary["referral"]["rate"] is None and summary["distributions"]["mutual_information"] is None
+    assert summary["deferred_to_human"]["rate"] is None and summary["distributions"]["mutual_information"] is None
+    assert summary["outcomes"]["failed"] == {"count": 1, "share_of_inputs": 1.0, "meaning": "not scored: see errors"}
+    assert sum(v["count"] for v in summary["outcomes"].values()) == 1
