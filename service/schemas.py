@@ -42,7 +42,9 @@ EXAMPLE_PROBLEM: dict[str, Any] = {
 }
 
 ReferralReason = Literal["uncertain", "image_quality"]
-QualityIssue = Literal["no_field_of_view", "too_dark", "overexposed", "obstructed", "blurred", "not_fundus"]
+QualityIssue = Literal[
+    "no_field_of_view", "too_dark", "overexposed", "obstructed", "blurred", "not_fundus", "compression_artifacts"
+]
 
 
 class ModelIdentity(BaseModel):

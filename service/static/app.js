@@ -17,6 +17,8 @@
     overexposed: "overexposed",
     blurred: "blurred or out of focus",
     not_fundus: "does not look like a fundus photograph",
+    obstructed: "partly covered (eyelid or eyelash shadow)",
+    compression_artifacts: "heavy compression artefacts (re-send the original photograph)",
   };
   const PROBLEMS = {
     "undecodable-image": "The image could not be read: the file is damaged, incomplete or not an image.",
