@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
+
 MIN_SIDE = 16
 FOV_THRESHOLD = 12  # of 255: fundus cameras record a near-black background outside the FOV
 ALLOWED_FORMATS = frozenset({"JPEG", "PNG", "TIFF", "WEBP", "BMP", "GIF", "MPO"})
@@ -63,13 +65,14 @@ class ImageRejected(Exception):  # noqa: N818 (contract name)
 
 @dataclass(frozen=True)
 class ImagePipeline:
-    """Preprocessing contract taken from the artifact (size, mean, std) plus the upload limits."""
+    """Preprocessing contract taken from the artifact (size, mean, std, preprocessing) plus the upload limits."""
 
     size: int  # square input side in px
     mean: tuple[float, float, float]  # per-channel mean of [0, 1] RGB
     std: tuple[float, float, float]
     max_pixels: int = 40_000_000
     max_bytes: int = 20 * 1024 * 1024
+    preprocessing: str = LEGACY_PREPROCESSING  # models.preprocessing contract named by the artifact
 
     def normalise(self, rgb: np.ndarray) -> np.ndarray:
         """uint8 [H, W, 3] -> float32 [3, H, W], (x/255 - mean) / std."""
