@@ -45,8 +45,8 @@ def sample_camera(rng: np.random.Generator, ungradable: str | None = None) -> Ca
     if ungradable is not None and ungradable not in UNGRADABLE_KINDS:
         raise ValueError(f"Unknown ungradable kind {ungradable!r}; expected one of: {', '.join(UNGRADABLE_KINDS)}")
     p: dict[str, Any] = dict(
-        gain=float(math.exp(rng.normal(0.12, 0.15))),
-        gamma=float(rng.uniform(0.85, 1.2)),
+        gain=float(np.clip(math.exp(rng.normal(0.12, 0.15)), 0.7, 1.35)),  # IDRiD-like exposure, no extremes
+        gamma=float(rng.uniform(0.9, 1.2)),
         cast=tuple(float(v) for v in rng.uniform(0.9, 1.1, 3)),
         vignette=float(rng.uniform(0.3, 0.65)),
         light_dx=float(rng.normal(0, 0.12)),
@@ -64,7 +64,8 @@ def sample_camera(rng: np.random.Generator, ungradable: str | None = None) -> Ca
         p["blur"] = float(rng.uniform(6.0, 12.0))
         p["haze"] = float(rng.uniform(0.1, 0.35))
     elif ungradable == "dark":
-        p["gain"] = float(rng.uniform(0.05, 0.14))
+        p["gain"] = float(rng.uniform(0.04, 0.11))
+        p["haze"] = p["rim_glow"] = 0.0  # both are light added after the exposure: they would lift it
         p["noise"] = float(rng.uniform(0.01, 0.03))
     elif ungradable == "overexposed":
         p["gain"] = float(rng.uniform(3.0, 5.0))
@@ -117,7 +118,8 @@ def apply_camera(
     lx = geom.cx + params.light_dx * geom.radius
     ly = geom.cy + params.light_dy * geom.radius
     r2 = ((xx - lx) ** 2 + (yy - ly) ** 2) / geom.radius**2
-    illum = np.clip(1.0 - params.vignette * (r2 * np.sqrt(np.sqrt(r2))), 0.05, 1.0)  # [H, W], ~r^2.5
+    # [H, W], ~r^2.5 fall-off; the floor keeps a gradable photograph's far rim dim, not black
+    illum = np.clip(1.0 - params.vignette * (r2 * np.sqrt(np.sqrt(r2))), 0.3, 1.0)
     gain = np.asarray(params.cast, np.float32) * params.gain
     img = albedo * (illum[..., None] * gain)
     if params.haze > 0:
