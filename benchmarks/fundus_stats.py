@@ -14,8 +14,11 @@ Usage::
     PYTHONPATH=. python benchmarks/fundus_stats.py            # 54 IDRiD vs 54 synthetic (gradable)
     PYTHONPATH=. python benchmarks/fundus_stats.py --n-synthetic 120 --size 768 --seed 1
 
-The measure functions here are this script's own (``measure_*``), written before the quality gate's
-shared measures existed; they follow the gate's definitions where the gate has one (sharpness).
+The FOV circle (``models.fov.fit_fov_circle``), the crop to it (``models.preprocessing.crop_to_fov``)
+and every number the quality gate judges (``service.quality.measure``: FOV radius, colour inside the
+disc, luminance, sharpness, blockiness) are the product's own functions, so the table shows exactly
+what the gate and the preprocessing see. Vessel contrast/width, band-pass energy by scale and
+background texture have no gate counterpart: they are this script's ``measure_*`` functions.
 IDRiD: Porwal et al. 2018, CC BY 4.0 (see ../shared/data/README.md).
 """
 
@@ -26,7 +29,6 @@ import io
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,70 +37,24 @@ from scipy import ndimage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from models.fov import FovCircle, fit_fov_circle
+from models.preprocessing import crop_to_fov
+from service.quality import measure
+
 NORM_DIAMETER = 512  # px: FOV diameter of the normalised image
-GATE_SIZE = 256  # px: the quality gate's working size (FOV-centred square)
 FOV_LEVEL = 12  # of 255, brightest channel (smoothed): inside the FOV
 DEFAULT_IDRID = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "idrid-lesion-54"
 
 
-@dataclass(frozen=True)
-class Circle:
-    """A fitted FOV circle in pixels of the image it was fitted on."""
-
-    cx: float
-    cy: float
-    r: float
-
-
-def measure_fov_circle(rgb: np.ndarray) -> Circle | None:
-    """Kasa least-squares circle through the FOV edge points that are not on the frame border.
-
-    ``rgb`` is uint8 ``[H, W, 3]``. The FOV is where the 5x5-smoothed brightest channel exceeds
-    ``FOV_LEVEL``; each row's and column's first/last FOV pixel is an edge point unless it touches
-    the frame (a disc clipped by the frame is fitted by its visible arc).
-    """
-    level = ndimage.uniform_filter(rgb.max(axis=2).astype(np.float32), 5)  # [H, W]
-    mask = level > FOV_LEVEL
-    h, w = mask.shape
-    pts: list[tuple[float, float]] = []
-    for r in np.flatnonzero(mask.any(axis=1)):
-        cols = np.flatnonzero(mask[r])
-        pts += [(float(c), float(r)) for c in (cols[0], cols[-1]) if 1 < c < w - 2]
-    for c in np.flatnonzero(mask.any(axis=0)):
-        rows = np.flatnonzero(mask[:, c])
-        pts += [(float(c), float(r)) for r in (rows[0], rows[-1]) if 1 < r < h - 2]
-    if len(pts) < 24:
-        return None
-    xy = np.asarray(pts)  # [N, 2]
-    a = np.column_stack([xy, np.ones(len(xy))])
-    sol, *_ = np.linalg.lstsq(a, -(xy**2).sum(axis=1), rcond=None)
-    cx, cy = -sol[0] / 2, -sol[1] / 2
-    r2 = cx**2 + cy**2 - sol[2]
-    return Circle(float(cx), float(cy), float(np.sqrt(r2))) if r2 > 0 else None
-
-
-def normalise_to_fov(rgb: np.ndarray, circle: Circle, diameter: int = NORM_DIAMETER) -> np.ndarray:
-    """Crop the fitted circle's bounding square (black beyond the frame), resize: uint8 ``[D, D, 3]``."""
-    side = round(2 * circle.r)
-    x0, y0 = round(circle.cx - circle.r), round(circle.cy - circle.r)
-    out = np.zeros((side, side, 3), np.uint8)
-    h, w = rgb.shape[:2]
-    sx0, sy0, sx1, sy1 = max(0, x0), max(0, y0), min(w, x0 + side), min(h, y0 + side)
-    out[sy0 - y0 : sy1 - y0, sx0 - x0 : sx1 - x0] = rgb[sy0:sy1, sx0:sx1]
-    return np.asarray(Image.fromarray(out).resize((diameter, diameter), Image.Resampling.LANCZOS))
+def normalise_to_fov(rgb: np.ndarray, circle: FovCircle, diameter: int = NORM_DIAMETER) -> np.ndarray:
+    """The fitted circle's bounding square (black beyond the frame) at ``diameter`` px: uint8 ``[D, D, 3]``."""
+    return crop_to_fov(rgb, circle, diameter)[0]
 
 
 def _disc(diameter: int, frac: float) -> np.ndarray:
     """bool ``[D, D]``: the centred disc of radius ``frac`` x D/2."""
     c = (np.arange(diameter) + 0.5 - diameter / 2) / (diameter / 2)
     return (c[None, :] ** 2 + c[:, None] ** 2) <= frac**2
-
-
-def measure_colour(norm: np.ndarray, valid: np.ndarray) -> dict[str, float]:
-    """Per-channel mean and SD (0-255) inside the FOV (the disc shrunk to 95 %, frame-clipped part out)."""
-    px = norm[valid].astype(np.float64)  # [N, 3]
-    mean, sd = px.mean(axis=0), px.std(axis=0)
-    return {f"{k}_{c}": float(v) for k, vals in (("mean", mean), ("sd", sd)) for c, v in zip("RGB", vals, strict=True)}
 
 
 def measure_vessels(norm: np.ndarray, valid: np.ndarray) -> dict[str, float]:
@@ -127,25 +83,15 @@ def measure_vessels(norm: np.ndarray, valid: np.ndarray) -> dict[str, float]:
     }
 
 
-def measure_sharpness(norm: np.ndarray, valid: np.ndarray) -> dict[str, float]:
-    """The gate's sharpness at its working size, and band-pass energy by scale at ``NORM_DIAMETER``.
-
-    ``sharpness``: variance of a difference of Gaussians (sigma 1 and 3 px at ``GATE_SIZE``) of
-    luminance inside the FOV shrunk to 85 %, over the squared mean luminance (the gate's definition).
-    ``bp_<a>_<b>``: the same ratio for sigma a..b px at ``NORM_DIAMETER`` (fine to coarse detail).
-    """
-    out: dict[str, float] = {}
-    luma_full = norm.astype(np.float32) @ np.asarray([0.299, 0.587, 0.114], np.float32) / 255.0
-    small = np.asarray(Image.fromarray(norm).resize((GATE_SIZE, GATE_SIZE), Image.Resampling.BILINEAR))
-    luma = small.astype(np.float32) @ np.asarray([0.299, 0.587, 0.114], np.float32) / 255.0
-    inner_small = np.asarray(Image.fromarray(valid.astype(np.uint8) * 255).resize((GATE_SIZE, GATE_SIZE))) > 127
-    inner_small &= _disc(GATE_SIZE, 0.85)
-    dog = ndimage.gaussian_filter(luma, 1.0) - ndimage.gaussian_filter(luma, 3.0)
-    out["sharpness"] = float(dog[inner_small].var() / max(float(luma[inner_small].mean()), 1e-3) ** 2)
+def measure_bandpass(norm: np.ndarray, valid: np.ndarray) -> dict[str, float]:
+    """Band-pass energy by scale: variance of luminance differences of Gaussians (sigma a..b px at
+    ``NORM_DIAMETER``) inside the FOV shrunk to 85 %, over the squared mean luminance (fine to coarse)."""
+    luma = norm.astype(np.float32) @ np.asarray([0.299, 0.587, 0.114], np.float32) / 255.0  # [D, D]
     inner = valid & _disc(norm.shape[0], 0.85)
-    mean = max(float(luma_full[inner].mean()), 1e-3)
+    mean = max(float(luma[inner].mean()), 1e-3)
+    out: dict[str, float] = {}
     for lo, hi in ((0.5, 1.0), (1.0, 2.0), (2.0, 4.0), (4.0, 8.0)):
-        band = ndimage.gaussian_filter(luma_full, lo) - ndimage.gaussian_filter(luma_full, hi)
+        band = ndimage.gaussian_filter(luma, lo) - ndimage.gaussian_filter(luma, hi)
         out[f"bp_{lo:g}_{hi:g}"] = float(band[inner].var() / mean**2)
     return out
 
@@ -168,20 +114,24 @@ def measure_texture(norm: np.ndarray, valid: np.ndarray) -> dict[str, float]:
 
 def measure_image(rgb: np.ndarray) -> dict[str, float] | None:
     """All statistics of one uint8 ``[H, W, 3]`` photograph; None when no FOV circle can be fitted."""
-    circle = measure_fov_circle(rgb)
+    circle = fit_fov_circle(rgb)
     if circle is None:
         return None
     h, w = rgb.shape[:2]
-    visible = min(circle.cy + circle.r, h) - max(circle.cy - circle.r, 0)
+    visible = min(circle.cy + circle.radius, h) - max(circle.cy - circle.radius, 0)
+    gate = measure(rgb, circle).as_dict()
     stats = {
         "aspect_w_h": w / h,
-        "fov_r_over_h": circle.r / h,
-        "clip_vertical": float(max(0.0, 1.0 - visible / (2 * circle.r))),
+        "fov_r_over_h": circle.radius / h,
+        "clip_vertical": float(max(0.0, 1.0 - visible / (2 * circle.radius))),
+        "visible_arc": circle.visible_arc,
+        **{f"{k}_{c}": 255.0 * gate[f"{k}_{c}"] for k in ("mean", "std") for c in "rgb"},
+        **{k: gate[k] for k in ("mean_luma", "sharpness", "blockiness", "shadow_fraction")},
     }
     norm = normalise_to_fov(rgb, circle)
     # inside the disc shrunk to 95 % and not in the black part beyond the frame
     valid = _disc(NORM_DIAMETER, 0.95) & (ndimage.uniform_filter(norm.max(axis=2).astype(np.float32), 5) > FOV_LEVEL)
-    for fn in (measure_colour, measure_vessels, measure_sharpness, measure_texture):
+    for fn in (measure_vessels, measure_bandpass, measure_texture):
         stats.update(fn(norm, valid))
     return stats
 
@@ -215,18 +165,22 @@ def synthetic_images(n: int, seed: int, size: int) -> Iterable[np.ndarray]:
 
 ROWS: tuple[tuple[str, str, str], ...] = (
     ("aspect_w_h", "frame aspect (w/h)", "{:.2f}"),
-    ("fov_r_over_h", "FOV radius / frame height", "{:.3f}"),
-    ("clip_vertical", "share of FOV diameter cut by the frame (vertical)", "{:.3f}"),
-    ("mean_R", "mean R inside FOV (0-255)", "{:.0f}"),
-    ("mean_G", "mean G inside FOV", "{:.0f}"),
-    ("mean_B", "mean B inside FOV", "{:.0f}"),
-    ("sd_R", "SD R inside FOV", "{:.1f}"),
-    ("sd_G", "SD G inside FOV", "{:.1f}"),
-    ("sd_B", "SD B inside FOV", "{:.1f}"),
+    ("fov_r_over_h", "FOV radius / frame height (fit_fov_circle)", "{:.3f}"),
+    ("clip_vertical", "share of the FOV diameter cut by the frame (vertical)", "{:.3f}"),
+    ("visible_arc", "share of the FOV circumference inside the frame", "{:.2f}"),
+    ("mean_r", "mean R inside the disc (gate, 0-255)", "{:.0f}"),
+    ("mean_g", "mean G inside the disc (gate)", "{:.0f}"),
+    ("mean_b", "mean B inside the disc (gate)", "{:.0f}"),
+    ("std_r", "SD R inside the disc (gate)", "{:.1f}"),
+    ("std_g", "SD G inside the disc (gate)", "{:.1f}"),
+    ("std_b", "SD B inside the disc (gate)", "{:.1f}"),
+    ("mean_luma", "mean luminance (gate, 0-1)", "{:.3f}"),
+    ("sharpness", "gate sharpness (fine/mid band-pass energy ratio)", "{:.2f}"),
+    ("blockiness", "gate JPEG blockiness (~1 natural)", "{:.2f}"),
+    ("shadow_fraction", "gate shadow share", "{:.3f}"),
     ("vessel_contrast", "vessel contrast (97th pct. relative darkening, green)", "{:.3f}"),
     ("vessel_width", "vessel width (per-mille of FOV diameter)", "{:.1f}"),
     ("vessel_share", "dark-structure area share of inner FOV", "{:.3f}"),
-    ("sharpness", "gate sharpness (DoG 1-3 px @256 var / mean^2)", "{:.2e}"),
     ("bp_0.5_1", "band-pass energy sigma 0.5-1 px @512", "{:.1e}"),
     ("bp_1_2", "band-pass energy sigma 1-2 px @512", "{:.1e}"),
     ("bp_2_4", "band-pass energy sigma 2-4 px @512", "{:.1e}"),

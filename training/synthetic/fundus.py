@@ -336,7 +336,7 @@ def grow_vessels(rng: np.random.Generator, geom: Geometry) -> VesselTree:
     # Stack entries: x, y, angle, target angle, bend rate, width, kind (0 artery / 1 vein), depth.
     stack: list[tuple[float, float, float, float, float, float, int, int]] = []
     for start, target, bend in trunks:
-        for kind, width in ((0, 0.0078), (1, 0.0105)):
+        for kind, width in ((0, 0.0072), (1, 0.0097)):
             a0 = start + float(rng.normal(0, 0.12)) + (0.12 if kind else -0.12)
             x0 = geom.disc_x + math.cos(a0) * geom.disc_r * 0.15
             y0 = geom.disc_y + math.sin(a0) * geom.disc_r * 0.15
