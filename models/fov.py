@@ -37,6 +37,8 @@ RANSAC_ITERATIONS = 256
 RANSAC_SEED = 0  # fixed: the same image always gets the same circle
 INLIER_TOLERANCE = 0.012  # of the radius (at least 1.5 px)
 MIN_EDGE_POINTS = 24
+STRAIGHT_RUN = 0.2  # span ends sharing one coordinate on > this share of lines are a straight cut
+STRAIGHT_MIN_POINTS = 12
 ARC_BINS = 72  # 5 degree bins for the arc-support measures
 
 
@@ -53,6 +55,7 @@ class FovCircle:
     arc_support: float  # share of the circle's in-frame 5-degree arcs that have an inlier edge point
     visible_arc: float  # share of the circle's circumference that lies inside the frame
     mask_iou: float  # IoU of the bright region with the disc clipped to the frame
+    box: tuple[int, int, int, int] = (0, 0, -1, -1)  # recorded part of the frame x0, y0, x1, y1 (-1: to the end)
 
     @property
     def offset(self) -> float:
@@ -107,21 +110,37 @@ def fov_mask(level: np.ndarray) -> np.ndarray:
     return (cols >= first[:, None]) & (cols <= last[:, None])
 
 
-def edge_points(mask: np.ndarray) -> np.ndarray:
-    """float64 [N, 2] (x, y): the ends of every row's and column's span, minus those on the frame."""
+Box = tuple[int, int, int, int]  # x0, y0, x1, y1 (inclusive): the part of the frame the camera recorded
+
+
+def edge_points(mask: np.ndarray) -> tuple[np.ndarray, Box]:
+    """The ends of every row's and column's span that are not on the frame: (float64 [N, 2] (x, y), box).
+
+    A frame padded with black to a square (a pre-processed upload, or ``fov_square``) cuts the disc
+    along a straight line *inside* the image: span ends sharing one coordinate on more than
+    ``STRAIGHT_RUN`` of the lines are such a cut. They are dropped like the frame's own border, and
+    ``box`` is shrunk to the cut, so the arc and IoU measures treat it as the frame.
+    """
     h, w = mask.shape
     m = FRAME_MARGIN
     pts: list[np.ndarray] = []
+    box = [0, 0, w - 1, h - 1]
     for axis, length in ((1, w), (0, h)):
         present = mask.any(axis=axis)
         idx = np.flatnonzero(present)
         first = mask.argmax(axis=axis)[idx]
         last = length - 1 - np.flip(mask, axis=axis).argmax(axis=axis)[idx]
-        for end in (first, last):
+        for side, end in enumerate((first, last)):
             keep = (end >= m) & (end <= length - 1 - m)
+            values, counts = np.unique(end[keep], return_counts=True)
+            straight = values[counts > max(STRAIGHT_MIN_POINTS, STRAIGHT_RUN * idx.size)]
+            if straight.size:  # a straight cut: the frame edge of a padded image
+                keep &= ~np.isin(end, straight)
+                slot = (0 if axis == 1 else 1) + 2 * side  # x0/y0 for first ends, x1/y1 for last
+                box[slot] = int(straight.max() if side == 0 else straight.min())
             along, across = end[keep].astype(np.float64), idx[keep].astype(np.float64)
             pts.append(np.column_stack([along, across] if axis == 1 else [across, along]))
-    return np.concatenate(pts)
+    return np.concatenate(pts), (box[0], box[1], box[2], box[3])
 
 
 def _circles_through(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -191,12 +210,13 @@ def ransac_circle(pts: np.ndarray, width: int, height: int) -> tuple[float, floa
     return circle[0], circle[1], circle[2], inliers
 
 
-def _arc_measures(cx: float, cy: float, r: float, inlier_pts: np.ndarray, w: int, h: int) -> tuple[float, float]:
+def _arc_measures(cx: float, cy: float, r: float, inlier_pts: np.ndarray, box: Box) -> tuple[float, float]:
     """(arc_support, visible_arc): shares of 5-degree arcs of the circle, see ``FovCircle``."""
     theta = (np.arange(ARC_BINS) + 0.5) * 2 * math.pi / ARC_BINS
     px, py = cx + r * np.cos(theta), cy + r * np.sin(theta)
     m = FRAME_MARGIN + 1
-    visible = (px >= m) & (px <= w - 1 - m) & (py >= m) & (py <= h - 1 - m)  # [B]
+    x0, y0, x1, y1 = box
+    visible = (px >= x0 + m) & (px <= x1 - m) & (py >= y0 + m) & (py <= y1 - m)  # [B]
     if not visible.any():
         return 0.0, 0.0
     ang = np.arctan2(inlier_pts[:, 1] - cy, inlier_pts[:, 0] - cx) % (2 * math.pi)
@@ -205,10 +225,12 @@ def _arc_measures(cx: float, cy: float, r: float, inlier_pts: np.ndarray, w: int
     return float((hit & visible).sum() / visible.sum()), float(visible.mean())
 
 
-def _disc_iou(mask: np.ndarray, cx: float, cy: float, r: float) -> float:
-    """IoU of the bright region with the disc (clipped to the frame by construction)."""
+def _disc_iou(mask: np.ndarray, cx: float, cy: float, r: float, box: Box) -> float:
+    """IoU of the bright region with the disc, both clipped to the recorded part of the frame."""
+    x0, y0, x1, y1 = box
+    mask = mask[y0 : y1 + 1, x0 : x1 + 1]
     h, w = mask.shape
-    yy, xx = np.ogrid[0:h, 0:w]
+    yy, xx = np.ogrid[y0 : y0 + h, x0 : x0 + w]
     disc = (xx - cx) ** 2 + (yy - cy) ** 2 <= r * r
     union = np.logical_or(mask, disc).sum()
     return float(np.logical_and(mask, disc).sum() / union) if union else 0.0
@@ -224,12 +246,12 @@ def fit_fov_circle(rgb: np.ndarray) -> FovCircle | None:
     level, scale = _small_copy(rgb, FIT_SIDE)
     mask = fov_mask(level)
     sh, sw = mask.shape
-    fit = ransac_circle(edge_points(mask), sw, sh)
+    pts, box = edge_points(mask)
+    fit = ransac_circle(pts, sw, sh)
     if fit is None:
         return None
     cx, cy, r, inliers = fit
-    pts = edge_points(mask)
-    support, visible = _arc_measures(cx, cy, r, pts[inliers], sw, sh)
+    support, visible = _arc_measures(cx, cy, r, pts[inliers], box)
     return FovCircle(
         cx=(cx + 0.5) / scale - 0.5,
         cy=(cy + 0.5) / scale - 0.5,
@@ -239,5 +261,11 @@ def fit_fov_circle(rgb: np.ndarray) -> FovCircle | None:
         inlier_share=float(inliers.mean()),
         arc_support=support,
         visible_arc=visible,
-        mask_iou=_disc_iou(mask, cx, cy, r),
+        mask_iou=_disc_iou(mask, cx, cy, r, box),
+        box=(
+            math.floor(box[0] / scale),
+            math.floor(box[1] / scale),
+            min(w - 1, math.ceil((box[2] + 1) / scale) - 1),
+            min(h - 1, math.ceil((box[3] + 1) / scale) - 1),
+        ),
     )

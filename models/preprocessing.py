@@ -66,20 +66,25 @@ def crop_to_fov(rgb: np.ndarray, circle: FovCircle | None, size: int) -> tuple[n
     """Square ``size`` px around the FOV circle: (uint8 [size, size, 3], bool [size, size] "from the frame").
 
     The circle's bounding box is mapped onto the output; its part inside the frame is cut out (a
-    view), resized, and pasted into a black output-sized canvas. ``circle=None`` uses the circle
+    view), resized, and pasted into a black output-sized canvas; black padding a previous step
+    added along a straight cut (``FovCircle.box``) counts as outside the frame. ``circle=None`` uses the circle
     circumscribing the frame's centred square (the whole frame, padded to a square).
     """
     if size < 1:
         raise ValueError(f"size must be >= 1, got {size}")
     h, w = rgb.shape[:2]
+    bx0, by0, bx1, by1 = 0, 0, w, h  # the recorded part of the frame (a padded upload's padding excluded)
     if circle is None:
         cx, cy, r = (w - 1) / 2, (h - 1) / 2, max(h, w) / 2
     else:
         cx, cy, r = circle.cx, circle.cy, circle.radius
+        bx0, by0 = circle.box[0], circle.box[1]
+        bx1 = w if circle.box[2] < 0 else circle.box[2] + 1
+        by1 = h if circle.box[3] < 0 else circle.box[3] + 1
     scale = size / (2 * r)  # output px per input px
     left, top = cx + 0.5 - r, cy + 0.5 - r  # the box's corner in continuous input coordinates
-    x0, y0 = max(0, math.floor(left)), max(0, math.floor(top))
-    x1, y1 = min(w, math.ceil(left + 2 * r)), min(h, math.ceil(top + 2 * r))
+    x0, y0 = max(bx0, math.floor(left)), max(by0, math.floor(top))
+    x1, y1 = min(bx1, math.ceil(left + 2 * r)), min(by1, math.ceil(top + 2 * r))
     out = np.zeros((size, size, 3), np.uint8)
     valid = np.zeros((size, size), bool)
     if x1 <= x0 or y1 <= y0:

@@ -15,6 +15,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from models.fov import fit_fov_circle
+from service.imaging import fov_square
 from service.quality import assess_quality
 from tests.service.degradations import DEGRADATIONS
 
@@ -73,7 +74,7 @@ def test_degraded_real_photographs_are_rejected_for_their_reason(name: str) -> N
 
 
 def test_other_frames_and_backgrounds() -> None:
-    """Portrait (left/right cut) and 4:3 frames, a dark-grey background, a text overlay and a notch."""
+    """Portrait (left/right cut) and 4:3 frames, padded to a square, a dark-grey background, a text overlay, a notch."""
     rng = np.random.default_rng(7)
     for rgb in photographs()[1::13]:
         h, w = rgb.shape[:2]
@@ -89,6 +90,7 @@ def test_other_frames_and_backgrounds() -> None:
         draw.text((10, 10), "OD 2026-11-23 KOWA", fill=(255, 255, 255))
         notched = np.asarray(overlay).copy()
         notched[h // 2 - 20 : h // 2 + 20, w - 60 :] = 0  # a notch cut into the right edge of the disc
-        for variant in (portrait, four_three, grey, notched):
+        padded = fov_square(rgb)  # an upload already padded with black to a square: the cut is inside the image
+        for variant in (portrait, four_three, padded, grey, notched):
             report = assess_quality(variant)
             assert report.gradable, (variant.shape, report.issues, report.measurements)
