@@ -94,3 +94,13 @@ def test_other_frames_and_backgrounds() -> None:
         for variant in (portrait, four_three, padded, grey, notched):
             report = assess_quality(variant)
             assert report.gradable, (variant.shape, report.issues, report.measurements)
+
+
+def test_light_and_dark_pigmentation_stay_gradable() -> None:
+    """Re-tinted photographs: a lightly pigmented (orange, bright) and a darkly pigmented (brown, dim) fundus."""
+    tints = {"light": (1.1, 1.35, 1.6), "dark": (0.7, 0.55, 0.5)}
+    for rgb in photographs()[3::11]:
+        for name, gain in tints.items():
+            tinted = np.clip(rgb.astype(np.float32) * np.asarray(gain, np.float32), 0, 255).astype(np.uint8)
+            report = assess_quality(tinted)
+            assert report.gradable, (name, report.issues, report.measurements)
