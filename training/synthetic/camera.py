@@ -57,7 +57,7 @@ def sample_camera(rng: np.random.Generator, ungradable: str | None = None) -> Ca
         noise=float(rng.uniform(0.004, 0.015)),
         eyelashes=int(rng.integers(1, 3)) if rng.random() < 0.15 else 0,
         eyelash_strength=float(rng.uniform(0.25, 0.55)),
-        jpeg_quality=int(rng.integers(72, 96)),
+        jpeg_quality=int(rng.integers(80, 97)),  # IDRiD's copy is q92
         background=float(rng.uniform(0.0, 0.012)),
     )
     if ungradable == "blur":

@@ -24,8 +24,8 @@ from training.synthetic.lesions import CONFOUNDER_KINDS, LESION_KINDS, paint_les
 
 # Vessel colours as multiplicative factors on the local retina colour: on real photographs vessels
 # are red on orange, darkening green by ~20-30 % at the 97th percentile (IDRiD), not near-black.
-_ARTERY = np.array([0.9, 0.76, 0.78], np.float32)
-_VEIN = np.array([0.78, 0.52, 0.6], np.float32)
+_ARTERY = np.array([0.88, 0.72, 0.75], np.float32)
+_VEIN = np.array([0.76, 0.48, 0.57], np.float32)
 
 
 def render_fundus(
