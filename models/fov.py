@@ -113,13 +113,16 @@ def fov_mask(level: np.ndarray) -> np.ndarray:
 Box = tuple[int, int, int, int]  # x0, y0, x1, y1 (inclusive): the part of the frame the camera recorded
 
 
-def edge_points(mask: np.ndarray) -> tuple[np.ndarray, Box]:
+def edge_points(mask: np.ndarray, level: np.ndarray | None = None) -> tuple[np.ndarray, Box]:
     """The ends of every row's and column's span that are not on the frame: (float64 [N, 2] (x, y), box).
 
     A frame padded with black to a square (a pre-processed upload, or ``fov_square``) cuts the disc
     along a straight line *inside* the image: span ends sharing one coordinate on more than
-    ``STRAIGHT_RUN`` of the lines are such a cut. They are dropped like the frame's own border, and
-    ``box`` is shrunk to the cut, so the arc and IoU measures treat it as the frame.
+    ``STRAIGHT_RUN`` of the lines are such a cut, *if* everything beyond it is as dark as padding
+    (``level`` [H, W], the brightest channel, at most its 1st percentile + ``MIN_LEVEL``): an eyelid
+    shadow with a straight-ish edge still shows retina beyond it and is not mistaken for the frame.
+    The cut's points are dropped like the frame's own border, and ``box`` is shrunk to it, so the
+    arc and IoU measures treat it as the frame. Without ``level`` no cut is accepted.
     """
     h, w = mask.shape
     m = FRAME_MARGIN
@@ -134,6 +137,13 @@ def edge_points(mask: np.ndarray) -> tuple[np.ndarray, Box]:
             keep = (end >= m) & (end <= length - 1 - m)
             values, counts = np.unique(end[keep], return_counts=True)
             straight = values[counts > max(STRAIGHT_MIN_POINTS, STRAIGHT_RUN * idx.size)]
+            if straight.size and level is not None:
+                cut = int(straight.max() if side == 0 else straight.min())
+                lines = level if axis == 1 else level.T  # [lines, length]
+                beyond = lines[:, : max(0, cut - 1)] if side == 0 else lines[:, cut + 2 :]
+                floor = float(np.percentile(level, 1)) + MIN_LEVEL
+                if beyond.size and float(beyond.max()) > floor:
+                    straight = straight[:0]  # not padding: retina (or anything bright) beyond the line
             if straight.size:  # a straight cut: the frame edge of a padded image
                 keep &= ~np.isin(end, straight)
                 slot = (0 if axis == 1 else 1) + 2 * side  # x0/y0 for first ends, x1/y1 for last
@@ -246,7 +256,7 @@ def fit_fov_circle(rgb: np.ndarray) -> FovCircle | None:
     level, scale = _small_copy(rgb, FIT_SIDE)
     mask = fov_mask(level)
     sh, sw = mask.shape
-    pts, box = edge_points(mask)
+    pts, box = edge_points(mask, level)
     fit = ransac_circle(pts, sw, sh)
     if fit is None:
         return None
