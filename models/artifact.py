@@ -44,6 +44,8 @@ from safetensors.torch import save as save_safetensors_bytes
 from torch import nn
 
 from models.posteriors import POSTERIOR_FAMILIES
+from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
+from models.preprocessing import PREPROCESSINGS
 from models.vgg import VGGConfig, VGGStar, build_vgg16_star
 
 logger = logging.getLogger(__name__)
@@ -59,10 +61,7 @@ REQUIRED_FILES = (WEIGHTS_FILE, CONFIG_FILE, CALIBRATION_FILE, MODEL_CARD_FILE)
 
 POSTERIORS: tuple[str, ...] = POSTERIOR_FAMILIES
 WEIGHT_DTYPES = {torch.float32: "float32", torch.float16: "float16"}
-DEFAULT_PREPROCESSING = (
-    "decode to RGB, resize to size x size (bilinear), scale to [0, 1], "
-    "normalise each channel: (x - mean) / std"
-)
+DEFAULT_PREPROCESSING = LEGACY_PREPROCESSING  # what artifacts without the field were trained with
 DEFAULT_ARTIFACT_DIR = Path(__file__).parent / "default"
 
 
@@ -245,6 +244,13 @@ class ArtifactConfig:
             self.channel_order == "RGB", f, "input.channel_order",
             f"must be 'RGB', got {self.channel_order!r}",
         )
+        _check(
+            self.preprocessing in PREPROCESSINGS,
+            f,
+            "input.preprocessing",
+            f"is {self.preprocessing!r}; expected one of: {', '.join(map(repr, PREPROCESSINGS))} "
+            "(models/preprocessing.py)",
+        )
         _check(self.mc_samples > 0, f, "serving.mc_samples", f"must be positive, got {self.mc_samples}")
         _check(self.draw_seed >= 0, f, "serving.draw_seed", f"must be >= 0, got {self.draw_seed}")
         _check(
@@ -302,7 +308,7 @@ class ArtifactConfig:
             mean=triple("mean"),
             std=triple("std"),
             channel_order=inp.str_("channel_order"),
-            preprocessing=inp.str_("preprocessing"),
+            preprocessing=inp.str_("preprocessing", DEFAULT_PREPROCESSING),  # missing: legacy
             positive_class=classes.str_("positive"),
             positive_definition=classes.str_("definition"),
             posterior=top.str_("posterior"),

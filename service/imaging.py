@@ -25,11 +25,14 @@ Rules, in the order they are applied:
 6. Normalisation to 8-bit RGB: EXIF orientation applied; 16-bit and 32-bit integer images scaled by
    their container range (65535), not clipped; float images scaled to [0, 1]; alpha composited on
    black (the fundus background); palette, grayscale, CMYK, YCbCr, LAB converted.
-7. Geometry (``fov_square``): square images are kept as they are (the artifact's preprocessing is
-   "resize to size x size", and training renders are square); wide/tall camera frames have their
-   dark margins trimmed along the long axis (down to a square at most) and are padded with black to
-   a centred square, so the field of view (FOV) is never cut or distorted. Then a bilinear resize
-   to the artifact's input size.
+7. Geometry, for artifacts with the *legacy* preprocessing contract (the embedded default model;
+   ``fov_square``): square images are kept as they are (that model's preprocessing is "resize to
+   size x size", and its training renders were square); wide/tall camera frames have their dark
+   margins trimmed along the long axis (down to a square at most) and are padded with black to a
+   centred square, so the field of view (FOV) is never cut or distorted. Then a bilinear resize to
+   the artifact's input size. Artifacts with ``fov-local-mean/1`` use
+   ``models.preprocessing.preprocess_fundus`` instead (crop to the fitted FOV circle), see
+   ``service.scoring.prepare_image``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image, ImageOps, PngImagePlugin, UnidentifiedImageError
+
+from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
 
 MIN_SIDE = 16
 # Real fundus frames are 1:1 (most cameras, Optos) to about 16:9 (1.78, consumer-camera backs); 4:1
@@ -81,13 +86,14 @@ class ImageRejected(Exception):  # noqa: N818 (contract name)
 
 @dataclass(frozen=True)
 class ImagePipeline:
-    """Preprocessing contract taken from the artifact (size, mean, std) plus the upload limits."""
+    """Preprocessing contract taken from the artifact (size, mean, std, preprocessing) plus the upload limits."""
 
     size: int  # square input side in px
     mean: tuple[float, float, float]  # per-channel mean of [0, 1] RGB
     std: tuple[float, float, float]
     max_pixels: int = 40_000_000
     max_bytes: int = 20 * 1024 * 1024
+    preprocessing: str = LEGACY_PREPROCESSING  # models.preprocessing contract named by the artifact
 
     def normalise(self, rgb: np.ndarray) -> np.ndarray:
         """uint8 [H, W, 3] -> float32 [3, H, W], (x/255 - mean) / std."""

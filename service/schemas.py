@@ -33,7 +33,9 @@ EXAMPLE_PROBLEM: dict[str, Any] = {
 
 ReferralReason = Literal["uncertain", "image_quality"]
 Outcome = Literal["retake_ungradable", "grader_review_uncertain", "refer_referable_dr", "no_referable_dr"]
-QualityIssue = Literal["no_field_of_view", "too_dark", "overexposed", "obstructed", "blurred", "not_fundus"]
+QualityIssue = Literal[
+    "no_field_of_view", "too_dark", "overexposed", "obstructed", "blurred", "not_fundus", "compression_artifacts"
+]
 
 
 class ModelIdentity(BaseModel):

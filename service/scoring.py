@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from models.fov import fit_fov_circle
+from models.preprocessing import FOV_LOCAL_MEAN, preprocess_fundus
 from models.uncertainty import binary_uncertainty
 from service.backends import Backend, make_backend, resolve_device
 from service.imaging import ImagePipeline, ImageRejected, decode_rgb, fov_square, resize_square
@@ -49,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 REASON_UNCERTAIN = "uncertain"
 REASON_QUALITY = "image_quality"
+QUALITY_DECODE_SIDE = 512  # JPEGs are decoded at >= 2x this (libjpeg DCT scaling), see decode_rgb
 
 
 class ScreeningOutcome(StrEnum):
@@ -100,12 +103,25 @@ class PreparedImage:
 
 
 def prepare_image(data: bytes, pipeline: ImagePipeline) -> PreparedImage:
-    """Decode, validate, quality-check and preprocess one image; raises ImageRejected (400/413/415)."""
+    """Decode, validate, quality-check and preprocess one image; raises ImageRejected (400/413/415).
+
+    The FOV circle is fitted once on the decoded frame and used by both the quality gate and,
+    for artifacts with the ``fov-local-mean/1`` contract, the preprocessing
+    (``models.preprocessing.preprocess_fundus``, the very function training used). Artifacts with
+    the legacy contract (the embedded default model) get exactly what they were trained with:
+    ``fov_square`` + resize.
+    """
     start = time.perf_counter()
-    rgb = decode_rgb(data, max_pixels=pipeline.max_pixels, max_bytes=pipeline.max_bytes, target=pipeline.size)
-    square = fov_square(rgb)  # uint8 [S, S, 3]
-    quality = assess_quality(square)
-    pixels = pipeline.normalise(resize_square(square, pipeline.size))  # [3, size, size]
+    # decode large enough for the compression check (JPEG block grid) and the FOV fit
+    target = max(pipeline.size, QUALITY_DECODE_SIDE)
+    rgb = decode_rgb(data, max_pixels=pipeline.max_pixels, max_bytes=pipeline.max_bytes, target=target)
+    circle = fit_fov_circle(rgb)
+    quality = assess_quality(rgb, circle)
+    if pipeline.preprocessing == FOV_LOCAL_MEAN:
+        square = preprocess_fundus(rgb, pipeline.size, circle)  # uint8 [size, size, 3]
+    else:
+        square = resize_square(fov_square(rgb), pipeline.size)  # legacy contract
+    pixels = pipeline.normalise(square)  # [3, size, size]
     return PreparedImage(pixels=pixels, quality=quality, decode_ms=(time.perf_counter() - start) * 1e3)
 
 
@@ -212,7 +228,12 @@ class Scorer:
             validation=dict(cal.validation),
         )
         pipeline = ImagePipeline(
-            size=cfg.input_size, mean=cfg.mean, std=cfg.std, max_pixels=max_pixels, max_bytes=max_bytes
+            size=cfg.input_size,
+            mean=cfg.mean,
+            std=cfg.std,
+            max_pixels=max_pixels,
+            max_bytes=max_bytes,
+            preprocessing=cfg.preprocessing,
         )
         logger.info(
             "model loaded",

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from models.preprocessing import BY_NAME as PREPROCESSING_BY_NAME
+from models.preprocessing import FOV_LOCAL_MEAN
 from training.config import LAYOUTS, TrainConfig
 
 
@@ -53,6 +55,8 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="patient-level split fractions")
     p.add_argument("--include-ungradable", action="store_true")
     p.add_argument("--no-augment", action="store_true")
+    p.add_argument("--preprocessing", choices=sorted(PREPROCESSING_BY_NAME), default=FOV_LOCAL_MEAN,
+                   help="image preprocessing contract (models/preprocessing.py); stored in the artifact")
     p.add_argument("--workers", type=int, default=d.workers)
     p.add_argument("--device", default=d.device)
     p.add_argument("--restart", action="store_true", help="delete an existing run directory first")
@@ -112,7 +116,8 @@ def _fit(args: argparse.Namespace) -> int:
         precision=args.precision, seed=args.seed, draw_seed=args.draw_seed,
         target_referral_rate=args.target_referral_rate, split=tuple(args.split),
         gradable_only=not args.include_ungradable,
-        augment=not args.no_augment, workers=args.workers, device=args.device)
+        augment=not args.no_augment, workers=args.workers, device=args.device,
+        preprocessing=PREPROCESSING_BY_NAME[args.preprocessing])
     started = time.monotonic()
     data = prepare_data(config)
     state = Trainer(config, progress=not args.no_progress).fit(data, stop_after_steps=args.stop_after_steps)
@@ -140,7 +145,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     cfg = artifact.config
     rows = read_rows(TrainConfig(data=args.data, out=args.out, layout=args.layout,
                                  gradable_only=not args.include_ungradable))
-    dataset = ManifestDataset(list(rows), size=cfg.input_size)
+    dataset = ManifestDataset(list(rows), size=cfg.input_size, preprocessing=cfg.preprocessing)
     probs, labels = mc_probabilities(artifact.build_model(), dataset, mean=cfg.mean, std=cfg.std,
                                      samples=cfg.mc_samples, seed=cfg.draw_seed)
     report = evaluate_predictions(probs, labels, n_bootstrap=args.n_bootstrap,

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from models.preprocessing import FOV_LOCAL_MEAN
+
 Layout = Literal["synthetic", "eyepacs", "aptos", "manifest"]
 LAYOUTS: tuple[str, ...] = ("synthetic", "eyepacs", "aptos", "manifest")
 
@@ -35,6 +37,7 @@ class TrainConfig:
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)
     gradable_only: bool = True  # ungradable images are the quality gate's job, not the classifier's
     augment: bool = True
+    preprocessing: str = FOV_LOCAL_MEAN  # models.preprocessing contract; stored in the artifact
     precision: Literal["fp32", "bf16"] = "fp32"
     seed: int = 0
     draw_seed: int = 20260

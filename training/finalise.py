@@ -99,7 +99,7 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
     art_config = ArtifactConfig(
         name=config.name, version=config.version, architecture=model.config, mean=data.mean, std=data.std,
         posterior=model.config.layer, prior=dict(config.prior), draw_seed=config.draw_seed,
-        mc_samples=config.mc_samples,
+        mc_samples=config.mc_samples, preprocessing=config.preprocessing,
         training_data="synthetic" if synthetic else f"real: {description}",
         intended_use=SYNTHETIC_USE if synthetic else "Research use only; not a medical device.",
     )

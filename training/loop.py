@@ -77,10 +77,11 @@ def prepare_data(config: TrainConfig) -> PreparedData:
     split = split_by_patient(rows, config.split, seed=config.seed)
     if not split.train or not split.val:
         raise ValueError(f"{config.data}: too few images for a train/validation split ({len(rows)} rows).")
-    train = ManifestDataset(split.train, size=config.input_size)
+    pre = config.preprocessing
+    train = ManifestDataset(split.train, size=config.input_size, preprocessing=pre)
     mean, std = channel_stats(train, max_images=500)
-    return PreparedData(split, train, ManifestDataset(split.val, size=config.input_size),
-                        ManifestDataset(split.test, size=config.input_size), mean, std)
+    return PreparedData(split, train, ManifestDataset(split.val, size=config.input_size, preprocessing=pre),
+                        ManifestDataset(split.test, size=config.input_size, preprocessing=pre), mean, std)
 
 
 def build_model(config: TrainConfig) -> nn.Module:

@@ -20,6 +20,11 @@ def _pct(v: Any) -> str:
     return "n/a" if v is None or v != v else f"{100 * float(v):.1f} %"
 
 
+def _num(v: Any) -> str:
+    """A metric to 3 decimals, or "n/a" when undefined (e.g. AUC once referral leaves one class)."""
+    return "n/a" if v is None or v != v else f"{float(v):.3f}"
+
+
 def machine_description() -> str:
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({torch.get_num_threads()} threads)"
     return f"{platform.machine()} {platform.system()}, {device}, torch {torch.__version__}"
@@ -79,7 +84,7 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         at = val.get(key, {})
         if at:
             lines.append(f"- {label} after referring by MI: " + ", ".join(
-                f"{_pct(float(k))} referred -> {v:.3f}" for k, v in sorted(at.items())))
+                f"{_pct(float(k))} referred -> {_num(v)}" for k, v in sorted(at.items())))
     if test_summary is not None:
         tv = test_summary.get("validation", {})
         lines += ["", "## Held-out test split",
@@ -89,7 +94,7 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         at = tv.get("auc_at_referral", {})
         if at:
             lines.append("- AUC after referring by MI: " + ", ".join(
-                f"{_pct(float(k))} -> {v:.3f}" for k, v in sorted(at.items())))
+                f"{_pct(float(k))} -> {_num(v)}" for k, v in sorted(at.items())))
     if history:
         last = history[-1]
         lines += ["", "## Training log (last epoch)",

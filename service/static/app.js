@@ -30,6 +30,8 @@
     obstructed: "part of the field is obstructed",
     blurred: "blurred or out of focus",
     not_fundus: "does not look like a fundus photograph",
+    obstructed: "partly covered (eyelid or eyelash shadow)",
+    compression_artifacts: "heavy compression artefacts (re-send the original photograph)",
   };
   const PROBLEMS = {
     "undecodable-image": "The image could not be read: the file is damaged, incomplete or not an image.",

@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.imaging import fov_square
 from service.quality import assess_quality
 from tests.service.nonfundus import NON_FUNDUS
 
@@ -19,7 +18,7 @@ HELD_OUT_SEED = 2026
 
 
 def _gate(img: np.ndarray) -> tuple[bool, list[str], float]:
-    q = assess_quality(fov_square(img))
+    q = assess_quality(img)  # the raw frame, as prepare_image passes it
     assert 0.0 <= q.score <= 1.0
     assert q.gradable == (q.score >= 0.5) == (not q.issues)  # the documented invariant
     return q.gradable, q.issues, q.score

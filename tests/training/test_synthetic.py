@@ -15,6 +15,7 @@ from training.data import read_eyepacs, read_synthetic
 from training.synthetic import (
     CONFOUNDER_KINDS,
     DEFAULT_GRADE_PROBS,
+    FRAME_FORMATS,
     LESION_KINDS,
     UNGRADABLE_KINDS,
     generate_dataset,
@@ -46,7 +47,7 @@ def test_same_seed_and_index_give_identical_pixels_and_other_seeds_differ() -> N
     b, info_b, _ = render_image(11, 5, size=SIZE)
     c, _, _ = render_image(12, 5, size=SIZE)
     d, _, _ = render_image(11, 6, size=SIZE)
-    assert a.dtype == np.uint8 and a.shape == (SIZE, SIZE, 3)
+    assert a.dtype == np.uint8 and a.shape[1:] == (SIZE, 3) and a.shape[0] <= SIZE
     assert np.array_equal(a, b) and info_a == info_b
     assert not np.array_equal(a, c)
     assert not np.array_equal(a, d)
@@ -155,14 +156,17 @@ def test_anatomy_disc_side_follows_the_eye_and_outside_fov_is_black() -> None:
         geom = sample_geometry(_rng(7), SIZE, eye)
         assert np.sign(geom.disc_x - geom.cx) == sign
         assert np.sign(geom.fovea_x - geom.disc_x) == -sign
-        image, _ = render_fundus(_rng(7), 0, size=SIZE, eye=eye)
-        _, xx = pixel_grid(SIZE)
-        corner = image[:8, :8].astype(float)
-        assert corner.mean() < 6  # black outside the circular field of view
-        centre = image[SIZE // 3 : 2 * SIZE // 3, SIZE // 3 : 2 * SIZE // 3].astype(float)
-        assert centre[..., 0].mean() > centre[..., 2].mean() + 20  # orange-red retina: R >> B
-        bright = image.sum(axis=2) > np.percentile(image.sum(axis=2), 99.5)  # the optic disc
-        assert np.sign(xx[bright].mean() - SIZE / 2) == sign
+        for frame in FRAME_FORMATS:
+            image, info = render_fundus(_rng(7), 0, size=SIZE, eye=eye, frame=frame)
+            h, w = image.shape[:2]
+            cx = info["fov"][0]
+            _, xx = pixel_grid(h, w)
+            corner = image[:6, :6].astype(float)
+            assert corner.mean() < 8, frame  # near-black outside the field of view
+            centre = image[h // 3 : 2 * h // 3, w // 3 : 2 * w // 3].astype(float)
+            assert centre[..., 0].mean() > centre[..., 2].mean() + 20, frame  # orange-red retina: R >> B
+            bright = image.sum(axis=2) > np.percentile(image.sum(axis=2), 99.5)  # the optic disc
+            assert np.sign(xx[bright].mean() - cx) == sign, frame
 
 
 def test_ungradable_fraction_and_kinds() -> None:
@@ -213,6 +217,7 @@ def test_quality_gate_examples_cover_non_fundus_and_every_defect() -> None:
     names = {e.name for e in examples}
     assert {f"ungradable_{k}" for k in UNGRADABLE_KINDS} <= names
     assert sum(not e.is_fundus for e in examples) >= 5
-    assert all(e.image.shape == (64, 64, 3) and e.image.dtype == np.uint8 for e in examples)
+    assert all(e.image.shape[1:] == (64, 3) and e.image.shape[0] <= 64 and e.image.dtype == np.uint8 for e in examples)
+    assert sum(e.gradable for e in examples) == len(FRAME_FORMATS)  # one gradable photograph per frame format
     assert all(not e.gradable for e in examples if not e.is_fundus)
     assert any(e.gradable for e in examples)

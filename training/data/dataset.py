@@ -1,9 +1,15 @@
 """Image decoding and the ``ManifestDataset``: labelled fundus images as float tensors.
 
-Preprocessing (the serving side must do the same): decode with PIL, apply the EXIF orientation,
-convert to RGB, pad to a square with black (centred), resize to ``size`` x ``size`` (bicubic), scale
-to [0, 1]. Channel normalisation is *not* done here: it runs after augmentation, on the training
-device (``augment.normalise``), with the statistics from ``channel_stats``.
+Preprocessing is the artifact's contract (``models.preprocessing``), the same function the service
+and the batch job run: decode with PIL, apply the EXIF orientation, convert to RGB, then
+
+- ``FOV_LOCAL_MEAN`` (new runs): ``models.preprocessing.preprocess_fundus``: crop to the fitted FOV
+  circle, resize, local-mean subtraction inside the FOV;
+- ``LEGACY`` (the embedded default model's): pad to a square with black (centred), resize to
+  ``size`` x ``size`` (bicubic).
+
+Then scale to [0, 1]. Channel normalisation is *not* done here: it runs after augmentation, on the
+training device (``augment.normalise``), with the statistics from ``channel_stats``.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import torch
 from PIL import Image, ImageOps
 from torch.utils.data import Dataset
 
+from models.preprocessing import LEGACY, check_preprocessing, preprocess_fundus
 from training.data.manifest import ManifestRow
 
 
@@ -23,7 +30,7 @@ class ImageLoadError(RuntimeError):
     """An image that cannot be decoded; the message names the file (one-argument form for DataLoader)."""
 
 
-def load_image(path: Path | str, size: int) -> np.ndarray:
+def load_image(path: Path | str, size: int, preprocessing: str = LEGACY) -> np.ndarray:
     """Decode ``path`` and return it preprocessed as uint8 ``[size, size, 3]`` RGB (see module docstring)."""
     try:
         with Image.open(path) as raw:
@@ -31,6 +38,8 @@ def load_image(path: Path | str, size: int) -> np.ndarray:
             im: Image.Image = ImageOps.exif_transpose(raw).convert("RGB")
     except Exception as exc:
         raise ImageLoadError(f"cannot read image {path}: {type(exc).__name__}: {exc}") from exc
+    if check_preprocessing(preprocessing) != LEGACY:
+        return preprocess_fundus(np.asarray(im, dtype=np.uint8), size)
     w, h = im.size
     if w != h:
         side = max(w, h)
@@ -54,18 +63,19 @@ class ManifestDataset(Dataset[tuple[torch.Tensor, torch.Tensor, int]]):
     position in ``rows`` so predictions can be joined back to the manifest.
     """
 
-    def __init__(self, rows: Sequence[ManifestRow], *, size: int) -> None:
+    def __init__(self, rows: Sequence[ManifestRow], *, size: int, preprocessing: str = LEGACY) -> None:
         if size < 8:
             raise ValueError(f"size must be >= 8, got {size}")
         self.rows = list(rows)
         self.size = size
+        self.preprocessing = check_preprocessing(preprocessing)
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         row = self.rows[index]
-        image = to_tensor(load_image(row.path, self.size))  # [3, H, W]
+        image = to_tensor(load_image(row.path, self.size, self.preprocessing))  # [3, H, W]
         label = torch.tensor(1.0 if row.referable else 0.0, dtype=torch.float32)
         return image, label, index
 
@@ -76,13 +86,17 @@ class ManifestDataset(Dataset[tuple[torch.Tensor, torch.Tensor, int]]):
 
 
 def channel_stats(
-    source: ManifestDataset | Sequence[Path | str], *, max_images: int | None = 1000, size: int = 128
+    source: ManifestDataset | Sequence[Path | str],
+    *,
+    max_images: int | None = 1000,
+    size: int = 128,
+    preprocessing: str = LEGACY,
 ) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
     """Per-channel mean and standard deviation over all pixels of (up to ``max_images``) training images.
 
     Compute on the *training split only*: the numbers go into the model artifact and the service
     normalises with them. Images are taken evenly spaced over the source, so a cap stays representative.
-    ``size`` applies to paths; a dataset uses its own size. Values are on the [0, 1] scale.
+    ``size`` and ``preprocessing`` apply to paths; a dataset uses its own. Values are on the [0, 1] scale.
     """
     n = len(source)
     if n == 0:
@@ -96,7 +110,7 @@ def channel_stats(
         if isinstance(source, ManifestDataset):
             pixels = source[i][0].numpy().reshape(3, -1).astype(np.float64)  # [3, H*W]
         else:
-            pixels = load_image(source[i], size).reshape(-1, 3).T.astype(np.float64) / 255.0
+            pixels = load_image(source[i], size, preprocessing).reshape(-1, 3).T.astype(np.float64) / 255.0
         total += pixels.sum(axis=1)
         total_sq += (pixels**2).sum(axis=1)
         count += pixels.shape[1]

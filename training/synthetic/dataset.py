@@ -29,13 +29,15 @@ from typing import Any, Literal
 import numpy as np
 from PIL import Image
 
-from training.synthetic.fundus import Eye
+from training.synthetic.fundus import Eye, draw_frame
 from training.synthetic.lesions import CONFOUNDER_KINDS, LESION_KINDS
 from training.synthetic.render import render_fundus
 
 logger = logging.getLogger(__name__)
 
-GENERATOR_VERSION = "radscreen-synthetic-fundus/1"
+# /2: camera frame formats (3:2 and 4:3 with the disc clipped, square with a notch, square), and colour,
+# vessel contrast/width, texture and sharpness matched to IDRiD photographs (benchmarks/fundus_stats.py).
+GENERATOR_VERSION = "radscreen-synthetic-fundus/2"
 # EyePACS is ~73.5/7/15/2.5/2 %; enriched so that referable (grade >= 2) is ~32 % of images.
 DEFAULT_GRADE_PROBS: tuple[float, float, float, float, float] = (0.55, 0.13, 0.21, 0.06, 0.05)
 SAME_GRADE_BOTH_EYES = 0.6  # otherwise the second eye's grade is an independent draw (keeps the marginal)
@@ -57,6 +59,12 @@ METADATA_COLUMNS: tuple[str, ...] = (
     *LESION_KINDS,
     *CONFOUNDER_KINDS,
     "jpeg_quality",
+    "frame",
+    "width",
+    "height",
+    "fov_x",
+    "fov_y",
+    "fov_radius",
     "seed",
     "index",
 )
@@ -72,6 +80,7 @@ class ImagePlan:
     eye: Eye
     grade: int
     gradable: bool
+    frame: str  # camera frame format, one of fundus.FRAME_FORMATS
 
 
 def _check_probs(grade_probs: Sequence[float]) -> np.ndarray:
@@ -99,12 +108,13 @@ def image_rng(seed: int, index: int) -> np.random.Generator:
 def plan_image(
     seed: int, index: int, *, ungradable_fraction: float = 0.08, grade_probs: Sequence[float] = DEFAULT_GRADE_PROBS
 ) -> ImagePlan:
-    """Patient, eye, grade and gradability of image ``index`` (cheap: no rendering)."""
+    """Patient, eye, grade, gradability and camera frame of image ``index`` (cheap: no rendering)."""
     patient, side = divmod(index, 2)
     eye: Eye = "left" if side == 0 else "right"
     grade = patient_grades(seed, patient, grade_probs)[side]
-    gradable = bool(image_rng(seed, index).random() >= ungradable_fraction)
-    return ImagePlan(index, f"{patient}_{eye}", patient, eye, grade, gradable)
+    rng = image_rng(seed, index)
+    gradable = bool(rng.random() >= ungradable_fraction)
+    return ImagePlan(index, f"{patient}_{eye}", patient, eye, grade, gradable, draw_frame(rng))
 
 
 def render_image(
@@ -115,11 +125,15 @@ def render_image(
     ungradable_fraction: float = 0.08,
     grade_probs: Sequence[float] = DEFAULT_GRADE_PROBS,
 ) -> tuple[np.ndarray, dict[str, Any], ImagePlan]:
-    """Render image ``index`` of the data set: (uint8 ``[size, size, 3]``, info, plan)."""
+    """Render image ``index`` of the data set: (uint8 ``[H, size, 3]``, info, plan).
+
+    ``H`` depends on the frame format drawn for the image (``info["frame"]``; see ``fundus.py``).
+    """
     plan = plan_image(seed, index, ungradable_fraction=ungradable_fraction, grade_probs=grade_probs)
     rng = image_rng(seed, index)
     rng.random()  # the gradability draw made by plan_image
-    image, info = render_fundus(rng, plan.grade, size=size, gradable=plan.gradable, eye=plan.eye)
+    draw_frame(rng)  # and its frame draw
+    image, info = render_fundus(rng, plan.grade, size=size, gradable=plan.gradable, eye=plan.eye, frame=plan.frame)
     return image, info, plan
 
 
@@ -153,6 +167,12 @@ def _render_chunk(job: _Job) -> list[dict[str, Any]]:
                 "subtle": int(info["subtle"]),
                 **info["lesions"],
                 "jpeg_quality": info["jpeg_quality"],
+                "frame": info["frame"],
+                "width": image.shape[1],
+                "height": image.shape[0],
+                "fov_x": info["fov"][0],
+                "fov_y": info["fov"][1],
+                "fov_radius": info["fov"][2],
                 "seed": seed,
                 "index": index,
             }
@@ -184,7 +204,8 @@ def generate_dataset(
     """Generate ``n_images`` synthetic fundus photographs under ``out_dir`` in the EyePACS layout.
 
     Writes ``train/<patient>_<eye>.<ext>``, ``trainLabels.csv`` (``image,level``), ``metadata.csv``
-    (patient, eye, gradability, lesion counts by kind, seed, index) and ``dataset.json`` (generator
+    (patient, eye, gradability, lesion counts by kind, frame format, frame size and FOV circle in px,
+    seed, index) and ``dataset.json`` (generator
     version, parameters, counts, and the statement that the data are synthetic). Ungradable images keep
     their grade in ``trainLabels.csv``; ``metadata.csv`` flags them ``gradable=0``.
     Returns the path of ``trainLabels.csv``.

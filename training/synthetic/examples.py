@@ -12,12 +12,13 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from training.synthetic.camera import UNGRADABLE_KINDS
+from training.synthetic.fundus import FRAME_FORMATS
 from training.synthetic.render import render_fundus
 
 
 @dataclass(frozen=True)
 class QualityExample:
-    """One reference image: ``image`` is uint8 ``[H, W, 3]`` RGB."""
+    """One reference image: ``image`` is uint8 ``[H, W, 3]`` RGB (fundus ones in their camera frame)."""
 
     name: str
     image: np.ndarray
@@ -50,14 +51,15 @@ def _non_fundus(rng: np.random.Generator, size: int) -> list[QualityExample]:
 
 
 def quality_gate_examples(seed: int = 0, size: int = 256) -> list[QualityExample]:
-    """Six non-fundus images, one ungradable fundus photograph per defect kind, and two gradable ones."""
+    """Six non-fundus images (``size`` square), one ungradable fundus photograph per defect kind and one
+    gradable one per camera frame format (``size`` px wide, frame drawn / as named)."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0xBAD]))
     examples = _non_fundus(rng, size)
     for kind in UNGRADABLE_KINDS:
         grade = int(rng.integers(0, 5))
         image, _ = render_fundus(rng, grade, size=size, gradable=False, ungradable_kind=kind)
         examples.append(QualityExample(f"ungradable_{kind}", image, True, False))
-    for grade in (0, 3):
-        image, _ = render_fundus(rng, grade, size=size, gradable=True)
-        examples.append(QualityExample(f"gradable_grade{grade}", image, True, True))
+    for frame, grade in zip(FRAME_FORMATS, (0, 3, 1, 4), strict=True):
+        image, _ = render_fundus(rng, grade, size=size, gradable=True, frame=frame)
+        examples.append(QualityExample(f"gradable_{frame.replace(':', 'x')}_grade{grade}", image, True, True))
     return examples

@@ -4,9 +4,28 @@ Everything here works in an *albedo* image: float32 RGB in [0, 1] without illumi
 lesions (``lesions.py``) can be painted with absolute colours and the camera (``camera.py``)
 applies shading, exposure and noise afterwards, once, to the whole picture.
 
-Geometry follows a macula-centred 45° photograph: the optic disc sits nasally (on the right of
+Geometry follows a macula-centred 45-50° photograph: the optic disc sits nasally (on the right of
 the image for a right eye, on the left for a left eye), about 2 disc diameters from the fovea,
 and the temporal vessel arcades bend around the macula.
+
+Camera frames (``FRAME_FORMATS``, drawn with ``FRAME_SHARES`` unless asked for), ``size`` being the
+frame *width* in pixels:
+
+- ``"3:2"`` (40 %): a ``size`` x ``2/3 size`` frame whose FOV disc is cut at the top and bottom, as on the
+  Kowa VX-10 of IDRiD (4288 x 2848): FOV radius 0.57-0.63 of the frame height, so 12-21 % of the
+  disc's vertical diameter lies outside the frame (IDRiD: 17 %); black margins left and right;
+- ``"4:3"`` (25 %): a ``size`` x ``3/4 size`` frame, FOV radius 0.53-0.58 of the height (6-14 % cut);
+- ``"square_notch"`` (20 %): a square frame with the whole disc inside (radius 0.44-0.47 of the side)
+  and a small rectangular notch cut into its rim at 12 or 3 o'clock (the orientation mark many
+  cameras print);
+- ``"square"`` (15 %): the square frame of earlier versions: whole disc, or (one in four) the
+  EyePACS-style crop that cuts the disc on all four sides.
+
+Photometry (with ``camera.py``) is matched to the 54 IDRiD photographs of ../shared/data: over gradable
+renders, the median of each channel's mean inside the FOV is within 15 grey levels (R, G) / 10 (B) of
+IDRiD's median, the median per-channel SD within 8, and the 10-90 % ranges overlap
+(tests/training/test_synthetic_realism.py); vessel contrast and width, band-pass energy (sharpness) and
+background texture are compared in the table that benchmarks/fundus_stats.py prints.
 """
 
 from __future__ import annotations
@@ -22,13 +41,18 @@ from PIL import Image, ImageDraw, ImageFilter
 Eye = Literal["left", "right"]
 
 SUPERSAMPLE = 2  # masks are drawn at 2x and box-downsampled: anti-aliased, sub-pixel widths
+REF_RADIUS = 0.455 * 256  # FOV radius (px) at which the lengths in this package are defined
+FRAME_FORMATS: tuple[str, ...] = ("3:2", "4:3", "square_notch", "square")
+FRAME_SHARES: tuple[float, ...] = (0.40, 0.25, 0.20, 0.15)
+_FRAME_HEIGHT = {"3:2": 2 / 3, "4:3": 3 / 4, "square_notch": 1.0, "square": 1.0}
 
 
 @dataclass(frozen=True)
 class Geometry:
-    """Where things are, in pixel coordinates of the final ``size`` x ``size`` image."""
+    """Where things are, in pixel coordinates of the final ``width`` x ``height`` image."""
 
-    size: int
+    width: int
+    height: int
     eye: Eye
     cx: float  # FOV centre
     cy: float
@@ -38,6 +62,18 @@ class Geometry:
     disc_r: float
     fovea_x: float
     fovea_y: float
+    frame: str = "square"
+    notch: tuple[float, float, float] | None = None  # angle (rad), depth and half-width (px)
+
+    @property
+    def px(self) -> float:
+        """Length scale: pixels per unit of a FOV of radius ``REF_RADIUS`` (lesion and vessel sizes)."""
+        return self.radius / REF_RADIUS
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(height, width)`` of the image."""
+        return self.height, self.width
 
     @property
     def temporal_sign(self) -> float:
@@ -72,10 +108,15 @@ class VesselTree:
 
 
 @lru_cache(maxsize=8)
-def pixel_grid(size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Pixel-centre coordinates ``(yy, xx)``, each ``[size, size]`` float32 (cached, read-only)."""
-    coords = np.arange(size, dtype=np.float32) + 0.5
-    yy, xx = np.meshgrid(coords, coords, indexing="ij")
+def pixel_grid(height: int, width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel-centre coordinates ``(yy, xx)``, each ``[height, width]`` float32 (cached, read-only).
+
+    ``width`` defaults to ``height`` (a square image).
+    """
+    width = height if width is None else width
+    yy, xx = np.meshgrid(
+        np.arange(height, dtype=np.float32) + 0.5, np.arange(width, dtype=np.float32) + 0.5, indexing="ij"
+    )
     yy.setflags(write=False)
     xx.setflags(write=False)
     return yy, xx
@@ -84,12 +125,14 @@ def pixel_grid(size: int) -> tuple[np.ndarray, np.ndarray]:
 class MaskCanvas:
     """A greyscale layer drawn with PIL at ``SUPERSAMPLE`` x resolution, read back as float [H, W] in [0, 1].
 
-    Coordinates and lengths are given in final-image pixels; the canvas scales them.
+    Coordinates and lengths are given in final-image pixels; the canvas scales them. ``height``
+    defaults to ``width`` (a square canvas).
     """
 
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.image = Image.new("L", (size * SUPERSAMPLE, size * SUPERSAMPLE), 0)
+    def __init__(self, width: int, height: int | None = None) -> None:
+        self.width = width
+        self.height = width if height is None else height
+        self.image = Image.new("L", (self.width * SUPERSAMPLE, self.height * SUPERSAMPLE), 0)
         self.draw = ImageDraw.Draw(self.image)
 
     def ellipse(self, x: float, y: float, rx: float, ry: float, value: float) -> None:
@@ -137,7 +180,7 @@ class MaskCanvas:
             return (slice(0, 0), slice(0, 0)), None
         pad = math.ceil(3 * blur) + 1
         x0, y0 = max(0, bbox[0] - pad), max(0, bbox[1] - pad)
-        x1, y1 = min(self.size, bbox[2] + pad), min(self.size, bbox[3] + pad)
+        x1, y1 = min(self.width, bbox[2] + pad), min(self.height, bbox[3] + pad)
         img = img.crop((x0, y0, x1, y1))
         if blur > 0:
             img = img.filter(ImageFilter.GaussianBlur(blur))
@@ -148,20 +191,52 @@ def _level(value: float) -> int:
     return round(255 * min(max(value, 0.0), 1.0))
 
 
-def smooth_noise(rng: np.random.Generator, size: int, cells: int) -> np.ndarray:
-    """Zero-mean low-frequency noise ``[size, size]``: ``cells`` x ``cells`` normals upsampled bicubically."""
-    small = rng.standard_normal((cells, cells)).astype(np.float32)
-    img = Image.fromarray(small, mode="F").resize((size, size), Image.Resampling.BICUBIC)
+def smooth_noise(rng: np.random.Generator, size: int, cells: int, height: int | None = None) -> np.ndarray:
+    """Zero-mean low-frequency noise ``[height, size]``: a grid of normals upsampled bicubically.
+
+    ``cells`` counts grid cells across the width; the height gets as many as keep them square.
+    """
+    height = size if height is None else height
+    rows = max(2, round(cells * height / size))
+    small = rng.standard_normal((rows, cells)).astype(np.float32)
+    img = Image.fromarray(small, mode="F").resize((size, height), Image.Resampling.BICUBIC)
     return np.asarray(img, dtype=np.float32)
 
 
-def sample_geometry(rng: np.random.Generator, size: int, eye: Eye, *, off_centre: bool = False) -> Geometry:
-    """Random but anatomically placed FOV, disc and fovea; ``off_centre`` pushes the FOV half out of frame."""
-    radius = size * rng.uniform(0.44, 0.47)
-    if rng.random() < 0.25:  # EyePACS-style crop: the circle is cut at top and bottom
-        radius = size * rng.uniform(0.5, 0.56)
-    cx = size / 2 + rng.normal(0, 0.01) * size
-    cy = size / 2 + rng.normal(0, 0.01) * size
+def draw_frame(rng: np.random.Generator) -> str:
+    """One of ``FRAME_FORMATS`` with the probabilities ``FRAME_SHARES``."""
+    return FRAME_FORMATS[int(rng.choice(len(FRAME_FORMATS), p=FRAME_SHARES))]
+
+
+def frame_shape(size: int, frame: str) -> tuple[int, int]:
+    """``(height, width)`` of a ``frame``-format image ``size`` px wide."""
+    if frame not in _FRAME_HEIGHT:
+        raise ValueError(f"Unknown frame {frame!r}; expected one of: {', '.join(FRAME_FORMATS)}")
+    return max(1, round(size * _FRAME_HEIGHT[frame])), size
+
+
+def sample_geometry(
+    rng: np.random.Generator, size: int, eye: Eye, *, off_centre: bool = False, frame: str = "square"
+) -> Geometry:
+    """Random but anatomically placed FOV, disc and fovea in a ``frame``-format image ``size`` px wide.
+
+    ``off_centre`` pushes the FOV half out of the frame (an ungradable acquisition).
+    """
+    height, width = frame_shape(size, frame)
+    notch = None
+    if frame == "3:2":
+        radius = height * rng.uniform(0.57, 0.63)
+    elif frame == "4:3":
+        radius = height * rng.uniform(0.53, 0.58)
+    else:
+        radius = size * rng.uniform(0.44, 0.47)
+        if frame == "square" and rng.random() < 0.25:  # EyePACS-style crop: the circle is cut on all sides
+            radius = size * rng.uniform(0.5, 0.56)
+    cx = width / 2 + rng.normal(0, 0.01) * height
+    cy = height / 2 + rng.normal(0, 0.01) * height
+    if frame == "square_notch":
+        angle = (0.0 if rng.random() < 0.5 else -math.pi / 2) + float(rng.normal(0, 0.05))
+        notch = (angle, radius * float(rng.uniform(0.03, 0.05)), radius * float(rng.uniform(0.03, 0.05)))
     if off_centre:
         angle = rng.uniform(0, 2 * math.pi)
         shift = rng.uniform(0.45, 0.7) * radius
@@ -174,55 +249,67 @@ def sample_geometry(rng: np.random.Generator, size: int, eye: Eye, *, off_centre
     dd = 2 * disc_r
     fovea_x = disc_x - nasal * dd * rng.uniform(2.1, 2.6)
     fovea_y = disc_y + dd * rng.uniform(0.1, 0.45)
-    return Geometry(size, eye, cx, cy, radius, disc_x, disc_y, disc_r, fovea_x, fovea_y)
+    return Geometry(width, height, eye, cx, cy, radius, disc_x, disc_y, disc_r, fovea_x, fovea_y, frame, notch)
 
 
-def _window(size: int, x: float, y: float, half: float) -> tuple[slice, slice, np.ndarray, np.ndarray]:
-    """Square window of half-width ``half`` around (x, y), clipped to the image: slices and pixel coords."""
-    y0, y1 = max(0, int(y - half)), min(size, int(y + half) + 2)
-    x0, x1 = max(0, int(x - half)), min(size, int(x + half) + 2)
-    yy, xx = pixel_grid(size)
+def _window(geom: Geometry, x: float, y: float, half: float) -> tuple[slice, slice, np.ndarray, np.ndarray]:
+    """Window of half-width ``half`` around (x, y), clipped to the image: slices and pixel coords."""
+    y0, y1 = max(0, int(y - half)), min(geom.height, int(y + half) + 2)
+    x0, x1 = max(0, int(x - half)), min(geom.width, int(x + half) + 2)
+    yy, xx = pixel_grid(geom.height, geom.width)
     return slice(y0, y1), slice(x0, x1), yy[y0:y1, x0:x1], xx[y0:y1, x0:x1]
 
 
 def render_retina(rng: np.random.Generator, geom: Geometry) -> np.ndarray:
     """Retina albedo with pigmentation, choroidal texture, macula and optic disc: float32 ``[H, W, 3]``.
 
-    Local structures (macula, disc, cup) are computed only in windows around them, for speed.
+    Colours and texture amplitudes were set so that, after ``camera.apply_camera``, the per-channel
+    mean/SD inside the FOV and the background texture match IDRiD's (benchmarks/fundus_stats.py).
+    Texture scales are fixed relative to the FOV, not the frame. Local structures (macula, disc, cup)
+    are computed only in windows around them, for speed.
     """
-    size = geom.size
-    # Fundus pigmentation: fair (orange-red) to dark (brown); texture at two scales.
+    width, height = geom.width, geom.height
+    # Fundus pigmentation: fair (orange-red) to dark (brown).
     pigment = float(rng.uniform(0.0, 1.0))
-    base = np.array([0.86, 0.40, 0.16], np.float32) * (1 - pigment) + np.array([0.62, 0.27, 0.10], np.float32) * pigment
+    base = (
+        np.array([0.93, 0.44, 0.09], np.float32) * (1 - pigment) + np.array([0.75, 0.335, 0.045], np.float32) * pigment
+    )
     base = base * rng.uniform(0.93, 1.07, size=3).astype(np.float32)
-    fine = float(rng.uniform(0.01, 0.03))
-    texture = 0.035 * smooth_noise(rng, size, 6) + fine * smooth_noise(rng, size, 24)
-    img = base * (1.0 + texture[..., None] * np.array([0.6, 1.0, 1.2], np.float32))  # [H, W, 3]
+    per_fov = width / (2 * geom.radius)  # frame widths per FOV diameter: noise cells scale with the FOV
+    fine = float(rng.uniform(0.02, 0.04))
+    texture = (
+        0.05 * smooth_noise(rng, width, max(3, round(6 * per_fov)), height)
+        + fine * smooth_noise(rng, width, max(4, round(24 * per_fov)), height)
+        + float(rng.uniform(0.025, 0.045)) * smooth_noise(rng, width, max(8, round(70 * per_fov)), height)
+    )  # [H, W]: broad pigment variation, choroidal blotches, fine choroidal grain
+    img = base * (1.0 + texture[..., None] * np.array([0.35, 1.25, 1.2], np.float32))  # [H, W, 3]
+    # Broad green-only variation: on real photographs green varies more across the fundus than red.
+    img[..., 1] *= 1.0 + float(rng.uniform(0.04, 0.09)) * smooth_noise(rng, width, max(3, round(4 * per_fov)), height)
 
     # Macula: darker, browner; a faint foveal reflex in some eyes.
     mac_r = geom.disc_r * float(rng.uniform(1.8, 2.6))
-    ys, xs, yy, xx = _window(size, geom.fovea_x, geom.fovea_y, 3 * mac_r)
+    ys, xs, yy, xx = _window(geom, geom.fovea_x, geom.fovea_y, 3 * mac_r)
     d2 = (xx - geom.fovea_x) ** 2 + (yy - geom.fovea_y) ** 2
-    macula = np.exp(d2 * (-0.5 / mac_r**2)) * float(rng.uniform(0.3, 0.5))
-    img[ys, xs] *= 1.0 - macula[..., None] * np.array([0.55, 0.7, 0.5], np.float32)
+    macula = np.exp(d2 * (-0.5 / mac_r**2)) * float(rng.uniform(0.35, 0.55))
+    img[ys, xs] *= 1.0 - macula[..., None] * np.array([0.45, 0.6, 0.5], np.float32)
     if rng.random() < 0.5:
-        reflex = np.exp(d2 * (-0.5 / (0.12 * geom.disc_r) ** 2)) * float(rng.uniform(0.15, 0.35))
+        reflex = np.exp(d2 * (-0.5 / (0.12 * geom.disc_r) ** 2)) * float(rng.uniform(0.1, 0.25))
         img[ys, xs] += reflex[..., None] * np.array([0.5, 0.5, 0.4], np.float32)
 
-    # Optic disc: bright yellowish, slightly vertical oval, with a paler cup off-centre temporally.
-    ys, xs, yy, xx = _window(size, geom.disc_x, geom.disc_y, 1.5 * geom.disc_r)
+    # Optic disc: pale yellow-pink, slightly vertical oval, with a paler cup off-centre temporally.
+    ys, xs, yy, xx = _window(geom, geom.disc_x, geom.disc_y, 1.5 * geom.disc_r)
     patch = img[ys, xs]
     dx = (xx - geom.disc_x) / geom.disc_r
     dy = (yy - geom.disc_y) / (geom.disc_r * float(rng.uniform(1.0, 1.12)))
     rr = np.sqrt(dx**2 + dy**2)
-    disc = 0.9 * np.clip((1.08 - rr) / 0.16, 0.0, 1.0) ** 1.5
-    disc_col = np.array([1.0, 0.80, 0.50], np.float32) * float(rng.uniform(0.9, 1.0))
+    disc = float(rng.uniform(0.6, 0.8)) * np.clip((1.08 - rr) / 0.25, 0.0, 1.0) ** 1.5
+    disc_col = np.array([1.0, 0.7, 0.36], np.float32) * float(rng.uniform(0.9, 1.0))
     patch += disc[..., None] * (disc_col - patch)
     cup_ratio = float(rng.uniform(0.25, 0.55))
     cx = geom.disc_x + geom.temporal_sign * geom.disc_r * 0.15
     cr2 = ((xx - cx) ** 2 + (yy - geom.disc_y) ** 2) / (geom.disc_r * cup_ratio) ** 2
-    cup = 0.6 * np.exp(-cr2 * 1.5)
-    patch += cup[..., None] * (np.array([1.0, 0.95, 0.82], np.float32) - patch)
+    cup = 0.5 * np.exp(-cr2 * 1.5)
+    patch += cup[..., None] * (np.array([1.0, 0.9, 0.7], np.float32) - patch)
     if rng.random() < 0.3:  # a thin peripapillary ring of pigment in some eyes
         ring = np.exp(-((rr - 1.1) ** 2) / 0.01) * float(rng.uniform(0.15, 0.3))
         patch *= 1.0 - ring[..., None] * np.array([0.3, 0.5, 0.6], np.float32)
@@ -249,7 +336,7 @@ def grow_vessels(rng: np.random.Generator, geom: Geometry) -> VesselTree:
     # Stack entries: x, y, angle, target angle, bend rate, width, kind (0 artery / 1 vein), depth.
     stack: list[tuple[float, float, float, float, float, float, int, int]] = []
     for start, target, bend in trunks:
-        for kind, width in ((0, 0.0085), (1, 0.0115)):
+        for kind, width in ((0, 0.0072), (1, 0.0097)):
             a0 = start + float(rng.normal(0, 0.12)) + (0.12 if kind else -0.12)
             x0 = geom.disc_x + math.cos(a0) * geom.disc_r * 0.15
             y0 = geom.disc_y + math.sin(a0) * geom.disc_r * 0.15
@@ -260,12 +347,12 @@ def grow_vessels(rng: np.random.Generator, geom: Geometry) -> VesselTree:
                     a0,
                     target + float(rng.normal(0, 0.1)),
                     bend,
-                    width * geom.size * float(rng.uniform(0.9, 1.1)),
+                    width * 256 * geom.px * float(rng.uniform(0.9, 1.1)),
                     kind,
                     0,
                 )
             )
-    min_width = 0.3 * geom.size / 256
+    min_width = 0.3 * geom.px
     step = 0.022 * geom.radius
     r_stop2 = (1.05 * geom.radius) ** 2
     fovea2 = (0.9 * geom.disc_r) ** 2
@@ -301,14 +388,14 @@ def grow_vessels(rng: np.random.Generator, geom: Geometry) -> VesselTree:
 
 
 def vessel_masks(
-    tree: VesselTree, size: int, *, beading: float = 0.0, rng: np.random.Generator | None = None
+    tree: VesselTree, geom: Geometry, *, beading: float = 0.0, rng: np.random.Generator | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Anti-aliased artery and vein coverage masks, each float32 ``[H, W]``.
 
     Runs of connected segments with (nearly) the same width are drawn as one polyline, so the whole
     tree takes a few hundred PIL calls. ``beading`` > 0 adds bead-like calibre changes on veins.
     """
-    layers = [MaskCanvas(size), MaskCanvas(size)]
+    layers = [MaskCanvas(geom.width, geom.height), MaskCanvas(geom.width, geom.height)]
     seg = tree.segments
     if len(seg):
         quant = np.floor(seg[:, 4] * SUPERSAMPLE * 2)  # half-pixel width classes on the canvas
@@ -321,14 +408,28 @@ def vessel_masks(
             pts = np.concatenate([run[:, 0:2], run[-1:, 2:4]], axis=0)
             layers[int(run[0, 5])].polyline(pts, float(run[0, 4]), 1.0)
     if beading > 0 and rng is not None and len(seg):
-        beads = tree.sample_points(rng, int(40 * beading), veins_only=True, min_width=0.006 * size)
+        beads = tree.sample_points(rng, int(40 * beading), veins_only=True, min_width=0.006 * 256 * geom.px)
         for x, y, _, w in beads.tolist():
             layers[1].ellipse(x, y, w * 0.9, w * 0.9, 1.0)
     return layers[0].array(), layers[1].array()
 
 
 def fov_mask(geom: Geometry, *, soft: float = 1.0) -> np.ndarray:
-    """Field-of-view coverage ``[H, W]`` in [0, 1] with a ``soft``-pixel edge; also clipped to the frame."""
-    yy, xx = pixel_grid(geom.size)
+    """Field-of-view coverage ``[H, W]`` in [0, 1] with a ``soft``-pixel edge (the frame clips it).
+
+    A ``square_notch`` frame's notch is cut out of the rim: ``depth`` px deep, ``2 * half`` px wide.
+    """
+    yy, xx = pixel_grid(geom.height, geom.width)
     r = np.sqrt((xx - geom.cx) ** 2 + (yy - geom.cy) ** 2)
-    return np.clip((geom.radius - r) / soft + 0.5, 0.0, 1.0).astype(np.float32)
+    cover = np.clip((geom.radius - r) / soft + 0.5, 0.0, 1.0).astype(np.float32)
+    if geom.notch is not None:
+        angle, depth, half = geom.notch
+        ux, uy = math.cos(angle), math.sin(angle)
+        ys, xs, wy, wx = _window(geom, geom.cx + ux * geom.radius, geom.cy + uy * geom.radius, depth + half + 2)
+        along = (wx - geom.cx) * ux + (wy - geom.cy) * uy  # radial coordinate
+        across = np.abs(-(wx - geom.cx) * uy + (wy - geom.cy) * ux)  # tangential distance
+        inside = np.clip((along - (geom.radius - depth)) / soft + 0.5, 0.0, 1.0) * np.clip(
+            (half - across) / soft + 0.5, 0.0, 1.0
+        )
+        cover[ys, xs] *= 1.0 - inside
+    return cover

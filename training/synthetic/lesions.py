@@ -102,7 +102,7 @@ def _positions(
     """``[n, 2]`` points in the FOV and off the disc: a mix around the fovea and uniform over the retina."""
     if n <= 0:
         return np.zeros((0, 2), np.float32)
-    m = 4 * n + 8
+    m = 6 * n + 12
     near = rng.random(m) < posterior
     ang = rng.uniform(0, 2 * math.pi, m)
     rad = np.where(near, np.abs(rng.normal(0, spread, m)), np.sqrt(rng.random(m)) * 0.92) * geom.radius
@@ -113,8 +113,8 @@ def _positions(
         & ((x - geom.disc_x) ** 2 + (y - geom.disc_y) ** 2 > (1.4 * geom.disc_r) ** 2)
         & (x > 2)
         & (y > 2)
-        & (x < geom.size - 2)
-        & (y < geom.size - 2)
+        & (x < geom.width - 2)
+        & (y < geom.height - 2)
     )
     pts = np.stack([x[ok], y[ok]], axis=1)[:n]
     return pts.astype(np.float32)
@@ -149,18 +149,18 @@ def paint_lesions(
     img: np.ndarray, rng: np.random.Generator, geom: Geometry, tree: VesselTree, plan: LesionPlan
 ) -> None:
     """Paint the planned lesions and confounders into the albedo image ``img`` ``[H, W, 3]`` in place."""
-    size, c, k = geom.size, plan.counts, plan.contrast
-    px = size / 256.0  # lesion sizes are defined for a 256-px image and scale with it
+    c, k = plan.counts, plan.contrast
+    px = geom.px  # lesion sizes are defined for a FOV of radius REF_RADIUS and scale with it
 
     # Confounders first, so true lesions sit on top of them.
     if c["drusen"]:
-        m = MaskCanvas(size)
+        m = MaskCanvas(geom.width, geom.height)
         for x, y in _positions(rng, geom, c["drusen"], posterior=0.9, spread=0.3):
             r = px * rng.uniform(0.8, 2.2)
             m.ellipse(x, y, r, r, rng.uniform(0.3, 0.6))
         _blend(img, m, _DRUSEN, 0.7 * px)
     if c["pigment"]:
-        m = MaskCanvas(size)
+        m = MaskCanvas(geom.width, geom.height)
         for x, y in _positions(rng, geom, c["pigment"], posterior=0.3):
             m.rotated_ellipse(
                 x,
@@ -173,7 +173,7 @@ def paint_lesions(
             )
         _darken(img, m, _PIGMENT, 0.4 * px)
     if c["reflection"]:
-        m = MaskCanvas(size)
+        m = MaskCanvas(geom.width, geom.height)
         for x, y, a, w in tree.sample_points(rng, c["reflection"], min_width=1.2 * px):
             length = px * rng.uniform(4, 12)
             dx, dy = math.cos(a) * length, math.sin(a) * length
@@ -197,7 +197,7 @@ def paint_lesions(
         pts = _positions(rng, geom, n, posterior=0.55)
         if c["haemorrhage"] >= 9:  # severe: every quadrant gets some
             pts = np.concatenate([_quadrant_positions(rng, geom, 2), pts])[:n]
-        m = MaskCanvas(size)
+        m = MaskCanvas(geom.width, geom.height)
         small = plan.subtle
         for x, y in pts:
             a = k * rng.uniform(0.7, 1.0)
@@ -219,7 +219,7 @@ def paint_lesions(
                 )
         _darken(img, m, _BLOOD, 0.5 * px)
     if c["microaneurysm"]:
-        m = MaskCanvas(size)
+        m = MaskCanvas(geom.width, geom.height)
         for x, y in _positions(rng, geom, c["microaneurysm"], posterior=0.75, spread=0.35):
             r = px * rng.uniform(0.7, 1.3)
             m.ellipse(x, y, r, r, k * rng.uniform(0.65, 1.0))
@@ -227,7 +227,7 @@ def paint_lesions(
 
     # Hard exudates: sharp yellow specks in clusters, often in a ring around a leaking centre.
     if c["hard_exudate"]:
-        m = MaskCanvas(size)
+        m = MaskCanvas(geom.width, geom.height)
         left = c["hard_exudate"]
         for cx, cy in _positions(rng, geom, max(1, left // 4), posterior=0.85, spread=0.3):
             take = min(left, int(rng.integers(1, 7)))
@@ -248,7 +248,7 @@ def paint_lesions(
                 break
         _blend(img, m, _EXUDATE, 0.3 * px)
     if c["cotton_wool_spot"]:
-        m = MaskCanvas(size)
+        m = MaskCanvas(geom.width, geom.height)
         pts = tree.sample_points(rng, c["cotton_wool_spot"], min_width=1.0 * px)
         for x, y, a, _ in pts:
             off = px * rng.uniform(2, 6) * rng.choice([-1.0, 1.0])
@@ -265,7 +265,7 @@ def paint_lesions(
 
     # Proliferative disease: fine tortuous new vessels at the disc or on a vessel, pre-retinal blood.
     if c["new_vessels"]:
-        m = MaskCanvas(size)
+        m = MaskCanvas(geom.width, geom.height)
         for _ in range(c["new_vessels"]):
             if rng.random() < 0.6:
                 a0 = rng.uniform(0, 2 * math.pi)
@@ -282,7 +282,7 @@ def paint_lesions(
                 m.polyline(pts, px * rng.uniform(0.4, 0.7), k * rng.uniform(0.6, 0.9))
         _darken(img, m, _DARK_RED, 0.2 * px)
     if c["preretinal_haemorrhage"]:
-        m = MaskCanvas(size)
+        m = MaskCanvas(geom.width, geom.height)
         ((x, y),) = _positions(rng, geom, 1, posterior=0.5, spread=0.5)
         r = px * rng.uniform(8, 18)
         theta = np.linspace(0, math.pi, 16)  # boat shape: flat top (fluid level), round bottom
@@ -295,8 +295,8 @@ def paint_dust(img: np.ndarray, rng: np.random.Generator, geom: Geometry, count:
     """Out-of-focus dust on the lens: grey blurred blobs in image space (applied after illumination)."""
     if count <= 0:
         return
-    px = geom.size / 256.0
-    m = MaskCanvas(geom.size)
+    px = geom.px
+    m = MaskCanvas(geom.width, geom.height)
     for x, y in _positions(rng, geom, count, posterior=0.0):
         r = px * (rng.uniform(0.8, 1.8) if rng.random() < 0.5 else rng.uniform(2.5, 6))
         m.ellipse(x, y, r, r, rng.uniform(0.3, 0.7))

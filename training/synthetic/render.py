@@ -11,12 +11,21 @@ from typing import Any
 import numpy as np
 
 from training.synthetic.camera import UNGRADABLE_KINDS, apply_camera, sample_camera
-from training.synthetic.fundus import Eye, grow_vessels, render_retina, sample_geometry, vessel_masks
+from training.synthetic.fundus import (
+    FRAME_FORMATS,
+    Eye,
+    draw_frame,
+    grow_vessels,
+    render_retina,
+    sample_geometry,
+    vessel_masks,
+)
 from training.synthetic.lesions import CONFOUNDER_KINDS, LESION_KINDS, paint_lesions, plan_lesions
 
-# Vessel colours as multiplicative factors on the local retina colour.
-_ARTERY = np.array([0.72, 0.42, 0.48], np.float32)
-_VEIN = np.array([0.5, 0.24, 0.33], np.float32)
+# Vessel colours as multiplicative factors on the local retina colour: on real photographs vessels
+# are red on orange, darkening green by ~20-30 % at the 97th percentile (IDRiD), not near-black.
+_ARTERY = np.array([0.88, 0.72, 0.75], np.float32)
+_VEIN = np.array([0.76, 0.48, 0.57], np.float32)
 
 
 def render_fundus(
@@ -27,16 +36,23 @@ def render_fundus(
     gradable: bool = True,
     eye: Eye | None = None,
     ungradable_kind: str | None = None,
+    frame: str | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """Render one fundus photograph of DR ``grade`` (0-4).
+    """Render one fundus photograph of DR ``grade`` (0-4), ``size`` px wide.
 
-    Returns the image (uint8 ``[size, size, 3]``, RGB) and an info dict: ``grade``, ``eye``,
-    ``gradable``, ``ungradable_kind`` (None when gradable), ``subtle``, ``lesions`` (counts by kind,
-    confounders included) and ``jpeg_quality`` (the quality to save it with).
-    When ``gradable`` is False a defect kind is drawn from ``UNGRADABLE_KINDS`` unless given.
+    Returns the image (uint8 ``[H, size, 3]``, RGB; ``H`` follows the frame format, see
+    ``fundus.FRAME_FORMATS``) and an info dict: ``grade``, ``eye``, ``gradable``, ``ungradable_kind``
+    (None when gradable), ``subtle``, ``lesions`` (counts by kind, confounders included),
+    ``jpeg_quality`` (the quality to save it with), ``frame`` and ``fov`` (centre x, y and radius in
+    px). When ``gradable`` is False a defect kind is drawn from ``UNGRADABLE_KINDS`` unless given;
+    ``frame`` is drawn with ``fundus.FRAME_SHARES`` unless given.
     """
     if size < 32:
         raise ValueError(f"size must be at least 32 px, got {size}")
+    if frame is None:
+        frame = draw_frame(rng)
+    elif frame not in FRAME_FORMATS:
+        raise ValueError(f"Unknown frame {frame!r}; expected one of: {', '.join(FRAME_FORMATS)}")
     if eye is None:
         eye = "left" if rng.random() < 0.5 else "right"
     if gradable:
@@ -46,13 +62,13 @@ def render_fundus(
     elif ungradable_kind not in UNGRADABLE_KINDS:
         raise ValueError(f"Unknown ungradable kind {ungradable_kind!r}; expected one of: {', '.join(UNGRADABLE_KINDS)}")
 
-    geom = sample_geometry(rng, size, eye, off_centre=ungradable_kind == "off_centre")
+    geom = sample_geometry(rng, size, eye, off_centre=ungradable_kind == "off_centre", frame=frame)
     albedo = render_retina(rng, geom)  # [H, W, 3]
     tree = grow_vessels(rng, geom)
     plan = plan_lesions(rng, grade)
-    arteries, veins = vessel_masks(tree, size, beading=float(plan.counts["venous_beading"]), rng=rng)
+    arteries, veins = vessel_masks(tree, geom, beading=float(plan.counts["venous_beading"]), rng=rng)
     # Veins of severe NPDR are also darker and wider-looking; the factor keeps grade info subtle.
-    vein = _VEIN * (0.92 if grade >= 3 else 1.0)
+    vein = _VEIN * (0.94 if grade >= 3 else 1.0)
     albedo *= 1.0 - arteries[..., None] * (1.0 - _ARTERY)
     albedo *= 1.0 - veins[..., None] * (1.0 - vein)
     paint_lesions(albedo, rng, geom, tree, plan)
@@ -66,5 +82,7 @@ def render_fundus(
         "subtle": plan.subtle,
         "lesions": {k: int(plan.counts[k]) for k in LESION_KINDS + CONFOUNDER_KINDS},
         "jpeg_quality": camera.jpeg_quality,
+        "frame": frame,
+        "fov": (round(geom.cx, 2), round(geom.cy, 2), round(geom.radius, 2)),
     }
     return image, info

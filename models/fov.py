@@ -1,0 +1,281 @@
+"""Field of view (FOV) of a fundus photograph: the bright disc, found as a robustly fitted circle.
+
+Real cameras record the retina as a disc on a dark (not always pure black) background, and most
+frames cut that disc: a 3:2 or 4:3 frame cuts it at the top and bottom (or left and right, in
+portrait), and some cameras add a notch or text overlays at the border. So the circle is fitted only
+to edge points that are *not* on the frame, with RANSAC (three-point circles, the one with most
+inliers wins) followed by a least-squares refit on its inliers: notches, text blobs and the straight
+cut lines of a padded frame are outliers and do not pull the fit.
+
+Everything runs on a copy whose long side is ``FIT_SIDE`` px, so the cost does not grow with the
+camera's resolution; the circle is returned in the input image's pixel coordinates.
+
+This module lives in ``models`` because the shared preprocessing (``models.preprocessing``, used
+by training, service and batch job alike) crops to the fitted circle, and the service's quality gate
+judges the same fit (``service.quality``).
+
+Example::
+
+    circle = fit_fov_circle(rgb)          # rgb: uint8 [H, W, 3]; None when there is no disc edge
+    if circle is not None:
+        print(circle.cx, circle.cy, circle.radius, circle.inlier_share)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+FIT_SIDE = 384  # long side (px) of the copy the circle is fitted on
+MIN_LEVEL = 4 / 255  # the threshold is at least this far above the surround (sensor and JPEG noise)
+LEVEL_FRACTION = 0.2  # threshold = background + this x (FOV level - background)
+FRAME_MARGIN = 2  # edge points within this many px (at FIT_SIDE) of the frame are "on the frame"
+RANSAC_ITERATIONS = 256
+RANSAC_SEED = 0  # fixed: the same image always gets the same circle
+INLIER_TOLERANCE = 0.012  # of the radius (at least 1.5 px)
+MIN_EDGE_POINTS = 24
+STRAIGHT_RUN = 0.2  # span ends sharing one coordinate on > this share of lines are a straight cut
+STRAIGHT_MIN_POINTS = 12
+ARC_BINS = 72  # 5 degree bins for the arc-support measures
+
+
+@dataclass(frozen=True)
+class FovCircle:
+    """A fitted FOV circle in the pixel coordinates of the image it was fitted on (x right, y down)."""
+
+    cx: float
+    cy: float
+    radius: float
+    width: int  # the image's size, so the clipping by the frame can be judged
+    height: int
+    inlier_share: float  # share of the off-frame edge points within tolerance of the circle
+    arc_support: float  # share of the circle's in-frame 5-degree arcs that have an inlier edge point
+    visible_arc: float  # share of the circle's circumference that lies inside the frame
+    mask_iou: float  # IoU of the bright region with the disc clipped to the frame
+    box: tuple[int, int, int, int] = (0, 0, -1, -1)  # recorded part of the frame x0, y0, x1, y1 (-1: to the end)
+
+    @property
+    def offset(self) -> float:
+        """Distance of the centre from the frame's centre, in radii."""
+        return math.hypot(self.cx - self.width / 2, self.cy - self.height / 2) / self.radius
+
+    @property
+    def clipped(self) -> bool:
+        """True when the frame cuts the disc on at least one side."""
+        r = self.radius
+        return self.cx - r < 0 or self.cy - r < 0 or self.cx + r > self.width or self.cy + r > self.height
+
+
+def _small_copy(rgb: np.ndarray, side: int) -> tuple[np.ndarray, float]:
+    """uint8 [H, W, 3] -> float32 brightest channel in [0, 1] with long side <= ``side``, and the scale."""
+    h, w = rgb.shape[:2]
+    scale = min(1.0, side / max(h, w))
+    img = Image.fromarray(np.ascontiguousarray(rgb))
+    if scale < 1.0:
+        img = img.resize((max(1, round(w * scale)), max(1, round(h * scale))), Image.Resampling.BOX)
+    level = np.asarray(img, dtype=np.float32).max(axis=2) / 255.0  # [h, w]
+    return level, scale
+
+
+def _box3(img: np.ndarray) -> np.ndarray:
+    """3x3 mean, edges replicated: float32 [H, W]."""
+    p = np.pad(img, 1, mode="edge")
+    h, w = img.shape
+    return sum(p[i : i + h, j : j + w] for i in range(3) for j in range(3)) / 9.0  # type: ignore[return-value]
+
+
+def fov_level(level: np.ndarray) -> float:
+    """Threshold between the dark surround and the FOV: ``LEVEL_FRACTION`` of the way from one to the other.
+
+    The surround's level is the 1st percentile (it is dark but not always pure black), the FOV's
+    the 95th (the FOV covers well over 5 % of any fundus frame). A fixed fraction of the span keeps
+    a dim, vignetted periphery inside the FOV on bright and dark photographs alike; a fraction of
+    the span rather than Otsu's split, which lands *inside* the FOV when the frame is mostly FOV.
+    """
+    bg, fg = (float(v) for v in np.percentile(level, [1, 95]))
+    return max(bg + MIN_LEVEL, bg + LEVEL_FRACTION * (fg - bg))
+
+
+def fov_mask(level: np.ndarray) -> np.ndarray:
+    """bool [H, W]: the bright region, each row's span filled (dark lesions and vessels are not holes)."""
+    bright = _box3(level) > fov_level(level)
+    w = bright.shape[1]
+    any_row = bright.any(axis=1)
+    first = np.where(any_row, bright.argmax(axis=1), w)
+    last = np.where(any_row, w - 1 - bright[:, ::-1].argmax(axis=1), -1)
+    cols = np.arange(w)[None, :]
+    return (cols >= first[:, None]) & (cols <= last[:, None])
+
+
+Box = tuple[int, int, int, int]  # x0, y0, x1, y1 (inclusive): the part of the frame the camera recorded
+
+
+def edge_points(mask: np.ndarray, level: np.ndarray | None = None) -> tuple[np.ndarray, Box]:
+    """The ends of every row's and column's span that are not on the frame: (float64 [N, 2] (x, y), box).
+
+    A frame padded with black to a square (a pre-processed upload, or ``fov_square``) cuts the disc
+    along a straight line *inside* the image: span ends sharing one coordinate on more than
+    ``STRAIGHT_RUN`` of the lines are such a cut, *if* everything beyond it is as dark as padding
+    (``level`` [H, W], the brightest channel, at most its 1st percentile + ``MIN_LEVEL``): an eyelid
+    shadow with a straight-ish edge still shows retina beyond it and is not mistaken for the frame.
+    The cut's points are dropped like the frame's own border, and ``box`` is shrunk to it, so the
+    arc and IoU measures treat it as the frame. Without ``level`` no cut is accepted.
+    """
+    h, w = mask.shape
+    m = FRAME_MARGIN
+    pts: list[np.ndarray] = []
+    box = [0, 0, w - 1, h - 1]
+    for axis, length in ((1, w), (0, h)):
+        present = mask.any(axis=axis)
+        idx = np.flatnonzero(present)
+        first = mask.argmax(axis=axis)[idx]
+        last = length - 1 - np.flip(mask, axis=axis).argmax(axis=axis)[idx]
+        for side, end in enumerate((first, last)):
+            keep = (end >= m) & (end <= length - 1 - m)
+            values, counts = np.unique(end[keep], return_counts=True)
+            straight = values[counts > max(STRAIGHT_MIN_POINTS, STRAIGHT_RUN * idx.size)]
+            if straight.size and level is not None:
+                cut = int(straight.max() if side == 0 else straight.min())
+                lines = level if axis == 1 else level.T  # [lines, length]
+                beyond = lines[:, : max(0, cut - 1)] if side == 0 else lines[:, cut + 2 :]
+                floor = float(np.percentile(level, 1)) + MIN_LEVEL
+                if beyond.size and float(beyond.max()) > floor:
+                    straight = straight[:0]  # not padding: retina (or anything bright) beyond the line
+            if straight.size:  # a straight cut: the frame edge of a padded image
+                keep &= ~np.isin(end, straight)
+                slot = (0 if axis == 1 else 1) + 2 * side  # x0/y0 for first ends, x1/y1 for last
+                box[slot] = int(straight.max() if side == 0 else straight.min())
+            along, across = end[keep].astype(np.float64), idx[keep].astype(np.float64)
+            pts.append(np.column_stack([along, across] if axis == 1 else [across, along]))
+    return np.concatenate(pts), (box[0], box[1], box[2], box[3])
+
+
+def _circles_through(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Circles through point triples p [T, 3, 2]: centres x, y and radii, each [T] (nan if collinear)."""
+    ax, bx, cx = p[:, 0, 0], p[:, 1, 0], p[:, 2, 0]
+    ay, by, cy = p[:, 0, 1], p[:, 1, 1], p[:, 2, 1]
+    d = 2 * (ax * (by - cy) + bx * (cy - ay) + cx * (ay - by))
+    a2, b2, c2 = ax**2 + ay**2, bx**2 + by**2, cx**2 + cy**2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ux = (a2 * (by - cy) + b2 * (cy - ay) + c2 * (ay - by)) / d
+        uy = (a2 * (cx - bx) + b2 * (ax - cx) + c2 * (bx - ax)) / d
+    return ux, uy, np.hypot(ax - ux, ay - uy)
+
+
+def _least_squares_circle(pts: np.ndarray) -> tuple[float, float, float] | None:
+    """Algebraic (Kasa) least-squares circle through pts [N, 2]."""
+    a = np.column_stack([pts, np.ones(len(pts))])
+    sol, *_ = np.linalg.lstsq(a, -(pts**2).sum(axis=1), rcond=None)
+    cx, cy = -sol[0] / 2, -sol[1] / 2
+    r2 = cx**2 + cy**2 - sol[2]
+    if not np.isfinite(r2) or r2 <= 0:
+        return None
+    return float(cx), float(cy), float(math.sqrt(r2))
+
+
+def ransac_circle(pts: np.ndarray, width: int, height: int) -> tuple[float, float, float, np.ndarray] | None:
+    """Robust circle through pts [N, 2]: RANSAC on three-point circles, then least squares on inliers.
+
+    Candidate circles must be of a size a fundus FOV can have in this frame (radius between 15 %
+    of the short side and the long side) with the centre inside the frame. Returns (cx, cy, r,
+    inlier mask [N]) or None.
+    """
+    if len(pts) < MIN_EDGE_POINTS:
+        return None
+    rng = np.random.default_rng(RANSAC_SEED)
+    triples = pts[rng.integers(0, len(pts), (RANSAC_ITERATIONS, 3))]  # [T, 3, 2]
+    ux, uy, r = _circles_through(triples)
+    ok = (
+        np.isfinite(r)
+        & (r >= 0.15 * min(width, height))
+        & (r <= max(width, height))
+        & (ux >= 0)
+        & (ux <= width)
+        & (uy >= 0)
+        & (uy <= height)
+    )
+    if not ok.any():
+        return None
+    ux, uy, r = ux[ok], uy[ok], r[ok]
+    tol = np.maximum(1.5, INLIER_TOLERANCE * r)  # [T]
+    resid = np.abs(np.hypot(pts[None, :, 0] - ux[:, None], pts[None, :, 1] - uy[:, None]) - r[:, None])  # [T, N]
+    best = int(np.argmax((resid <= tol[:, None]).sum(axis=1)))
+    circle = (float(ux[best]), float(uy[best]), float(r[best]))
+    for _ in range(2):  # refit on the inliers, then re-select them around the refit circle
+        inliers = np.abs(np.hypot(pts[:, 0] - circle[0], pts[:, 1] - circle[1]) - circle[2]) <= max(
+            1.5, 2 * INLIER_TOLERANCE * circle[2]
+        )
+        if inliers.sum() < MIN_EDGE_POINTS // 2:
+            return None
+        refit = _least_squares_circle(pts[inliers])
+        if refit is None:
+            return None
+        circle = refit
+    inliers = np.abs(np.hypot(pts[:, 0] - circle[0], pts[:, 1] - circle[1]) - circle[2]) <= max(
+        1.5, 2 * INLIER_TOLERANCE * circle[2]
+    )
+    return circle[0], circle[1], circle[2], inliers
+
+
+def _arc_measures(cx: float, cy: float, r: float, inlier_pts: np.ndarray, box: Box) -> tuple[float, float]:
+    """(arc_support, visible_arc): shares of 5-degree arcs of the circle, see ``FovCircle``."""
+    theta = (np.arange(ARC_BINS) + 0.5) * 2 * math.pi / ARC_BINS
+    px, py = cx + r * np.cos(theta), cy + r * np.sin(theta)
+    m = FRAME_MARGIN + 1
+    x0, y0, x1, y1 = box
+    visible = (px >= x0 + m) & (px <= x1 - m) & (py >= y0 + m) & (py <= y1 - m)  # [B]
+    if not visible.any():
+        return 0.0, 0.0
+    ang = np.arctan2(inlier_pts[:, 1] - cy, inlier_pts[:, 0] - cx) % (2 * math.pi)
+    hit = np.zeros(ARC_BINS, bool)
+    hit[(ang / (2 * math.pi) * ARC_BINS).astype(int) % ARC_BINS] = True
+    return float((hit & visible).sum() / visible.sum()), float(visible.mean())
+
+
+def _disc_iou(mask: np.ndarray, cx: float, cy: float, r: float, box: Box) -> float:
+    """IoU of the bright region with the disc, both clipped to the recorded part of the frame."""
+    x0, y0, x1, y1 = box
+    mask = mask[y0 : y1 + 1, x0 : x1 + 1]
+    h, w = mask.shape
+    yy, xx = np.ogrid[y0 : y0 + h, x0 : x0 + w]
+    disc = (xx - cx) ** 2 + (yy - cy) ** 2 <= r * r
+    union = np.logical_or(mask, disc).sum()
+    return float(np.logical_and(mask, disc).sum() / union) if union else 0.0
+
+
+def fit_fov_circle(rgb: np.ndarray) -> FovCircle | None:
+    """Fit the FOV circle of uint8 [H, W, 3]; None when no circle fits the bright region's edge.
+
+    The fit is done on a copy with long side ``FIT_SIDE`` and scaled back: the returned circle is
+    in ``rgb``'s pixel coordinates.
+    """
+    h, w = rgb.shape[:2]
+    level, scale = _small_copy(rgb, FIT_SIDE)
+    mask = fov_mask(level)
+    sh, sw = mask.shape
+    pts, box = edge_points(mask, level)
+    fit = ransac_circle(pts, sw, sh)
+    if fit is None:
+        return None
+    cx, cy, r, inliers = fit
+    support, visible = _arc_measures(cx, cy, r, pts[inliers], box)
+    return FovCircle(
+        cx=(cx + 0.5) / scale - 0.5,
+        cy=(cy + 0.5) / scale - 0.5,
+        radius=r / scale,
+        width=w,
+        height=h,
+        inlier_share=float(inliers.mean()),
+        arc_support=support,
+        visible_arc=visible,
+        mask_iou=_disc_iou(mask, cx, cy, r, box),
+        box=(
+            math.floor(box[0] / scale),
+            math.floor(box[1] / scale),
+            min(w - 1, math.ceil((box[2] + 1) / scale) - 1),
+            min(h - 1, math.ceil((box[3] + 1) / scale) - 1),
+        ),
+    )
