@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Backend = Literal["torch", "onnxruntime"]
 Device = Literal["auto", "cpu", "cuda"]
-Precision = Literal["fp32", "bf16", "fp16"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 
@@ -43,11 +43,27 @@ class Settings(BaseSettings):
     )
     backend: Backend = Field(default="torch", description="Inference backend for the fixed posterior draws.")
     device: Device = Field(default="auto", description="'auto' = cuda when available, else cpu.")
-    precision: Precision = Field(default="fp32", description="Autocast precision of the torch backend.")
+    precision: Precision = Field(
+        default="auto",
+        description="Autocast precision of the torch backend. 'auto' = bf16 only when the artifact's measured "
+        "bf16 drift flips no decision AND the CPU/GPU runs bf16 natively, else fp32 (service/platform.py). "
+        "An explicit bf16/fp16 on a CPU without native support fails at start.",
+    )
+    native_bf16: Literal["detect", "yes", "no"] = Field(
+        default="detect",
+        description="Override the CPU's native-bf16 detection (/proc/cpuinfo avx512_bf16/amx_bf16/bf16) "
+        "where it is wrong; 'detect' trusts the CPU.",
+    )
     strategy: Literal["auto", "grouped", "loop"] = Field(
         default="auto",
-        description="How the torch backend runs the K draws: one grouped network or a per-draw loop. "
+        description="How the backend runs the K draws: one grouped network or a per-draw loop. "
         "'auto' = loop on CPU, grouped on CUDA (measured in benchmarks/bench_core.py).",
+    )
+    threads: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Intra-op threads of torch / ONNX Runtime; default: the library's (all cores).",
     )
     mc_samples: int | None = Field(
         default=None,

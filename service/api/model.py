@@ -39,6 +39,8 @@ async def model_info(engine: EngineDep, settings: SettingsDep) -> ModelResponse:
             "runtime": {
                 "backend": scorer.backend.name,
                 "device": scorer.backend.device,
+                **{k: scorer.runtime[k] for k in ("precision_requested", "precision_reason", "strategy",
+                                                  "threads", "cpu") if k in scorer.runtime},
                 "precision": scorer.precision,
                 "max_batch_size": settings.max_batch_size,
                 "max_wait_ms": settings.max_wait_ms,
