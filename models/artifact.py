@@ -479,6 +479,24 @@ def save_artifact(
     return _sha256(manifest)
 
 
+def replace_calibration(directory: str | Path, calibration: Calibration) -> str:
+    """Rewrite a verified artifact's ``calibration.json`` (e.g. with a measured ``precision_drift``) and its
+    manifest; weights, config and card are untouched. Returns the new sha256 (the identity changes: the
+    decisions the artifact allows changed). Each file is replaced atomically (write + rename).
+    """
+    root = Path(directory)
+    load_artifact(root)  # verify before touching anything
+    _, files = _read_manifest(root)
+    data = _json_bytes(calibration.to_dict())
+    files[CALIBRATION_FILE] = _sha256(data)
+    manifest = _json_bytes({"format": ARTIFACT_FORMAT, "files": files})
+    for name, content in ((CALIBRATION_FILE, data), (MANIFEST_FILE, manifest)):
+        tmp = root / f".{name}.tmp-{os.getpid()}"
+        tmp.write_bytes(content)
+        os.replace(tmp, root / name)
+    return _sha256(manifest)
+
+
 @dataclass(frozen=True)
 class Artifact:
     """A verified artifact: parsed config, calibration and card; weights are read on demand."""

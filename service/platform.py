@@ -12,6 +12,9 @@ service detects the CPU at start and resolves ``precision="auto"`` here:
   :class:`PrecisionUnavailableError` (a configuration the machine cannot honour at a usable speed is an
   error, not a silent 70x slowdown; fp32 or auto is the fix, and the message says so).
 
+``backend="auto"`` then takes ONNX Runtime's per-draw graph for fp32 on CPU (the fastest fp32 CPU path
+measured against the peer) and torch for bf16/fp16 and GPUs (:func:`choose_backend`).
+
 Detection is injectable for tests (``detect_cpu(cpuinfo=..., isa=...)``) and overridable by operators
 (``RADSCREEN_NATIVE_BF16=yes|no``, ``override=`` here) where /proc/cpuinfo is not telling the truth.
 
@@ -180,3 +183,68 @@ def choose_strategy(requested: str, *, device: str, backend: str) -> tuple[str, 
     if device == "cpu":
         return "loop", f"auto: per-draw loop on CPU ({backend}; grouped convolutions are slower there)"
     return "grouped", f"auto: grouped convolutions on {device} ({backend})"
+
+
+def onnxruntime_available() -> bool:
+    """True when onnxruntime imports (it is a core dependency, but a slim image may drop it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
+def choose_backend(requested: str, *, device: str, precision: str,
+                   ort_available: bool | None = None) -> tuple[str, str]:
+    """``(backend, reason)``: ``auto`` -> ONNX Runtime's per-draw graph for fp32 on CPU, else torch.
+
+    Measured in one run against the peer (benchmarks/bench_peer.py, docs/benchmarks.md): on CPU in fp32
+    ONNX Runtime's per-draw graph (ORT_ENABLE_ALL) is the fastest served path and agrees with torch
+    to ~1e-7 in probability; torch keeps bf16/fp16 (ORT runs fp32 only) and the GPU.
+    """
+    if requested not in ("auto", "torch", "onnxruntime"):
+        raise ValueError(f"Unknown backend {requested!r}; expected one of: auto, torch, onnxruntime.")
+    if requested != "auto":
+        return requested, f"{requested} was requested"
+    if device != "cpu":
+        return "torch", f"auto: torch on {device}"
+    if precision != "fp32":
+        return "torch", f"auto: torch for {precision} (the onnxruntime backend runs fp32 only)"
+    if not (onnxruntime_available() if ort_available is None else ort_available):
+        return "torch", "auto: onnxruntime is not installed, so torch"
+    return "onnxruntime", "auto: ONNX Runtime's per-draw graph is the fastest fp32 CPU path (docs/benchmarks.md)"
+
+
+def conv_probe_ms(precision: str, *, repeats: int = 5, size: int = 128, channels: int = 46) -> float:
+    """Median ms of one 3x3 convolution [1, C, S, S] on the CPU in ``precision`` (autocast for bf16/fp16):
+    a seconds-long check of what the flags promise (``python -m service.platform``)."""
+    import time
+
+    x = torch.randn(1, channels, size, size).contiguous(memory_format=torch.channels_last)  # [1, C, S, S]
+    conv = torch.nn.Conv2d(channels, channels, 3, padding=1).eval()
+    times = []
+    with torch.inference_mode():
+        for i in range(repeats + 1):
+            start = time.perf_counter()
+            if precision == "fp32":
+                conv(x)
+            else:
+                with torch.autocast("cpu", dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[precision]):
+                    conv(x)
+            if i:  # the first call pays oneDNN's kernel choice
+                times.append((time.perf_counter() - start) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    """Print this machine's CPU capability, what ``auto`` picks, and a conv micro-probe fp32 vs bf16."""
+    cpu = detect_cpu()
+    print(f"CPU: {cpu.summary()}")
+    for allowed in (frozenset({"fp32"}), frozenset({"fp32", "bf16"})):
+        choice = choose_precision("auto", device="cpu", cpu=cpu, allowed=allowed)
+        print(f"artifact allows {sorted(allowed)}: precision={choice.precision} ({choice.reason})")
+    fp32, bf16 = conv_probe_ms("fp32"), conv_probe_ms("bf16")
+    print(f"probe, one 3x3 conv 46->46 at 128 px, {torch.get_num_threads()} threads: fp32 {fp32:.2f} ms, "
+          f"bf16 autocast {bf16:.2f} ms ({bf16 / fp32:.1f}x the fp32 time)")
+
+
+if __name__ == "__main__":
+    main()

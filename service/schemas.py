@@ -157,7 +157,9 @@ class CpuInfo(BaseModel):
 
 
 class Runtime(BaseModel):
-    backend: str
+    backend: str = Field(description="The backend actually running (torch, onnxruntime).")
+    backend_requested: str = Field(default="", description="RADSCREEN_BACKEND as configured (auto, ...).")
+    backend_reason: str = Field(default="", description="Why this backend was chosen.")
     device: str
     precision: str = Field(description="The precision actually running (fp32, bf16, fp16).")
     precision_requested: str = Field(default="", description="RADSCREEN_PRECISION as configured (auto, ...).")

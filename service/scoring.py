@@ -27,7 +27,7 @@ import torch
 from models.uncertainty import binary_uncertainty
 from service.backends import Backend, make_backend, resolve_device
 from service.imaging import ImagePipeline, ImageRejected, decode_rgb, fov_square, resize_square
-from service.platform import CpuCapability, PrecisionChoice, choose_precision, detect_cpu
+from service.platform import CpuCapability, PrecisionChoice, choose_backend, choose_precision, detect_cpu
 from service.quality import QualityReport, assess_quality
 
 __all__ = [
@@ -121,7 +121,7 @@ class Scorer:
         cls,
         model_dir: Path | None = None,
         *,
-        backend: str = "torch",
+        backend: str = "auto",
         device: str = "auto",
         precision: str = "auto",
         strategy: str = "auto",
@@ -135,6 +135,7 @@ class Scorer:
 
         ``mc_samples=None`` takes the artifact's K (the calibration was set for it); another K is
         allowed but logged, since the MI referral threshold then no longer matches exactly.
+        ``backend="auto"``: ONNX Runtime for fp32 on CPU, else torch (``service.platform.choose_backend``).
         ``precision="auto"`` is resolved from ``cpu`` (default: detected) and the artifact's measured
         drift (``service.platform.choose_precision``); an explicit bf16/fp16 the CPU cannot run natively
         raises ``PrecisionUnavailableError``.
@@ -153,9 +154,12 @@ class Scorer:
             )
         dev = resolve_device(device)  # type: ignore[arg-type]
         cpu = cpu if cpu is not None else detect_cpu()
-        choice: PrecisionChoice = choose_precision(precision, device=dev, cpu=cpu, backend=backend,
+        choice: PrecisionChoice = choose_precision(precision, device=dev, cpu=cpu,
+                                                   backend="torch" if backend == "auto" else backend,
                                                    allowed=cal.allowed_precisions())
         precision = choice.precision
+        requested_backend = backend
+        backend, backend_reason = choose_backend(backend, device=dev, precision=precision)
         if precision != "fp32" and precision not in cal.allowed_precisions():
             logger.warning(
                 "precision=%s: reduced precision shifts the mutual information; with a narrow posterior the "
@@ -168,6 +172,8 @@ class Scorer:
         engine = make_backend(net, backend=backend, device=dev, precision=precision, strategy=strategy,
                               intra_op_threads=threads)
         runtime = {
+            "backend_requested": requested_backend,
+            "backend_reason": backend_reason,
             "cpu": cpu.to_dict(),
             "precision_requested": choice.requested,
             "precision": precision,

@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, type=Path, help="results file: .csv, .jsonl or .parquet")
     p.add_argument("--model-dir", type=Path, default=None,
                    help="model artifact folder (default: RADSCREEN_MODEL_DIR, else the embedded model)")
-    p.add_argument("--backend", choices=("torch", "onnxruntime"), default="torch")
+    p.add_argument("--backend", choices=("auto", "torch", "onnxruntime"), default="auto",
+                   help="auto (default): ONNX Runtime for fp32 on CPU, torch for bf16/fp16 and GPUs")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
                    help="auto (default): bf16 only where the artifact's measured drift allows it and the "

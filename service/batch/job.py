@@ -38,7 +38,7 @@ class BatchJobConfig:
     input: Path
     output: Path
     model_dir: Path | None = None
-    backend: str = "torch"
+    backend: str = "auto"  # ONNX Runtime for fp32 on CPU, else torch (service.platform.choose_backend)
     device: str = "auto"
     precision: str = "auto"  # resolved from the CPU and the artifact (service.platform)
     native_bf16: str = "detect"  # override of the CPU's native-bf16 detection: detect | yes | no
