@@ -42,6 +42,7 @@ from models.draws import DrawnNetwork, materialise_draws
 from models.onnx_backend import OnnxDrawnSession
 from models.uncertainty import binary_uncertainty_from_logits
 from models.vgg import VGGConfig, VGGStar, build_vgg16_star, mc_logits
+from service.platform import detect_cpu
 
 MODES = ("naive-loop", "bayes-mc", "drawn-grouped", "drawn-loop", "onnx", "onnx-loop")
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -214,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     grouped = materialise_draws(model, k=args.k, seed=args.seed).to(device)
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
           f"cuda: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'not used'}")
+    print(f"CPU: {detect_cpu().summary()}  (bf16 rows are only meaningful where native bf16 is yes)")
 
     batches = [int(b) for b in args.batch.split(",")]
     rng = np.random.default_rng(args.seed)

@@ -6,11 +6,17 @@ information, how many decisions (label or uncertainty referral) flip, and the ti
 side by side. Example (figures in docs/benchmarks.md, "Precision on trained weights")::
 
     .venv/bin/python benchmarks/precision_drift.py --model-dir models/default --images 48
+
+bf16 runs only on a CPU with native bf16 (``service.platform``): emulated it is ~70x slower; pass
+``--emulated-bf16`` (with few ``--images``) to measure its drift anyway. ``--record`` writes the bf16
+figures into the artifact's ``calibration.json`` (``precision_drift.bf16``; the sha256 changes), which is
+what lets ``RADSCREEN_PRECISION=auto`` choose bf16 there — only when no label and no referral flipped.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import sys
 import time
@@ -21,6 +27,8 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from models.artifact import load_artifact, replace_calibration
+from service.platform import detect_cpu
 from service.scoring import ImageScore, PreparedImage, Scorer, prepare_image
 from training.synthetic.render import render_fundus
 
@@ -49,9 +57,14 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=512)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--emulated-bf16", action="store_true", help="run bf16 on a CPU without native bf16")
+    parser.add_argument("--record", action="store_true",
+                        help="write the measured bf16 drift into the artifact's calibration.json")
     args = parser.parse_args()
 
-    reference = Scorer.from_artifact(args.model_dir, backend="torch", precision="fp32")
+    cpu = detect_cpu(override="yes" if args.emulated_bf16 else "detect")
+    print(f"CPU: {cpu.summary()}")
+    reference = Scorer.from_artifact(args.model_dir, backend="torch", precision="fp32", strategy="loop")
     prepared = [prepare_image(b, reference.pipeline) for b in images(args.images, args.image_size, args.seed)]
     ref, ref_s = score_all(reference, prepared, args.batch)
     thr = reference.calibration.referral_threshold_mi
@@ -62,9 +75,14 @@ def main() -> None:
     print(f"{'torch fp32 (ref)':<22}{ref_s:>8.3f}")
     modes = [("torch bf16", dict(backend="torch", precision="bf16")),
              ("torch fp32 grouped", dict(backend="torch", precision="fp32", strategy="grouped")),
-             ("onnxruntime fp32", dict(backend="onnxruntime", precision="fp32"))]
+             ("onnxruntime fp32 loop", dict(backend="onnxruntime", precision="fp32", strategy="loop")),
+             ("onnxruntime fp32 grouped", dict(backend="onnxruntime", precision="fp32", strategy="grouped"))]
+    drift: dict[str, dict[str, float | int]] = {}
     for name, kwargs in modes:
-        scorer = Scorer.from_artifact(args.model_dir, **kwargs)  # type: ignore[arg-type]
+        if kwargs["precision"] == "bf16" and not cpu.native_bf16:
+            print(f"{name:<22}skipped: this CPU has no native bf16 (pass --emulated-bf16 to measure it slowly)")
+            continue
+        scorer = Scorer.from_artifact(args.model_dir, cpu=cpu, **kwargs)  # type: ignore[arg-type]
         got, secs = score_all(scorer, prepared, args.batch)
         dp = np.abs([g.probability - r.probability for g, r in zip(got, ref, strict=True)])
         dmi = np.abs([g.mutual_information - r.mutual_information for g, r in zip(got, ref, strict=True)])
@@ -73,6 +91,18 @@ def main() -> None:
                              for g, r in zip(got, ref, strict=True))
         print(f"{name:<22}{secs:>8.3f}{dp.max():>11.2e}{dp.mean():>11.2e}{dmi.max():>11.2e}{dmi.mean():>11.2e}"
               f"{label_flips:>13}{referral_flips:>16}")
+        if kwargs["precision"] == "bf16":
+            drift["bf16"] = {"images": len(prepared), "label_flips": int(label_flips),
+                             "referral_flips": int(referral_flips), "max_abs_dp": float(dp.max()),
+                             "max_abs_dmi": float(dmi.max())}
+    if args.record:
+        if not drift:
+            raise SystemExit("--record: bf16 was not measured on this CPU (see above); nothing recorded")
+        art = load_artifact(args.model_dir)
+        cal = dataclasses.replace(art.calibration, precision_drift={**art.calibration.precision_drift, **drift})
+        sha = replace_calibration(art.directory, cal)
+        print(f"recorded {drift} in {art.directory / 'calibration.json'}; bf16 allowed for auto: "
+              f"{'bf16' in cal.allowed_precisions()}; new sha256 {sha}")
 
 
 if __name__ == "__main__":

@@ -326,6 +326,12 @@ class Calibration:
 
     ``referral_threshold_mi`` is the mutual information (nats) above which an image is referred; it was
     set as the validation-set quantile for ``target_referral_rate``.
+
+    ``precision_drift`` records, per reduced precision ("bf16", "fp16"), what
+    ``benchmarks/precision_drift.py --record`` measured against fp32 on this model: ``images`` scored,
+    ``label_flips`` and ``referral_flips`` (decisions that changed), ``max_abs_dp``, ``max_abs_dmi``. A
+    precision is allowed for ``precision=auto`` only when it was measured and flipped nothing
+    (:meth:`allowed_precisions`); absent = never measured = fp32.
     """
 
     referral_threshold_mi: float
@@ -334,9 +340,24 @@ class Calibration:
     validation: dict[str, Any] = field(default_factory=dict)
     dataset: str = ""
     achieved_referral_rate: float | None = None
+    precision_drift: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def allowed_precisions(self) -> frozenset[str]:
+        """fp32, plus every reduced precision whose measured drift flipped no label and no referral."""
+        ok = {p for p, d in self.precision_drift.items() if d["label_flips"] == 0 and d["referral_flips"] == 0}
+        return frozenset({"fp32", *ok})
 
     def __post_init__(self) -> None:
         f = CALIBRATION_FILE
+        for prec, drift in self.precision_drift.items():
+            name = f"precision_drift.{prec}"
+            _check(prec in ("bf16", "fp16"), f, name, "is not a reduced precision; expected bf16 or fp16")
+            _check(isinstance(drift, Mapping), f, name, f"must be a JSON object, got {drift!r}")
+            for key in ("images", "label_flips", "referral_flips"):
+                value = drift.get(key)
+                _check(isinstance(value, int) and not isinstance(value, bool) and value >= 0, f,
+                       f"{name}.{key}", f"must be a non-negative integer, got {value!r}")
+            _check(drift["images"] > 0, f, f"{name}.images", "must be positive (a measurement on no images)")
         _check(
             0.0 <= self.referral_threshold_mi <= math.log(2) + 1e-9,
             f,
@@ -372,6 +393,7 @@ class Calibration:
             "decision_threshold": self.decision_threshold,
             "validation": self.validation,
             "dataset": self.dataset,
+            **({"precision_drift": self.precision_drift} if self.precision_drift else {}),
         }
 
     @classmethod
@@ -385,6 +407,7 @@ class Calibration:
             decision_threshold=top.float_("decision_threshold"),
             validation=top.dict_("validation"),
             dataset=top.str_("dataset"),
+            precision_drift=top.dict_("precision_drift", {}),
         )
 
 
@@ -459,6 +482,24 @@ def save_artifact(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    return _sha256(manifest)
+
+
+def replace_calibration(directory: str | Path, calibration: Calibration) -> str:
+    """Rewrite a verified artifact's ``calibration.json`` (e.g. with a measured ``precision_drift``) and its
+    manifest; weights, config and card are untouched. Returns the new sha256 (the identity changes: the
+    decisions the artifact allows changed). Each file is replaced atomically (write + rename).
+    """
+    root = Path(directory)
+    load_artifact(root)  # verify before touching anything
+    _, files = _read_manifest(root)
+    data = _json_bytes(calibration.to_dict())
+    files[CALIBRATION_FILE] = _sha256(data)
+    manifest = _json_bytes({"format": ARTIFACT_FORMAT, "files": files})
+    for name, content in ((CALIBRATION_FILE, data), (MANIFEST_FILE, manifest)):
+        tmp = root / f".{name}.tmp-{os.getpid()}"
+        tmp.write_bytes(content)
+        os.replace(tmp, root / name)
     return _sha256(manifest)
 
 

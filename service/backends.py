@@ -4,7 +4,10 @@ Both run the same ``DrawnNetwork`` (K materialised draws, ``models.draws``):
 
 - ``TorchBackend``: eager torch, channels-last input, optional bf16/fp16 autocast, CPU or CUDA;
 - ``OnnxBackend``: ``models.onnx_backend.OnnxDrawnSession`` (CUDA provider on GPU, CPU otherwise),
-  fp32 only; the drawn weights are injected at load time, never baked into a file.
+  fp32 only, grouped or per-draw graph; the drawn weights are injected at load time, never baked in.
+
+The precision and strategy arrive already resolved (``service.platform``: ``auto`` is decided there, from
+the machine and the artifact); ``strategy="auto"`` is still accepted here and resolved the same way.
 
 Agreement (fp32, tests/service/test_scoring.py): probability and MI equal to 1e-4 between the two.
 """
@@ -19,6 +22,7 @@ import torch
 
 from models.draws import DrawnNetwork
 from models.layers import check_strategy
+from service.platform import choose_strategy
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +34,8 @@ class Backend(Protocol):
 
     name: str
     device: str
+    precision: str
+    strategy: str
 
     def run(self, x: np.ndarray) -> np.ndarray: ...
 
@@ -48,12 +54,17 @@ class TorchBackend:
 
     name = "torch"
 
-    def __init__(self, net: DrawnNetwork, *, device: str, precision: str, strategy: str = "auto") -> None:
+    def __init__(self, net: DrawnNetwork, *, device: str, precision: str, strategy: str = "auto",
+                 intra_op_threads: int | None = None) -> None:
+        if precision not in ("fp32", *_DTYPES):
+            raise ValueError(f"precision={precision!r} must be resolved first; expected one of: fp32, bf16, fp16.")
         self.device = device
         self.precision = precision
         # Per-draw loop beats grouped convolutions on CPU (oneDNN), grouped wins on GPU: docs/benchmarks.md.
-        net.strategy = check_strategy(("loop" if device == "cpu" else "grouped") if strategy == "auto" else strategy)
-        self.strategy = net.strategy
+        net.strategy = check_strategy(choose_strategy(strategy, device=device, backend=self.name)[0])
+        self.strategy: str = net.strategy
+        if intra_op_threads is not None:
+            torch.set_num_threads(intra_op_threads)  # process-wide: torch has one intra-op pool
         net = net.to(device)
         # channels-last applies to the 4-D (grouped-conv) weight buffers only
         self.net = net.to(memory_format=torch.channels_last).eval()  # type: ignore[call-overload]
@@ -76,7 +87,8 @@ class OnnxBackend:
 
     name = "onnxruntime"
 
-    def __init__(self, net: DrawnNetwork, *, device: str, precision: str) -> None:
+    def __init__(self, net: DrawnNetwork, *, device: str, precision: str, strategy: str = "auto",
+                 intra_op_threads: int | None = None) -> None:
         from models.onnx_backend import OnnxDrawnSession
 
         if precision != "fp32":
@@ -85,16 +97,26 @@ class OnnxBackend:
                 "or the torch backend for bf16/fp16."
             )
         self.device = device
-        self.session = OnnxDrawnSession(net, device=device)  # CUDA provider on cuda, else CPU
+        self.precision = precision
+        self.strategy = choose_strategy(strategy, device=device, backend=self.name)[0]
+        # CUDA provider on cuda, else CPU; ORT_ENABLE_ALL graph optimisations
+        self.session = OnnxDrawnSession(net, device=device, strategy=self.strategy,
+                                        intra_op_threads=intra_op_threads)
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(self.session.run(np.ascontiguousarray(x, dtype=np.float32)), dtype=np.float32)
 
 
-def make_backend(net: DrawnNetwork, *, backend: str, device: str, precision: str, strategy: str = "auto") -> Backend:
-    """Build the named backend; unknown names raise ValueError listing the valid ones."""
+def make_backend(net: DrawnNetwork, *, backend: str, device: str, precision: str, strategy: str = "auto",
+                 intra_op_threads: int | None = None) -> Backend:
+    """Build the named backend; unknown names raise ValueError listing the valid ones.
+
+    ``intra_op_threads``: None = the library default (all cores); torch's setting is process-wide.
+    """
     if backend == "torch":
-        return TorchBackend(net, device=device, precision=precision, strategy=strategy)
+        return TorchBackend(net, device=device, precision=precision, strategy=strategy,
+                            intra_op_threads=intra_op_threads)
     if backend == "onnxruntime":
-        return OnnxBackend(net, device=device, precision=precision)
+        return OnnxBackend(net, device=device, precision=precision, strategy=strategy,
+                           intra_op_threads=intra_op_threads)
     raise ValueError(f"Unknown backend {backend!r}; expected one of: torch, onnxruntime.")

@@ -19,6 +19,7 @@ from typing import Literal
 
 from service.batcher import MicroBatcher, RetryLater, Scored
 from service.metrics import ServiceMetrics
+from service.platform import detect_cpu
 from service.scoring import ImageRejected, PreparedImage, Scorer, prepare_image
 from service.settings import Settings
 
@@ -46,7 +47,11 @@ class Prediction:
 
 
 def scorer_from_settings(settings: Settings) -> Scorer:
-    """The default factory: the configured artifact, backend, device, precision and limits."""
+    """The default factory: the configured artifact, backend, device, precision and limits.
+
+    The CPU is detected here (``service.platform.detect_cpu``, ``RADSCREEN_NATIVE_BF16`` overriding) and
+    ``precision=auto`` resolved from it; an explicit bf16 the CPU cannot run natively fails the load.
+    """
     return Scorer.from_artifact(
         settings.model_dir,
         backend=settings.backend,
@@ -56,6 +61,8 @@ def scorer_from_settings(settings: Settings) -> Scorer:
         mc_samples=settings.mc_samples,
         max_pixels=settings.max_pixels,
         max_bytes=settings.max_upload_bytes,
+        cpu=detect_cpu(override=settings.native_bf16),
+        threads=settings.threads,
     )
 
 
@@ -98,7 +105,16 @@ class Engine:
         self.metrics.set_model(scorer.model_identity, scorer.calibration.referral_threshold_mi)
         self.metrics.ready.set(1)
         self.state = "ready"
-        logger.info("ready", extra={"load_s": round(time.perf_counter() - started, 3)})
+        rt = scorer.runtime
+        cpu = rt.get("cpu", {})
+        logger.info(
+            "ready: %s on %s, precision %s (%s), strategy %s",
+            scorer.backend.name, scorer.backend.device, rt.get("precision"), rt.get("precision_reason", "-"),
+            rt.get("strategy"),
+            extra={"load_s": round(time.perf_counter() - started, 3), "cpu_model": cpu.get("model_name"),
+                   "cpu_isa": cpu.get("isa"), "native_bf16": cpu.get("native_bf16"),
+                   "precision": rt.get("precision"), "strategy": rt.get("strategy")},
+        )
 
     async def stop(self) -> None:
         self.metrics.ready.set(0)

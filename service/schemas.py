@@ -160,10 +160,28 @@ class Preprocessing(BaseModel):
     max_pixels: int
 
 
+class CpuInfo(BaseModel):
+    """The CPU as detected at start (service/platform.py); decides whether bf16 is native."""
+
+    model_name: str
+    isa: str = Field(description="torch's kernel dispatch level (AVX2, AVX512, ...).")
+    flags: list[str] = Field(description="Precision-relevant /proc/cpuinfo flags present.")
+    native_bf16: bool
+    native_fp16: bool
+    source: str = Field(description="'detected', or the RADSCREEN_NATIVE_BF16 override.")
+
+
 class Runtime(BaseModel):
-    backend: str
+    backend: str = Field(description="The backend actually running (torch, onnxruntime).")
+    backend_requested: str = Field(default="", description="RADSCREEN_BACKEND as configured (auto, ...).")
+    backend_reason: str = Field(default="", description="Why this backend was chosen.")
     device: str
-    precision: str
+    precision: str = Field(description="The precision actually running (fp32, bf16, fp16).")
+    precision_requested: str = Field(default="", description="RADSCREEN_PRECISION as configured (auto, ...).")
+    precision_reason: str = Field(default="", description="Why this precision was chosen.")
+    strategy: str = Field(default="", description="How the K draws run: loop (per draw) or grouped.")
+    threads: int | None = Field(default=None, description="Intra-op threads (null: the library default).")
+    cpu: CpuInfo | None = None
     max_batch_size: int
     max_wait_ms: float
 

@@ -30,6 +30,7 @@ from models.preprocessing import FOV_LOCAL_MEAN, preprocess_fundus
 from models.uncertainty import binary_uncertainty
 from service.backends import Backend, make_backend, resolve_device
 from service.imaging import ImagePipeline, ImageRejected, decode_rgb, fov_square, resize_square
+from service.platform import CpuCapability, PrecisionChoice, choose_backend, choose_precision, detect_cpu
 from service.quality import QualityReport, assess_quality
 
 __all__ = [
@@ -163,6 +164,7 @@ class Scorer:
         calibration: ScorerCalibration,
         model_card: str = "",
         precision: str = "fp32",
+        runtime: dict[str, Any] | None = None,
     ) -> None:
         self.backend = backend
         self.pipeline = pipeline
@@ -170,24 +172,33 @@ class Scorer:
         self.calibration = calibration
         self.model_card = model_card
         self.precision = precision
+        # how the machine shaped the run: cpu capability, precision/strategy and why (service.platform)
+        self.runtime: dict[str, Any] = runtime or {"precision": precision, "strategy": getattr(
+            backend, "strategy", "unknown")}
 
     @classmethod
     def from_artifact(
         cls,
         model_dir: Path | None = None,
         *,
-        backend: str = "torch",
+        backend: str = "auto",
         device: str = "auto",
-        precision: str = "fp32",
+        precision: str = "auto",
         strategy: str = "auto",
         mc_samples: int | None = None,
         max_pixels: int = 40_000_000,
         max_bytes: int = 20 * 1024 * 1024,
+        cpu: CpuCapability | None = None,
+        threads: int | None = None,
     ) -> Scorer:
         """Load and verify the artifact, materialise the draws with its seed, build the backend.
 
         ``mc_samples=None`` takes the artifact's K (the calibration was set for it); another K is
         allowed but logged, since the MI referral threshold then no longer matches exactly.
+        ``backend="auto"``: ONNX Runtime for fp32 on CPU, else torch (``service.platform.choose_backend``).
+        ``precision="auto"`` is resolved from ``cpu`` (default: detected) and the artifact's measured
+        drift (``service.platform.choose_precision``); an explicit bf16/fp16 the CPU cannot run natively
+        raises ``PrecisionUnavailableError``.
         """
         from models.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
         from models.draws import materialise_draws
@@ -201,7 +212,15 @@ class Scorer:
                 k,
                 cfg.mc_samples,
             )
-        if precision != "fp32":
+        dev = resolve_device(device)  # type: ignore[arg-type]
+        cpu = cpu if cpu is not None else detect_cpu()
+        choice: PrecisionChoice = choose_precision(precision, device=dev, cpu=cpu,
+                                                   backend="torch" if backend == "auto" else backend,
+                                                   allowed=cal.allowed_precisions())
+        precision = choice.precision
+        requested_backend = backend
+        backend, backend_reason = choose_backend(backend, device=dev, precision=precision)
+        if precision != "fp32" and precision not in cal.allowed_precisions():
             logger.warning(
                 "precision=%s: reduced precision shifts the mutual information; with a narrow posterior the "
                 "shift can exceed the MI referral threshold (%.3g nat) and flip referrals (the embedded model: "
@@ -210,8 +229,19 @@ class Scorer:
                 cal.referral_threshold_mi,
             )
         net = materialise_draws(artifact.build_model(), k=k, seed=cfg.draw_seed)
-        dev = resolve_device(device)  # type: ignore[arg-type]
-        engine = make_backend(net, backend=backend, device=dev, precision=precision, strategy=strategy)
+        engine = make_backend(net, backend=backend, device=dev, precision=precision, strategy=strategy,
+                              intra_op_threads=threads)
+        runtime = {
+            "backend_requested": requested_backend,
+            "backend_reason": backend_reason,
+            "cpu": cpu.to_dict(),
+            "precision_requested": choice.requested,
+            "precision": precision,
+            "precision_reason": choice.reason,
+            "strategy_requested": strategy,
+            "strategy": engine.strategy,
+            "threads": threads,
+        }
         identity = {
             "name": cfg.name,
             "version": cfg.version,
@@ -244,6 +274,9 @@ class Scorer:
                 "backend": backend,
                 "device": dev,
                 "precision": precision,
+                "precision_reason": choice.reason,
+                "strategy": engine.strategy,
+                "cpu": cpu.summary(),
                 "k": k,
             },
         )
@@ -254,6 +287,7 @@ class Scorer:
             calibration=calibration,
             model_card=artifact.model_card,
             precision=precision,
+            runtime=runtime,
         )
 
     def forward(self, x: np.ndarray) -> np.ndarray:

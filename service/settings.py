@@ -17,9 +17,9 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-Backend = Literal["torch", "onnxruntime"]
+Backend = Literal["auto", "torch", "onnxruntime"]
 Device = Literal["auto", "cpu", "cuda"]
-Precision = Literal["fp32", "bf16", "fp16"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 
@@ -41,13 +41,33 @@ class Settings(BaseSettings):
         default_factory=default_model_dir,
         description="Artifact directory (weights.safetensors, config.json, calibration.json, manifest.json).",
     )
-    backend: Backend = Field(default="torch", description="Inference backend for the fixed posterior draws.")
+    backend: Backend = Field(
+        default="auto",
+        description="Inference backend for the fixed posterior draws. 'auto' = ONNX Runtime's per-draw graph "
+        "for fp32 on CPU (the fastest measured CPU path), torch for bf16/fp16 and on GPU.",
+    )
     device: Device = Field(default="auto", description="'auto' = cuda when available, else cpu.")
-    precision: Precision = Field(default="fp32", description="Autocast precision of the torch backend.")
+    precision: Precision = Field(
+        default="auto",
+        description="Autocast precision of the torch backend. 'auto' = bf16 only when the artifact's measured "
+        "bf16 drift flips no decision AND the CPU/GPU runs bf16 natively, else fp32 (service/platform.py). "
+        "An explicit bf16/fp16 on a CPU without native support fails at start.",
+    )
+    native_bf16: Literal["detect", "yes", "no"] = Field(
+        default="detect",
+        description="Override the CPU's native-bf16 detection (/proc/cpuinfo avx512_bf16/amx_bf16/bf16) "
+        "where it is wrong; 'detect' trusts the CPU.",
+    )
     strategy: Literal["auto", "grouped", "loop"] = Field(
         default="auto",
-        description="How the torch backend runs the K draws: one grouped network or a per-draw loop. "
+        description="How the backend runs the K draws: one grouped network or a per-draw loop. "
         "'auto' = loop on CPU, grouped on CUDA (measured in benchmarks/bench_core.py).",
+    )
+    threads: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Intra-op threads of torch / ONNX Runtime; default: the library's (all cores).",
     )
     mc_samples: int | None = Field(
         default=None,

@@ -7,6 +7,10 @@ from fastapi import APIRouter
 from service.deps import ApiKeyDep, EngineDep, SettingsDep
 from service.schemas import ModelResponse, problem_responses
 
+# how the machine shaped the run (service.platform): chosen backend/precision/strategy, why, and the CPU
+RUNTIME_KEYS = ("backend_requested", "backend_reason", "precision_requested", "precision_reason", "strategy",
+                "threads", "cpu")
+
 router = APIRouter(tags=["model"], dependencies=[ApiKeyDep])
 
 
@@ -39,6 +43,7 @@ async def model_info(engine: EngineDep, settings: SettingsDep) -> ModelResponse:
             "runtime": {
                 "backend": scorer.backend.name,
                 "device": scorer.backend.device,
+                **{k: scorer.runtime[k] for k in RUNTIME_KEYS if k in scorer.runtime},
                 "precision": scorer.precision,
                 "max_batch_size": settings.max_batch_size,
                 "max_wait_ms": settings.max_wait_ms,

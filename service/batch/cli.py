@@ -37,9 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, type=Path, help="results file: .csv, .jsonl or .parquet")
     p.add_argument("--model-dir", type=Path, default=None,
                    help="model artifact folder (default: RADSCREEN_MODEL_DIR, else the embedded model)")
-    p.add_argument("--backend", choices=("torch", "onnxruntime"), default="torch")
+    p.add_argument("--backend", choices=("auto", "torch", "onnxruntime"), default="auto",
+                   help="auto (default): ONNX Runtime for fp32 on CPU, torch for bf16/fp16 and GPUs")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
+                   help="auto (default): bf16 only where the artifact's measured drift allows it and the "
+                   "CPU/GPU runs it natively, else fp32; explicit bf16 on a CPU without it is refused")
+    p.add_argument("--native-bf16", choices=("detect", "yes", "no"), default="detect",
+                   help="override the CPU's native-bf16 detection where it is wrong (default: detect)")
     p.add_argument("--batch-size", type=int, default=16, help="images per batched forward (default 16)")
     p.add_argument("--workers", type=int, default=2, help="parallel readers/decoders (default 2)")
     p.add_argument("--pool", choices=("thread", "process"), default="thread",
@@ -77,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from models.artifact import ArtifactError
     from service.batch.job import BatchJobConfig, run_job
+    from service.platform import PrecisionUnavailableError
 
     for name in ("batch_size", "workers", "chunk_size", "ray_actors"):
         if getattr(args, name) < 1:
@@ -84,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     cfg = BatchJobConfig(
         input=args.input, output=args.output, model_dir=_model_dir(args.model_dir), backend=args.backend,
-        device=args.device, precision=args.precision, batch_size=args.batch_size, workers=args.workers,
+        device=args.device, precision=args.precision, native_bf16=args.native_bf16,
+        batch_size=args.batch_size, workers=args.workers,
         pool=args.pool, engine=args.engine, restart=args.restart, summary=args.summary, plot=args.plot,
         id_column=args.id_column, path_column=args.path_column, image_root=args.image_root,
         chunk_size=args.chunk_size, progress=not args.no_progress, ray_address=args.ray_address,
@@ -92,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         result = run_job(cfg)
-    except (InputError, OutputError, PartStoreError, ArtifactError) as exc:
+    except (InputError, OutputError, PartStoreError, ArtifactError, PrecisionUnavailableError) as exc:
         print(f"radscreen-batch: {exc}", file=sys.stderr)
         return 2
     print(format_summary(result.summary))

@@ -38,9 +38,10 @@ class BatchJobConfig:
     input: Path
     output: Path
     model_dir: Path | None = None
-    backend: str = "torch"
+    backend: str = "auto"  # ONNX Runtime for fp32 on CPU, else torch (service.platform.choose_backend)
     device: str = "auto"
-    precision: str = "fp32"
+    precision: str = "auto"  # resolved from the CPU and the artifact (service.platform)
+    native_bf16: str = "detect"  # override of the CPU's native-bf16 detection: detect | yes | no
     batch_size: int = 16
     workers: int = 2
     pool: PoolKind = "thread"
@@ -75,10 +76,26 @@ def parts_dir_for(output: Path) -> Path:
 
 def load_scorer(cfg: BatchJobConfig) -> Scorer:
     """The one shared inference path (``service.scoring.Scorer``) for this job's model settings."""
+    from service.platform import detect_cpu
     from service.scoring import Scorer
 
     return Scorer.from_artifact(cfg.model_dir, backend=cfg.backend, device=cfg.device,
-                                precision=cfg.precision)
+                                precision=cfg.precision,
+                                cpu=detect_cpu(override=cfg.native_bf16))  # type: ignore[arg-type]
+
+
+def runtime_summary(scorer: Scorer) -> dict[str, Any]:
+    """How the machine shaped this run (the summary's ``runtime`` field): backend, device, CPU
+    capability, precision and strategy with the reason for each choice."""
+    return {"backend": scorer.backend.name, "device": scorer.backend.device, **scorer.runtime}
+
+
+def log_runtime(runtime: dict[str, Any]) -> None:
+    cpu = runtime.get("cpu") or {}
+    logger.info("runtime: %s on %s, CPU %s (torch ISA %s, native bf16 %s), precision %s (%s), strategy %s",
+                runtime["backend"], runtime["device"], cpu.get("model_name", "?"), cpu.get("isa", "?"),
+                "yes" if cpu.get("native_bf16") else "no", runtime.get("precision"),
+                runtime.get("precision_reason", "-"), runtime.get("strategy"))
 
 
 def _check_existing_output(output: Path, parts_dir: Path, sha: str, restart: bool) -> None:
@@ -111,6 +128,8 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
     source = discover(cfg.input, path_column=cfg.path_column, id_column=cfg.id_column,
                       image_root=cfg.image_root)
     scorer = scorer if scorer is not None else load_scorer(cfg)
+    runtime = runtime_summary(scorer)
+    log_runtime(runtime)
     sha = str(scorer.model_identity["sha256"])
     parts_dir = parts_dir_for(cfg.output)
     _check_existing_output(cfg.output, parts_dir, sha, cfg.restart)
@@ -147,7 +166,7 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
         )
         n_rows = write_output(cfg.output, (builder.add(r) for r in assemble(source, store, sha)))
 
-    summary = builder.build()
+    summary = {**builder.build(), "runtime": runtime}
     if cfg.summary is not None:
         write_summary_json(cfg.summary, summary)
     if cfg.plot is not None:

@@ -158,7 +158,8 @@ def test_model_health_and_metrics(server: str) -> None:
     model = httpx.get(f"{server}/v1/model").json()
     assert model["model"]["name"] == "tiny-radial-test" and "Tiny test model" in model["model_card"]
     assert model["calibration"]["referral_threshold_mi"] == pytest.approx(0.002)
-    assert model["preprocessing"]["input_size"] == 64 and model["runtime"]["backend"] == "torch"
+    assert model["preprocessing"]["input_size"] == 64
+    assert model["runtime"]["backend"] == "onnxruntime"  # backend=auto, fp32, CPU
     assert httpx.get(f"{server}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{server}/readyz").json()["status"] == "ready"
     before = metric_samples(server)

@@ -1,0 +1,250 @@
+"""What this machine can run fast, and the precision and strategy chosen from it (no FastAPI, no model).
+
+Why: bf16 autocast is 1.4-3.8x faster than fp32 on a CPU with native bf16 (AVX-512-BF16 / AMX), but on a
+CPU without it (e.g. AVX2-only AMD EPYC) oneDNN emulates it and the served network ran **70x slower**
+(docs/benchmarks.md). A benchmark on one machine must not decide the precision on another, so the
+service detects the CPU at start and resolves ``precision="auto"`` here:
+
+* ``auto`` -> bf16 only when the artifact's *measured* bf16 drift flipped no decision
+  (``Calibration.allowed_precisions``) AND the device runs bf16 natively; otherwise fp32. fp16 is never
+  chosen automatically.
+* an explicit ``bf16``/``fp16`` on a CPU without native support **fails at start** with
+  :class:`PrecisionUnavailableError` (a configuration the machine cannot honour at a usable speed is an
+  error, not a silent 70x slowdown; fp32 or auto is the fix, and the message says so).
+
+``backend="auto"`` then takes ONNX Runtime's per-draw graph for fp32 on CPU (the fastest fp32 CPU path
+measured against the peer) and torch for bf16/fp16 and GPUs (:func:`choose_backend`).
+
+Detection is injectable for tests (``detect_cpu(cpuinfo=..., isa=...)``) and overridable by operators
+(``RADSCREEN_NATIVE_BF16=yes|no``, ``override=`` here) where /proc/cpuinfo is not telling the truth.
+
+Example::
+
+    cpu = detect_cpu()                       # CpuCapability(model_name='AMD EPYC', isa='AVX2', ...)
+    choice = choose_precision("auto", device="cpu", cpu=cpu, allowed=frozenset({"fp32"}))
+    choice.precision, choice.reason          # ('fp32', 'auto: the artifact carries no measured bf16 ...')
+"""
+
+from __future__ import annotations
+
+import platform as _platform
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+NativeOverride = Literal["detect", "yes", "no"]
+# cpuinfo flags that decide reduced-precision speed (x86 'flags', aarch64 'Features')
+BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+FP16_FLAGS = ("avx512_fp16", "amx_fp16", "fphp")
+REPORTED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "avx512_fp16",
+                  "amx_fp16", "asimd", "bf16", "fphp")
+CPUINFO = Path("/proc/cpuinfo")
+
+
+class PrecisionUnavailableError(ValueError):
+    """An explicit precision this machine cannot run natively (the message names the fix)."""
+
+
+@dataclass(frozen=True)
+class CpuCapability:
+    """The CPU as the precision choice sees it."""
+
+    model_name: str
+    isa: str  # torch's kernel dispatch level, torch.backends.cpu.get_cpu_capability(): AVX2, AVX512, ...
+    flags: tuple[str, ...]  # the precision-relevant cpuinfo flags present (REPORTED_FLAGS order)
+    native_bf16: bool
+    native_fp16: bool
+    source: str  # "detected" or "override: native bf16 yes|no"
+
+    def summary(self) -> str:
+        """One log/report line, e.g. 'AMD EPYC (torch ISA AVX2; native bf16: no; flags avx2)'."""
+        yes = {True: "yes", False: "no"}
+        return (f"{self.model_name} (torch ISA {self.isa}; native bf16: {yes[self.native_bf16]}; "
+                f"flags {' '.join(self.flags) or 'none'}; {self.source})")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["flags"] = list(self.flags)
+        return out
+
+
+def parse_cpuinfo(text: str) -> tuple[str, set[str]]:
+    """Model name and the flag set of the first processor in /proc/cpuinfo text (x86 or aarch64)."""
+    model, flags = "", set[str]()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key in ("model name", "cpu model", "hardware") and not model:
+            model = value.strip()
+        elif key in ("flags", "features") and not flags:
+            flags = set(value.split())
+    return model, flags
+
+
+def detect_cpu(*, cpuinfo: str | None = None, isa: str | None = None,
+               override: NativeOverride = "detect") -> CpuCapability:
+    """Detect the CPU (``cpuinfo``/``isa`` injected by tests; default: this machine).
+
+    Native bf16 = the CPU has avx512_bf16 or amx_bf16 (x86) or bf16 (aarch64); without /proc/cpuinfo
+    torch's own probes decide. ``override`` 'yes'/'no' replaces the bf16 verdict (operators, tests).
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = CPUINFO.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            cpuinfo = ""
+    model, flags = parse_cpuinfo(cpuinfo)
+    if not flags:  # no /proc/cpuinfo (macOS, Windows, sandbox): torch's CPU probes
+        probes = {"avx2": "_is_avx2_supported", "avx512f": "_is_avx512_supported",
+                  "avx512_bf16": "_is_avx512_bf16_supported", "amx_tile": "_is_amx_tile_supported",
+                  "amx_fp16": "_is_amx_fp16_supported"}
+        flags = {f for f, fn in probes.items() if getattr(torch.cpu, fn, lambda: False)()}
+        if "amx_tile" in flags:
+            flags.add("amx_bf16")  # AMX tiles come with bf16 on every shipping part
+    native_bf16 = any(f in flags for f in BF16_FLAGS)
+    source = "detected"
+    if override != "detect":
+        native_bf16, source = override == "yes", f"override: native bf16 {override}"
+    return CpuCapability(
+        model_name=model or _platform.processor() or _platform.machine() or "unknown CPU",
+        isa=isa if isa is not None else str(torch.backends.cpu.get_cpu_capability()),
+        flags=tuple(f for f in REPORTED_FLAGS if f in flags),
+        native_bf16=native_bf16,
+        native_fp16=any(f in flags for f in FP16_FLAGS),
+        source=source,
+    )
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """The precision the backend runs, what was asked for, and why."""
+
+    requested: str  # auto | fp32 | bf16 | fp16
+    precision: str  # fp32 | bf16 | fp16
+    reason: str
+
+
+def cuda_bf16_supported() -> bool:
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+def choose_precision(requested: str, *, device: str, cpu: CpuCapability, allowed: frozenset[str],
+                     backend: str = "torch", cuda_bf16: bool | None = None) -> PrecisionChoice:
+    """Resolve ``requested`` for this device (see the module docstring for the rules).
+
+    ``allowed``: the precisions the artifact's measured drift permits (always contains fp32).
+    Raises PrecisionUnavailableError for an explicit bf16/fp16 that the CPU would only emulate.
+    """
+    if requested not in ("auto", "fp32", "bf16", "fp16"):
+        raise ValueError(f"Unknown precision {requested!r}; expected one of: auto, fp32, bf16, fp16.")
+    if requested == "fp32":
+        return PrecisionChoice(requested, "fp32", "fp32 was requested")
+    native = {"bf16": cpu.native_bf16, "fp16": cpu.native_fp16}
+    if requested != "auto":
+        if device == "cpu" and not native[requested]:
+            raise PrecisionUnavailableError(
+                f"precision={requested} was requested, but this CPU has no native {requested} "
+                f"({cpu.summary()}): autocast would be emulated, and emulated bf16 ran the served network "
+                "70x slower than fp32 (docs/benchmarks.md). Set RADSCREEN_PRECISION=auto (or fp32), or "
+                "RADSCREEN_NATIVE_BF16=yes if the detection is wrong."
+            )
+        return PrecisionChoice(requested, requested, f"{requested} was requested"
+                               + ("" if requested in allowed else
+                                  "; the artifact's measured drift does NOT allow it (see the warning)"))
+    if backend != "torch":
+        return PrecisionChoice("auto", "fp32", f"auto: the {backend} backend runs fp32 only")
+    if "bf16" not in allowed:
+        return PrecisionChoice("auto", "fp32", "auto: the artifact carries no measured bf16 drift free of "
+                               "decision flips (calibration.json precision_drift), so fp32")
+    if device == "cpu":
+        if not cpu.native_bf16:
+            return PrecisionChoice("auto", "fp32", "auto: the artifact allows bf16 but this CPU has no "
+                                   "native bf16 (emulated bf16 is far slower than fp32), so fp32")
+        return PrecisionChoice("auto", "bf16", "auto: the artifact's measured bf16 drift flips no decision "
+                               "and this CPU runs bf16 natively")
+    if not (cuda_bf16_supported() if cuda_bf16 is None else cuda_bf16):
+        return PrecisionChoice("auto", "fp32", "auto: this GPU has no bf16 support, so fp32")
+    return PrecisionChoice("auto", "bf16", "auto: the artifact's measured bf16 drift flips no decision and "
+                           "this GPU supports bf16")
+
+
+def choose_strategy(requested: str, *, device: str, backend: str) -> tuple[str, str]:
+    """``(strategy, reason)`` for running the K draws: ``auto`` -> per-draw loop on CPU, grouped on GPU.
+
+    Measured (docs/benchmarks.md): on CPU oneDNN's grouped convolutions are slower than K ordinary
+    passes at full width, for torch and ONNX Runtime alike; on GPU one grouped network wins.
+    """
+    if requested not in ("auto", "grouped", "loop"):
+        raise ValueError(f"Unknown strategy {requested!r}; expected one of: auto, grouped, loop.")
+    if requested != "auto":
+        return requested, f"{requested} was requested"
+    if device == "cpu":
+        return "loop", f"auto: per-draw loop on CPU ({backend}; grouped convolutions are slower there)"
+    return "grouped", f"auto: grouped convolutions on {device} ({backend})"
+
+
+def onnxruntime_available() -> bool:
+    """True when onnxruntime imports (it is a core dependency, but a slim image may drop it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
+def choose_backend(requested: str, *, device: str, precision: str,
+                   ort_available: bool | None = None) -> tuple[str, str]:
+    """``(backend, reason)``: ``auto`` -> ONNX Runtime's per-draw graph for fp32 on CPU, else torch.
+
+    Measured in one run against the peer (benchmarks/bench_peer.py, docs/benchmarks.md): on CPU in fp32
+    ONNX Runtime's per-draw graph (ORT_ENABLE_ALL) is the fastest served path and agrees with torch
+    to ~1e-7 in probability; torch keeps bf16/fp16 (ORT runs fp32 only) and the GPU.
+    """
+    if requested not in ("auto", "torch", "onnxruntime"):
+        raise ValueError(f"Unknown backend {requested!r}; expected one of: auto, torch, onnxruntime.")
+    if requested != "auto":
+        return requested, f"{requested} was requested"
+    if device != "cpu":
+        return "torch", f"auto: torch on {device}"
+    if precision != "fp32":
+        return "torch", f"auto: torch for {precision} (the onnxruntime backend runs fp32 only)"
+    if not (onnxruntime_available() if ort_available is None else ort_available):
+        return "torch", "auto: onnxruntime is not installed, so torch"
+    return "onnxruntime", "auto: ONNX Runtime's per-draw graph is the fastest fp32 CPU path (docs/benchmarks.md)"
+
+
+def conv_probe_ms(precision: str, *, repeats: int = 5, size: int = 128, channels: int = 46) -> float:
+    """Median ms of one 3x3 convolution [1, C, S, S] on the CPU in ``precision`` (autocast for bf16/fp16):
+    a seconds-long check of what the flags promise (``python -m service.platform``)."""
+    import time
+
+    x = torch.randn(1, channels, size, size).contiguous(memory_format=torch.channels_last)  # [1, C, S, S]
+    conv = torch.nn.Conv2d(channels, channels, 3, padding=1).eval()
+    times = []
+    with torch.inference_mode():
+        for i in range(repeats + 1):
+            start = time.perf_counter()
+            if precision == "fp32":
+                conv(x)
+            else:
+                with torch.autocast("cpu", dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[precision]):
+                    conv(x)
+            if i:  # the first call pays oneDNN's kernel choice
+                times.append((time.perf_counter() - start) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    """Print this machine's CPU capability, what ``auto`` picks, and a conv micro-probe fp32 vs bf16."""
+    cpu = detect_cpu()
+    print(f"CPU: {cpu.summary()}")
+    for allowed in (frozenset({"fp32"}), frozenset({"fp32", "bf16"})):
+        choice = choose_precision("auto", device="cpu", cpu=cpu, allowed=allowed)
+        print(f"artifact allows {sorted(allowed)}: precision={choice.precision} ({choice.reason})")
+    fp32, bf16 = conv_probe_ms("fp32"), conv_probe_ms("bf16")
+    print(f"probe, one 3x3 conv 46->46 at 128 px, {torch.get_num_threads()} threads: fp32 {fp32:.2f} ms, "
+          f"bf16 autocast {bf16:.2f} ms ({bf16 / fp32:.1f}x the fp32 time)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""CPU detection and the precision/strategy choice (service/platform.py), end to end through the
+Scorer, the HTTP service and the batch job, with the CPU capability injected so that "no native bf16"
+and "native bf16" are both exercised on whatever machine runs the tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from models.artifact import Calibration, load_artifact, replace_calibration
+from service.platform import (
+    CpuCapability,
+    PrecisionUnavailableError,
+    choose_precision,
+    choose_strategy,
+    detect_cpu,
+    parse_cpuinfo,
+)
+from service.scoring import Scorer
+from service.settings import Settings
+from tests.helpers.artifacts import build_tiny_artifact
+from tests.service.conftest import encode, fundus_like
+from tests.service.live import live_server
+
+AMD_AVX2 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC
+flags\t\t: fpu sse sse2 avx fma avx2 bmi2 sha_ni vaes
+"""
+INTEL_AMX = """processor\t: 0
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu avx avx2 avx512f avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8 avx512_fp16
+processor\t: 1
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu avx avx2
+"""
+GRAVITON3 = """processor\t: 0
+BogoMIPS\t: 2100.00
+Features\t: fp asimd evtstrm aes crc32 fphp asimdhp bf16 i8mm sve
+CPU part\t: 0xd40
+"""
+NO_BF16 = detect_cpu(cpuinfo=AMD_AVX2, isa="AVX2")
+WITH_BF16 = detect_cpu(cpuinfo=INTEL_AMX, isa="AVX512")
+DRIFT_OK = {"images": 32, "label_flips": 0, "referral_flips": 0, "max_abs_dp": 1e-4, "max_abs_dmi": 1e-8}
+DRIFT_FLIPS = {**DRIFT_OK, "referral_flips": 10}
+
+
+def test_detection_reads_the_flags_that_decide_bf16_speed() -> None:
+    assert parse_cpuinfo(AMD_AVX2)[0] == "AMD EPYC"
+    assert (NO_BF16.native_bf16, NO_BF16.native_fp16, NO_BF16.flags) == (False, False, ("avx2",))
+    assert WITH_BF16.native_bf16 and WITH_BF16.native_fp16 and WITH_BF16.model_name.startswith("Intel")
+    assert "amx_bf16" in WITH_BF16.flags and "avx512_bf16" in WITH_BF16.flags  # first processor only
+    arm = detect_cpu(cpuinfo=GRAVITON3, isa="SVE256")
+    assert arm.native_bf16 and arm.native_fp16 and arm.isa == "SVE256"
+    assert "native bf16: no" in NO_BF16.summary() and "AVX2" in NO_BF16.summary()
+
+
+def test_override_replaces_the_bf16_verdict_and_says_so() -> None:
+    forced = detect_cpu(cpuinfo=AMD_AVX2, override="yes")
+    assert forced.native_bf16 and forced.source == "override: native bf16 yes"
+    assert not detect_cpu(cpuinfo=INTEL_AMX, override="no").native_bf16
+
+
+def test_this_machine_is_detected() -> None:
+    cpu = detect_cpu()
+    assert cpu.isa and cpu.model_name and cpu.source == "detected"
+    assert cpu.native_bf16 == any(f in cpu.flags for f in ("avx512_bf16", "amx_bf16", "bf16"))
+
+
+@pytest.mark.parametrize(
+    ("requested", "cpu", "allowed", "expected", "reason_part"),
+    [
+        ("auto", WITH_BF16, {"fp32", "bf16"}, "bf16", "runs bf16 natively"),
+        ("auto", NO_BF16, {"fp32", "bf16"}, "fp32", "no native bf16"),
+        ("auto", WITH_BF16, {"fp32"}, "fp32", "no measured bf16 drift"),
+        ("auto", NO_BF16, {"fp32"}, "fp32", "no measured bf16 drift"),
+        ("fp32", WITH_BF16, {"fp32", "bf16"}, "fp32", "requested"),
+        ("bf16", WITH_BF16, {"fp32", "bf16"}, "bf16", "requested"),
+        ("bf16", WITH_BF16, {"fp32"}, "bf16", "does NOT allow"),
+    ],
+)
+def test_precision_choice_on_cpu(requested: str, cpu: CpuCapability, allowed: set[str], expected: str,
+                                 reason_part: str) -> None:
+    choice = choose_precision(requested, device="cpu", cpu=cpu, allowed=frozenset(allowed))
+    assert (choice.requested, choice.precision) == (requested, expected)
+    assert reason_part in choice.reason
+
+
+@pytest.mark.parametrize("requested", ["bf16", "fp16"])
+def test_explicit_reduced_precision_without_native_support_fails_with_the_fix(requested: str) -> None:
+    with pytest.raises(PrecisionUnavailableError) as err:
+        choose_precision(requested, device="cpu", cpu=NO_BF16, allowed=frozenset({"fp32", "bf16"}))
+    message = str(err.value)
+    assert f"no native {requested}" in message and "70x slower" in message
+    assert "RADSCREEN_PRECISION=auto" in message and "AMD EPYC" in message
+
+
+def test_precision_choice_elsewhere() -> None:
+    both = frozenset({"fp32", "bf16"})
+    assert choose_precision("auto", device="cpu", cpu=WITH_BF16, allowed=both, backend="onnxruntime").precision \
+        == "fp32"
+    assert choose_precision("auto", device="cuda", cpu=NO_BF16, allowed=both, cuda_bf16=True).precision == "bf16"
+    assert choose_precision("auto", device="cuda", cpu=NO_BF16, allowed=both, cuda_bf16=False).precision == "fp32"
+    assert choose_precision("bf16", device="cuda", cpu=NO_BF16, allowed=both).precision == "bf16"  # GPU: CPU moot
+    with pytest.raises(ValueError, match="expected one of: auto, fp32, bf16, fp16"):
+        choose_precision("int4", device="cpu", cpu=NO_BF16, allowed=both)
+
+
+def test_strategy_choice() -> None:
+    assert choose_strategy("auto", device="cpu", backend="torch")[0] == "loop"
+    assert choose_strategy("auto", device="cuda", backend="torch")[0] == "grouped"
+    assert choose_strategy("grouped", device="cpu", backend="onnxruntime") == ("grouped", "grouped was requested")
+    with pytest.raises(ValueError, match="expected one of: auto, grouped, loop"):
+        choose_strategy("fast", device="cpu", backend="torch")
+
+
+def test_calibration_allows_only_measured_flip_free_precisions() -> None:
+    base = dict(referral_threshold_mi=1e-3, target_referral_rate=0.2, decision_threshold=0.5, dataset="d")
+    assert Calibration(**base).allowed_precisions() == {"fp32"}  # type: ignore[arg-type]
+    assert "precision_drift" not in Calibration(**base).to_dict()  # type: ignore[arg-type]
+    ok = Calibration(**base, precision_drift={"bf16": DRIFT_OK})  # type: ignore[arg-type]
+    assert ok.allowed_precisions() == {"fp32", "bf16"}
+    assert Calibration.from_dict(json.loads(json.dumps(ok.to_dict()))) == ok
+    flips = Calibration(**base, precision_drift={"bf16": DRIFT_FLIPS})  # type: ignore[arg-type]
+    assert flips.allowed_precisions() == {"fp32"}
+    with pytest.raises(ValueError, match=r"precision_drift.bf16.referral_flips' must be a non-negative"):
+        Calibration(**base, precision_drift={"bf16": {**DRIFT_OK, "referral_flips": -1}})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"precision_drift.int8' is not a reduced precision"):
+        Calibration(**base, precision_drift={"int8": DRIFT_OK})  # type: ignore[arg-type]
+
+
+def test_the_embedded_default_model_is_served_in_fp32_even_on_a_bf16_cpu() -> None:
+    """Its bf16 drift flips referrals (docs/benchmarks.md), so it carries no bf16 allowance."""
+    cal = load_artifact().calibration
+    assert cal.allowed_precisions() == {"fp32"}
+    assert choose_precision("auto", device="cpu", cpu=WITH_BF16, allowed=cal.allowed_precisions()).precision \
+        == "fp32"
+
+
+@pytest.fixture(scope="module")
+def bf16_allowed_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny artifact with a recorded flip-free bf16 drift measurement (as precision_drift.py --record)."""
+    path = build_tiny_artifact(tmp_path_factory.mktemp("bf16ok") / "tiny")
+    art = load_artifact(path)
+    cal = dataclasses.replace(art.calibration, precision_drift={"bf16": DRIFT_OK})
+    sha = replace_calibration(path, cal)
+    again = load_artifact(path)  # verifies every file against the rewritten manifest
+    assert again.sha256 == sha != art.sha256 and again.calibration == cal
+    assert again.files["weights.safetensors"] == art.files["weights.safetensors"]  # weights untouched
+    return path
+
+
+def test_scorer_resolves_auto_from_the_cpu_and_the_artifact(tiny_artifact: Path, bf16_allowed_artifact: Path) -> None:
+    native = Scorer.from_artifact(bf16_allowed_artifact, device="cpu", cpu=WITH_BF16)
+    assert native.precision == "bf16" and native.backend.precision == "bf16"
+    assert native.runtime["precision_requested"] == "auto" and native.runtime["strategy"] == "loop"
+    assert native.runtime["cpu"]["native_bf16"] is True
+    emulated = Scorer.from_artifact(bf16_allowed_artifact, device="cpu", cpu=NO_BF16)
+    assert emulated.precision == "fp32" and "no native bf16" in emulated.runtime["precision_reason"]
+    unmeasured = Scorer.from_artifact(tiny_artifact, device="cpu", cpu=WITH_BF16)
+    assert unmeasured.precision == "fp32" and "no measured bf16 drift" in unmeasured.runtime["precision_reason"]
+    with pytest.raises(PrecisionUnavailableError, match="no native bf16"):
+        Scorer.from_artifact(tiny_artifact, device="cpu", precision="bf16", cpu=NO_BF16)
+
+
+def test_v1_model_reports_the_cpu_and_why_this_precision(tiny_artifact: Path) -> None:
+    settings = Settings(model_dir=tiny_artifact, device="cpu", native_bf16="yes")
+    with live_server(settings) as base:
+        runtime = httpx.get(f"{base}/v1/model").json()["runtime"]
+    assert runtime["precision"] == "fp32" and runtime["precision_requested"] == "auto"
+    assert "no measured bf16 drift" in runtime["precision_reason"]
+    assert runtime["strategy"] == "loop" and runtime["cpu"]["native_bf16"] is True
+    assert runtime["cpu"]["source"] == "override: native bf16 yes" and runtime["cpu"]["isa"]
+
+
+def test_explicit_bf16_on_a_cpu_without_it_fails_readiness_with_the_reason(tiny_artifact: Path) -> None:
+    settings = Settings(model_dir=tiny_artifact, device="cpu", precision="bf16", native_bf16="no")
+    with live_server(settings, wait_ready=False) as base:
+        for _ in range(600):
+            body = httpx.get(f"{base}/readyz").json()
+            if body["status"] != "loading":
+                break
+            httpx.get(f"{base}/healthz")  # a short pause that also proves liveness
+        assert body["status"] == "failed"
+        assert "PrecisionUnavailableError" in body["detail"] and "no native bf16" in body["detail"]
+        refused = httpx.post(f"{base}/v1/predict", content=encode(fundus_like(1)),
+                             headers={"Content-Type": "image/png"})
+        assert refused.status_code == 503
+
+
+def test_batch_job_logs_and_summarises_the_runtime(tiny_artifact: Path, tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    from service.batch.cli import main
+
+    images = tmp_path / "in"
+    images.mkdir()
+    (images / "a.png").write_bytes(encode(fundus_like(3)))
+    summary = tmp_path / "s.json"
+    with caplog.at_level("INFO", logger="service.batch"):
+        status = main(["score", "--input", str(images), "--output", str(tmp_path / "r.csv"), "--model-dir",
+                       str(tiny_artifact), "--device", "cpu", "--native-bf16", "no", "--summary", str(summary),
+                       "--no-progress"])
+    assert status == 0
+    runtime = json.loads(summary.read_text())["runtime"]
+    assert runtime["precision"] == "fp32" and runtime["precision_requested"] == "auto"
+    assert runtime["cpu"]["native_bf16"] is False
+    assert runtime["backend"] == "onnxruntime" and runtime["backend_requested"] == "auto"
+    assert any("runtime:" in r.getMessage() and "native bf16 no" in r.getMessage() for r in caplog.records)
+
+
+def test_batch_cli_refuses_explicit_bf16_without_native_support(tiny_artifact: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from service.batch.cli import main
+
+    images = tmp_path / "in"
+    images.mkdir()
+    (images / "a.png").write_bytes(encode(fundus_like(3)))
+    status = main(["score", "--input", str(images), "--output", str(tmp_path / "r.csv"), "--model-dir",
+                   str(tiny_artifact), "--device", "cpu", "--precision", "bf16", "--native-bf16", "no",
+                   "--no-progress"])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert "no native bf16" in err and "RADSCREEN_PRECISION=auto" in err
+    assert not (tmp_path / "r.csv").exists()
+
+
+def test_backend_choice() -> None:
+    from service.platform import choose_backend
+
+    assert choose_backend("auto", device="cpu", precision="fp32", ort_available=True)[0] == "onnxruntime"
+    assert choose_backend("auto", device="cpu", precision="fp32", ort_available=False)[0] == "torch"
+    assert choose_backend("auto", device="cpu", precision="bf16", ort_available=True)[0] == "torch"
+    assert choose_backend("auto", device="cuda", precision="fp32", ort_available=True)[0] == "torch"
+    assert choose_backend("torch", device="cpu", precision="fp32") == ("torch", "torch was requested")
+    with pytest.raises(ValueError, match="expected one of: auto, torch, onnxruntime"):
+        choose_backend("tvm", device="cpu", precision="fp32")
+
+
+def test_the_default_cpu_path_equals_the_reference_k_pass_loop(tiny_artifact: Path) -> None:
+    """backend=auto on CPU (ONNX Runtime, per-draw graph, fp32) == the Bayesian model's own seeded K-pass
+    forward, the definition of the served answer, to 1e-5 in probability and 1e-6 nat in MI."""
+    import numpy as np
+    import torch
+
+    from models.sampling import seeded
+    from models.uncertainty import binary_uncertainty_from_logits
+    from models.vgg import mc_logits
+    from service.scoring import prepare_image
+
+    fast = Scorer.from_artifact(tiny_artifact, backend="auto", device="cpu", cpu=NO_BF16)
+    assert (fast.backend.name, fast.backend.strategy, fast.precision) == ("onnxruntime", "loop", "fp32")
+    assert fast.runtime["backend_requested"] == "auto" and "fastest" in fast.runtime["backend_reason"]
+    images = [prepare_image(encode(fundus_like(seed)), fast.pipeline) for seed in range(5)]
+    art = load_artifact(tiny_artifact)
+    model = art.build_model()
+    x = torch.from_numpy(np.stack([im.pixels for im in images]))  # [B, C, H, W]
+    with seeded(model, art.config.draw_seed), torch.no_grad():
+        ref = binary_uncertainty_from_logits(mc_logits(model, x, art.config.mc_samples)[..., 0].double())
+    got = fast.score_batch(images)
+    np.testing.assert_allclose([s.probability for s in got], ref.probability.numpy(), atol=1e-5, rtol=0)
+    np.testing.assert_allclose([s.mutual_information for s in got], ref.mutual_information.numpy(),
+                               atol=1e-6, rtol=0)
+    assert max(s.mutual_information for s in got) > 1e-4  # the draws differ: MI is really compared
