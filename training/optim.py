@@ -46,8 +46,8 @@ def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimi
     """Adam or AdamW over :func:`parameter_groups`, with ``amsgrad`` as configured."""
     groups = parameter_groups(model, config)
     if config.optimizer == "adamw":
-        return torch.optim.AdamW(groups, lr=config.lr, amsgrad=config.amsgrad)  # type: ignore[arg-type]
-    return torch.optim.Adam(groups, lr=config.lr, amsgrad=config.amsgrad)  # type: ignore[arg-type]
+        return torch.optim.AdamW(groups, lr=config.lr, amsgrad=config.amsgrad)
+    return torch.optim.Adam(groups, lr=config.lr, amsgrad=config.amsgrad)
 
 
 def lr_factor(config: TrainConfig, epoch: int) -> float:
