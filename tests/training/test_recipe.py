@@ -131,7 +131,7 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrainConfig, Path]
 
 
 def test_history_logs_the_schedule_the_rho_budget_and_the_models_sigma(fitted: tuple[TrainConfig, Path]) -> None:
-    cfg, out = fitted
+    _, out = fitted
     history = json.loads((out / "history.json").read_text())
     factors = [0.5 * (1 + math.cos(math.pi * e / 3)) for e in range(3)]
     assert [r["lr"] for r in history] == pytest.approx([1e-3 * f for f in factors])
@@ -150,7 +150,7 @@ def test_history_logs_the_schedule_the_rho_budget_and_the_models_sigma(fitted: t
 
 
 def test_best_epoch_has_the_lowest_validation_nll(fitted: tuple[TrainConfig, Path]) -> None:
-    cfg, out = fitted
+    _, out = fitted
     history = json.loads((out / "history.json").read_text())
     best = min(history, key=lambda r: r["val_nll"])["epoch"]
     state = torch.load(out / "checkpoint.pt", weights_only=True)["state"]
