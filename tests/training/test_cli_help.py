@@ -20,7 +20,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "training.md"
 
 def _subparser(name: str) -> argparse.ArgumentParser:
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices[name]  # type: ignore[no-any-return]
+    return sub.choices[name]
 
 
 @pytest.mark.parametrize("command", ["synth", "fit", "evaluate", "export"])
@@ -35,7 +35,7 @@ def test_help_has_a_line_and_the_default_for_every_option(command: str, capsys: 
         if action.dest == "help":
             continue
         assert action.help, f"{command} {action.option_strings}: no help text"
-        rendered = formatter._get_help_string(action)  # type: ignore[attr-defined]
+        rendered = formatter._get_help_string(action)
         assert rendered is not None and "%(default)s" in rendered, f"{command} {action.option_strings}: no default"
     # ArgumentDefaultsHelpFormatter appends the defaults to the rendered help.
     flat = re.sub(r"\s+", " ", text)
