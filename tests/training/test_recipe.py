@@ -169,3 +169,17 @@ def test_card_flags_sigma_limited_by_the_optimiser(ratio: float, flagged: bool) 
     assert f"Δρ/(lr·steps) = {ratio:.3f}" in text
     assert ("σ limited by the optimiser" in text) is flagged
     assert "amsgrad True" in text and "selected by the lowest validation NLL" in text
+
+
+def test_fp16_artifact_states_its_rounding_in_the_card(fitted: tuple[TrainConfig, Path], tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from models.artifact import load_artifact
+    from training.finalise import finalise_run
+
+    cfg, _ = fitted
+    result = finalise_run(replace(cfg, weights_dtype="fp16", n_bootstrap=3, artifact=str(tmp_path / "art")))
+    artifact = load_artifact(result.artifact_dir)
+    stored = load_file(str(artifact.directory / "weights.safetensors"))  # the bytes on disk, not the loaded copy
+    assert stored and all(t.dtype == torch.float16 for t in stored.values() if t.is_floating_point())
+    assert "Storage: μ and ρ in fp16; |rounding of μ| / per-weight posterior sd: median" in artifact.model_card
