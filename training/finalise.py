@@ -38,7 +38,7 @@ def _dataset_description(config: TrainConfig) -> tuple[str, bool, str | None]:
     info = Path(config.data) / "dataset.json"
     if config.layout == "synthetic" and info.is_file():
         meta = json.loads(info.read_text())
-        command = (f"radscreen-train synth --out data/synth --n {meta.get('n_images')} --seed {meta.get('seed')} "
+        command = (f"radscreen-train synth --out data/synth-train --n {meta.get('n_images')} --seed {meta.get('seed')} "
                    f"--size {meta.get('size')} --ungradable-fraction {meta.get('ungradable_fraction')}")
         return (f"synthetic fundus generator {meta.get('generator', '?')}, seed {meta.get('seed')}, "
                 f"{meta.get('n_images')} images at {meta.get('size')} px", True, command)
