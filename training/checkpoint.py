@@ -23,8 +23,9 @@ class TrainState:
     step_in_epoch: int = 0  # batches of that epoch already done
     global_step: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)  # one row per finished epoch
-    best_auc: float = float("-inf")
+    best_score: float = float("-inf")  # −(validation NLL or ELBO) of the best epoch: higher is better
     best_epoch: int = -1
+    rho_budget: float = 0.0  # Σ over ELBO steps of the ρ group's lr: the most Adam can have moved any ρ
     epoch_sums: dict[str, float] = field(default_factory=dict)  # running sums of the epoch in progress
 
 

@@ -21,48 +21,82 @@ from pathlib import Path
 
 from models.preprocessing import BY_NAME as PREPROCESSING_BY_NAME
 from models.preprocessing import FOV_LOCAL_MEAN
-from training.config import LAYOUTS, TrainConfig
+from training.config import LAYOUTS, OPTIMIZERS, SCHEDULES, SELECT_BY, TrainConfig
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows every option's default after its help text, and keeps the examples' line breaks."""
+
+
+SYNTH_ENTRIES = frozenset({"train", "trainLabels.csv", "metadata.csv", "dataset.json"})
 
 
 def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("fit", help="train a model with the ELBO and write its artifact")
+    p = sub.add_parser("fit", help="train a model with the ELBO and write its artifact",
+                       description="Train with the ELBO (NLL-only epochs on the means first) and write the artifact "
+                                   "(serving draws, MI threshold calibrated on validation, model card).",
+                       formatter_class=_HelpFormatter)
     d = TrainConfig(data="", out="")
-    p.add_argument("--data", required=True, help="dataset folder (synthetic/EyePACS/APTOS) or manifest CSV")
-    p.add_argument("--layout", choices=LAYOUTS, default=d.layout)
-    p.add_argument("--out", required=True, help="run directory (checkpoints, logs, reports)")
-    p.add_argument("--artifact", default=None, help="artifact directory (default: <out>/artifact)")
-    p.add_argument("--name", default=d.name)
-    p.add_argument("--version", default=d.version)
-    p.add_argument("--model", default=d.model, help="registry name, e.g. radial_vgg16_star, gaussian_vgg16_star")
-    p.add_argument("--width", type=int, default=d.width)
-    p.add_argument("--input-size", type=int, default=d.input_size)
-    p.add_argument("--rho-init", type=float, default=d.rho_init)
-    p.add_argument("--prior", default="unit_gaussian",
-                   help="unit_gaussian, or scale_mixture:PI,SIGMA1,SIGMA2 (e.g. scale_mixture:0.5,1,0.0025)")
-    p.add_argument("--epochs", type=int, default=d.epochs)
-    p.add_argument("--nll-epochs", type=int, default=d.nll_epochs)
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--train-samples", type=int, default=d.train_samples)
-    p.add_argument("--eval-samples", type=int, default=d.eval_samples)
-    p.add_argument("--max-steps-per-epoch", type=int, default=None)
-    p.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every)
-    p.add_argument("--precision", choices=("fp32", "bf16"), default=d.precision)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--draw-seed", type=int, default=d.draw_seed)
-    p.add_argument("--target-referral-rate", type=float, default=d.target_referral_rate)
-    p.add_argument("--split", type=float, nargs=3, default=list(d.split), metavar=("TRAIN", "VAL", "TEST"),
+    g = p.add_argument_group("data and output")
+    g.add_argument("--data", required=True, help="dataset folder (synthetic/EyePACS/APTOS) or manifest CSV")
+    g.add_argument("--layout", choices=LAYOUTS, default=d.layout, help="how --data is organised")
+    g.add_argument("--out", required=True, help="run directory (checkpoints, logs, reports)")
+    g.add_argument("--artifact", default=None, help="artifact directory (default: <out>/artifact)")
+    g.add_argument("--name", default=d.name, help="model name written into the artifact")
+    g.add_argument("--version", default=d.version, help="model version written into the artifact")
+    g.add_argument("--split", type=float, nargs=3, default=list(d.split), metavar=("TRAIN", "VAL", "TEST"),
                    help="patient-level split fractions")
-    p.add_argument("--include-ungradable", action="store_true")
-    p.add_argument("--no-augment", action="store_true")
-    p.add_argument("--preprocessing", choices=sorted(PREPROCESSING_BY_NAME), default=FOV_LOCAL_MEAN,
+    g.add_argument("--include-ungradable", action="store_true",
+                   help="train on ungradable images too (by default they are the quality gate's job)")
+    g.add_argument("--no-augment", action="store_true", help="switch off the geometric/photometric augmentation")
+    g.add_argument("--preprocessing", choices=sorted(PREPROCESSING_BY_NAME), default=FOV_LOCAL_MEAN,
                    help="image preprocessing contract (models/preprocessing.py); stored in the artifact")
-    p.add_argument("--workers", type=int, default=d.workers)
-    p.add_argument("--device", default=d.device)
-    p.add_argument("--restart", action="store_true", help="delete an existing run directory first")
-    p.add_argument("--stop-after-steps", type=int, default=None,
+    g.add_argument("--workers", type=int, default=d.workers, help="DataLoader worker processes")
+    g.add_argument("--weights-dtype", choices=("fp32", "fp16"), default=d.weights_dtype,
+                   help="artifact storage of μ and ρ (fp16: calibrated after the cast, rounding/sd ratio in the card)")
+    m = p.add_argument_group("model")
+    m.add_argument("--model", default=d.model,
+                   help="registry name: radial_vgg16_star, gaussian_vgg16_star (MFVI), dropout_vgg16_star, "
+                        "deterministic_vgg16_star")
+    m.add_argument("--width", type=int, default=d.width, help="channels of the first VGG-16* block")
+    m.add_argument("--input-size", type=int, default=d.input_size, help="image side in pixels")
+    m.add_argument("--rho-init", type=float, default=d.rho_init, help="initial ρ of every weight (σ0 = softplus(ρ))")
+    m.add_argument("--prior", default="unit_gaussian",
+                   help="unit_gaussian, or scale_mixture:PI,SIGMA1,SIGMA2 (e.g. scale_mixture:0.5,1,0.0025)")
+    r = p.add_argument_group("optimisation recipe (defaults: the authors' Adam lr 1e-3, amsgrad, ρ0 = -4)")
+    r.add_argument("--epochs", type=int, default=d.epochs, help="total epochs, NLL-only ones included")
+    r.add_argument("--nll-epochs", type=int, default=d.nll_epochs, help="first epochs: NLL on the means only")
+    r.add_argument("--batch-size", type=int, default=d.batch_size, help="images per optimiser step")
+    r.add_argument("--optimizer", choices=OPTIMIZERS, default=d.optimizer, help="Adam or AdamW")
+    r.add_argument("--no-amsgrad", action="store_true", help="plain Adam/AdamW moments instead of amsgrad")
+    r.add_argument("--lr", type=float, default=d.lr, help="learning rate of the means (and non-Bayesian weights)")
+    r.add_argument("--rho-lr", type=float, default=d.rho_lr, help="learning rate of the ρ group (default: --lr)")
+    r.add_argument("--weight-decay", type=float, default=d.weight_decay, help="on the means only, never on ρ")
+    r.add_argument("--lr-schedule", choices=SCHEDULES, default=d.lr_schedule,
+                   help="per-epoch lr factor: constant, cosine (to 0 at the end) or step")
+    r.add_argument("--lr-step-epochs", type=int, default=d.lr_step_epochs, help="step schedule: epochs per step")
+    r.add_argument("--lr-gamma", type=float, default=d.lr_gamma, help="step schedule: factor per step")
+    r.add_argument("--train-samples", type=int, default=d.train_samples, help="MC weight samples per training step")
+    r.add_argument("--select-by", choices=SELECT_BY, default=d.select_by,
+                   help="the best epoch minimises this validation score")
+    r.add_argument("--grad-sd-samples", type=int, default=d.grad_sd_samples,
+                   help="gradient estimates per epoch for the NLL-gradient SD diagnostic (0: off)")
+    r.add_argument("--precision", choices=("fp32", "bf16"), default=d.precision, help="autocast during training")
+    r.add_argument("--seed", type=int, default=d.seed, help="seed of the split, data order, augmentation and draws")
+    v = p.add_argument_group("validation and serving")
+    v.add_argument("--eval-samples", type=int, default=d.eval_samples, help="serving draws per image per epoch")
+    v.add_argument("--draw-seed", type=int, default=d.draw_seed, help="seed of the artifact's fixed serving draws")
+    v.add_argument("--target-referral-rate", type=float, default=d.target_referral_rate,
+                   help="share of validation images the MI threshold refers")
+    x = p.add_argument_group("run control")
+    x.add_argument("--max-steps-per-epoch", type=int, default=None, help="cap on steps per epoch (quick runs)")
+    x.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every,
+                   help="steps between checkpoints (one is also written at every epoch end)")
+    x.add_argument("--device", default=d.device, help="auto (cuda when available, else cpu), cpu or cuda")
+    x.add_argument("--restart", action="store_true", help="delete an existing run directory first")
+    x.add_argument("--stop-after-steps", type=int, default=None,
                    help="checkpoint and stop after N steps (rerun the same command to continue)")
-    p.add_argument("--no-progress", action="store_true")
+    x.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _parse_prior(text: str) -> dict[str, object]:
@@ -75,28 +109,40 @@ def _parse_prior(text: str) -> dict[str, object]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="radscreen-train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser = argparse.ArgumentParser(prog="radscreen-train", description=__doc__, formatter_class=_HelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("synth", help="generate a synthetic fundus data set (EyePACS layout)")
-    s.add_argument("--out", required=True)
-    s.add_argument("--n", type=int, default=2000)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--size", type=int, default=256)
-    s.add_argument("--ungradable-fraction", type=float, default=0.08)
-    s.add_argument("--workers", type=int, default=2)
+    s = sub.add_parser("synth", help="generate a synthetic fundus data set (EyePACS layout)",
+                       description="Generate a synthetic fundus data set: train/*.jpeg, trainLabels.csv, "
+                                   "metadata.csv, dataset.json. SYNTHETIC images, not for clinical use.",
+                       formatter_class=_HelpFormatter)
+    s.add_argument("--out", required=True, help="output folder; must be empty or absent unless --overwrite")
+    s.add_argument("--overwrite", action="store_true",
+                   help="clear an existing synthetic data set in --out first (refused if it holds other files)")
+    s.add_argument("--n", type=int, default=2000, help="number of images")
+    s.add_argument("--seed", type=int, default=0, help="generator seed (same seed, same images)")
+    s.add_argument("--size", type=int, default=256, help="image side in pixels")
+    s.add_argument("--ungradable-fraction", type=float, default=0.08, help="share of deliberately ungradable images")
+    s.add_argument("--workers", type=int, default=2, help="worker processes")
     _add_fit(sub)
-    e = sub.add_parser("evaluate", help="evaluate an artifact's serving draws on a labelled data set")
+    e = sub.add_parser("evaluate", help="evaluate an artifact's serving draws on a labelled data set",
+                       description="Score a labelled data set with the artifact's fixed serving draws and write "
+                                   "evaluation.json and PNG plots (referral curves, reliability, MI histogram).",
+                       formatter_class=_HelpFormatter)
     e.add_argument("--artifact", default=None, help="artifact directory (default: the embedded model)")
-    e.add_argument("--data", required=True)
-    e.add_argument("--layout", choices=LAYOUTS, default="synthetic")
+    e.add_argument("--data", required=True, help="dataset folder or manifest CSV")
+    e.add_argument("--layout", choices=LAYOUTS, default="synthetic", help="how --data is organised")
     e.add_argument("--out", required=True, help="report directory (JSON + PNG plots)")
-    e.add_argument("--include-ungradable", action="store_true")
-    e.add_argument("--n-bootstrap", type=int, default=200)
-    x = sub.add_parser("export", help="write the weight-free ONNX graph of an artifact's serving draws")
-    x.add_argument("--artifact", default=None)
-    x.add_argument("--out", required=True)
+    e.add_argument("--include-ungradable", action="store_true", help="evaluate ungradable images too")
+    e.add_argument("--n-bootstrap", type=int, default=200, help="bootstrap resamples for SEs and 95 %% intervals")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    x = sub.add_parser("export", help="write the weight-free ONNX graph of an artifact's serving draws",
+                       description="Write the ONNX graph of the K serving draws WITHOUT weights (a few KB): the "
+                                   "weights are external initializers supplied at session creation. See "
+                                   "docs/training.md for a runnable loading snippet.",
+                       formatter_class=_HelpFormatter)
+    x.add_argument("--artifact", default=None, help="artifact directory (default: the embedded model)")
+    x.add_argument("--out", required=True, help="path of the .onnx file to write")
     return parser
 
 
@@ -116,7 +162,10 @@ def _fit(args: argparse.Namespace) -> int:
         precision=args.precision, seed=args.seed, draw_seed=args.draw_seed,
         target_referral_rate=args.target_referral_rate, split=tuple(args.split),
         gradable_only=not args.include_ungradable,
-        augment=not args.no_augment, workers=args.workers, device=args.device,
+        augment=not args.no_augment, workers=args.workers, device=args.device, rho_lr=args.rho_lr,
+        optimizer=args.optimizer, amsgrad=not args.no_amsgrad, weight_decay=args.weight_decay,
+        lr_schedule=args.lr_schedule, lr_step_epochs=args.lr_step_epochs, lr_gamma=args.lr_gamma,
+        select_by=args.select_by, grad_sd_samples=args.grad_sd_samples, weights_dtype=args.weights_dtype,
         preprocessing=PREPROCESSING_BY_NAME[args.preprocessing])
     started = time.monotonic()
     data = prepare_data(config)
@@ -147,7 +196,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                                  gradable_only=not args.include_ungradable))
     dataset = ManifestDataset(list(rows), size=cfg.input_size, preprocessing=cfg.preprocessing)
     probs, labels = mc_probabilities(artifact.build_model(), dataset, mean=cfg.mean, std=cfg.std,
-                                     samples=cfg.mc_samples, seed=cfg.draw_seed)
+                                     samples=cfg.mc_samples, seed=cfg.draw_seed, progress=not args.no_progress)
     report = evaluate_predictions(probs, labels, n_bootstrap=args.n_bootstrap,
                                   decision_threshold=artifact.calibration.decision_threshold,
                                   referral_threshold_mi=artifact.calibration.referral_threshold_mi)
@@ -172,6 +221,16 @@ def _export(args: argparse.Namespace) -> int:
 def _synth(args: argparse.Namespace) -> int:
     from training.synthetic.dataset import generate_dataset
 
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not args.overwrite:
+            raise SystemExit(f"synth: {out} is not empty; choose an empty folder or pass --overwrite to clear it "
+                             "(an old data set would otherwise mix its images and labels with the new one).")
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in SYNTH_ENTRIES) if out.is_dir() else [out.name]
+        if foreign:
+            raise SystemExit(f"synth --overwrite: {out} holds files a synthetic data set does not "
+                             f"({', '.join(foreign[:5])}); refusing to delete them.")
+        shutil.rmtree(out)
     manifest = generate_dataset(Path(args.out), n_images=args.n, seed=args.seed, size=args.size,
                                 ungradable_fraction=args.ungradable_fraction, workers=args.workers, progress=True)
     print(f"wrote {manifest}")

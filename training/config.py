@@ -11,6 +11,13 @@ from models.preprocessing import FOV_LOCAL_MEAN
 
 Layout = Literal["synthetic", "eyepacs", "aptos", "manifest"]
 LAYOUTS: tuple[str, ...] = ("synthetic", "eyepacs", "aptos", "manifest")
+Optimizer = Literal["adam", "adamw"]
+OPTIMIZERS: tuple[str, ...] = ("adam", "adamw")
+Schedule = Literal["constant", "cosine", "step"]
+SCHEDULES: tuple[str, ...] = ("constant", "cosine", "step")
+SelectBy = Literal["val_nll", "val_elbo"]
+SELECT_BY: tuple[str, ...] = ("val_nll", "val_elbo")
+WeightsDtype = Literal["fp32", "fp16"]
 
 
 @dataclass(frozen=True)
@@ -24,12 +31,12 @@ class TrainConfig:
     model: str = "radial_vgg16_star"
     width: int = 46
     input_size: int = 256
-    rho_init: float = -6.0
+    rho_init: float = -4.0  # the authors' recipe: σ0 = softplus(-4) ≈ 0.018
     prior: dict[str, Any] = field(default_factory=lambda: {"kind": "unit_gaussian"})
     epochs: int = 10
     nll_epochs: int = 1  # first epochs: NLL on the means only, then the full ELBO
     batch_size: int = 16
-    lr: float = 1e-4
+    lr: float = 1e-3  # learning rate of the means (and of every non-ρ parameter)
     train_samples: int = 1  # MC samples per step for the ELBO estimate
     eval_samples: int = 8  # MC samples per image for per-epoch validation
     max_steps_per_epoch: int | None = None
@@ -46,16 +53,40 @@ class TrainConfig:
     decision_threshold: float = 0.5
     n_bootstrap: int = 200
     workers: int = 0
-    device: str = "cpu"
+    device: str = "auto"  # auto = cuda when available, else cpu (as the service)
+    # --- the optimisation recipe (issue 10): defaults are the authors' (Adam lr 1e-3, amsgrad, ρ0 = -4) ---
+    rho_lr: float | None = None  # learning rate of the ρ parameter group (None: the same as lr)
+    optimizer: Optimizer = "adam"
+    amsgrad: bool = True
+    weight_decay: float = 0.0  # decoupled (AdamW) or L2 (Adam); applied to the means only, never to ρ
+    lr_schedule: Schedule = "constant"  # per-epoch factor on every group's lr
+    lr_step_epochs: int = 30  # "step": multiply by lr_gamma every lr_step_epochs epochs
+    lr_gamma: float = 0.1
+    select_by: SelectBy = "val_nll"  # the best epoch minimises this (never AUC: uncertainty needs a proper score)
+    grad_sd_samples: int = 8  # MC gradient estimates for the per-epoch SD of the NLL gradient (0: off)
+    weights_dtype: WeightsDtype = "fp32"  # artifact storage of μ and ρ; fp16 rounding is measured in the card
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
             raise ValueError(f"Unknown layout {self.layout!r}; expected one of: {', '.join(LAYOUTS)}.")
         if self.nll_epochs > self.epochs:
             raise ValueError(f"nll_epochs ({self.nll_epochs}) cannot exceed epochs ({self.epochs}).")
-        for name in ("batch_size", "train_samples", "eval_samples", "mc_samples", "epochs"):
+        for name in ("batch_size", "train_samples", "eval_samples", "mc_samples", "epochs", "lr_step_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        for name, value, valid in (("optimizer", self.optimizer, OPTIMIZERS), ("lr_schedule", self.lr_schedule,
+                                   SCHEDULES), ("select_by", self.select_by, SELECT_BY),
+                                   ("weights_dtype", self.weights_dtype, ("fp32", "fp16"))):
+            if value not in valid:
+                raise ValueError(f"Unknown {name} {value!r}; expected one of: {', '.join(valid)}.")
+        if self.lr <= 0 or (self.rho_lr is not None and self.rho_lr <= 0):
+            raise ValueError(f"learning rates must be > 0, got lr={self.lr}, rho_lr={self.rho_lr}.")
+        if self.grad_sd_samples == 1 or self.grad_sd_samples < 0:
+            raise ValueError(f"grad_sd_samples must be 0 (off) or >= 2, got {self.grad_sd_samples}.")
+
+    @property
+    def effective_rho_lr(self) -> float:
+        return self.lr if self.rho_lr is None else self.rho_lr
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -83,6 +114,6 @@ class TrainConfig:
     def resume_key(self) -> dict[str, Any]:
         """The fields that must not change when a run is resumed (everything but epochs and I/O)."""
         d = self.to_dict()
-        for k in ("epochs", "artifact", "workers", "n_bootstrap", "out"):
+        for k in ("epochs", "artifact", "workers", "n_bootstrap", "out", "weights_dtype"):
             d.pop(k)
         return d

@@ -20,6 +20,7 @@ from training.evaluation import EvaluationReport, evaluate_predictions, write_re
 from training.loop import BEST_WEIGHTS, PreparedData, build_model, iterate_history, prepare_data
 from training.model_card import SYNTHETIC_USE, render_model_card
 from training.predict import mc_probabilities
+from training.storage import DTYPES, rounding_to_sd, storage_line
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def _dataset_description(config: TrainConfig) -> tuple[str, bool, str | None]:
     info = Path(config.data) / "dataset.json"
     if config.layout == "synthetic" and info.is_file():
         meta = json.loads(info.read_text())
-        command = (f"radscreen-train synth --out data/synth --n {meta.get('n_images')} --seed {meta.get('seed')} "
+        command = (f"radscreen-train synth --out data/synth-train --n {meta.get('n_images')} --seed {meta.get('seed')} "
                    f"--size {meta.get('size')} --ungradable-fraction {meta.get('ungradable_fraction')}")
         return (f"synthetic fundus generator {meta.get('generator', '?')}, seed {meta.get('seed')}, "
                 f"{meta.get('n_images')} images at {meta.get('size')} px", True, command)
@@ -57,6 +58,11 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
     model = build_model(config)
     model.load_state_dict(load_file(str(run_dir / BEST_WEIGHTS)))
     model.eval()
+    rounding = rounding_to_sd(model, config.weights_dtype)
+    if config.weights_dtype != "fp32":  # calibrate the weights that will be served, after the storage cast
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(DTYPES[config.weights_dtype]).float())
 
     def evaluate(split: str, threshold: float | None) -> EvaluationReport:
         dataset = data.val if split == "val" else data.test
@@ -95,7 +101,8 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
                  "n_val": len(data.val), "n_test": len(data.test)},
         history=history, val_summary=val_summary, test_summary=test.calibration_summary() if test else None,
         train_seconds=train_seconds, synthetic=synthetic, n_parameters=count_parameters(model),
-        posterior_sigma=mean_posterior_sigma(model))
+        posterior_sigma=mean_posterior_sigma(model), best_epoch=_best_epoch(history, config),
+        storage=storage_line(rounding, config.weights_dtype))
     art_config = ArtifactConfig(
         name=config.name, version=config.version, architecture=model.config, mean=data.mean, std=data.std,
         posterior=model.config.layer, prior=dict(config.prior), draw_seed=config.draw_seed,
@@ -105,9 +112,15 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
     )
     artifact_dir = Path(config.artifact or run_dir / "artifact")
     sha = save_artifact(artifact_dir, model=model, config=art_config, calibration=calibration, model_card=card,
-                        weights_dtype=torch.float16 if config.width >= 32 else torch.float32, overwrite=True)
+                        weights_dtype=DTYPES[config.weights_dtype], overwrite=True)
     log.info("artifact %s (sha256 %s)", artifact_dir, sha)
     return FinalResult(artifact_dir, sha, val, test)
+
+
+def _best_epoch(history: list[dict[str, Any]], config: TrainConfig) -> int | None:
+    """The epoch whose weights are in ``best.safetensors``: the lowest ``config.select_by``."""
+    scored = [r for r in history if r.get(config.select_by) == r.get(config.select_by)]  # drop NaN
+    return int(min(scored, key=lambda r: float(r[config.select_by]))["epoch"]) if scored else None
 
 
 def summary_lines(result: FinalResult) -> list[str]:

@@ -1,4 +1,9 @@
-"""The training loop: NLL-only epoch(s) on the means, then the full ELBO; exact resume; best-by-validation.
+"""The training loop: NLL-only epoch(s) on the means, then the full ELBO; exact resume; best by validation NLL.
+
+The recipe (optimiser, μ/ρ parameter groups, lr schedule) lives in ``training.optim``; the per-epoch
+posterior diagnostics (σ per layer, Δρ against its step budget, NLL-gradient SD) in ``training.diagnostics``.
+The best epoch minimises the validation NLL (or NLL + KL/N with ``select_by="val_elbo"``), never maximises
+AUC: AUC ignores calibration, and the uncertainty the product sells needs a proper scoring rule.
 
 The trainer knows nothing about the architecture beyond ``create_model``; randomness comes only from
 generators whose states are checkpointed (data order is derived from (seed, epoch)), so a run killed at any
@@ -28,7 +33,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from models.kl import bayesian_layers, kl_divergence
-from models.priors import prior_from_config
+from models.priors import Prior, prior_from_config
 from models.registry import create_model
 from models.sampling import sampling_generator, use_means
 from models.vgg import mc_logits
@@ -38,11 +43,23 @@ from training.data.augment import augment_batch, normalise
 from training.data.dataset import ManifestDataset, channel_stats
 from training.data.manifest import Manifest, read_aptos, read_eyepacs, read_manifest, read_synthetic
 from training.data.splits import DataSplit, split_by_patient
+from training.diagnostics import budget_ratio, nll_gradient_sd, plot_training_curves, rho_shift, sigma_stats
 from training.elbo import elbo_loss
+from training.optim import RHO_GROUP, apply_schedule, build_optimizer, group_lr
 from training.predict import mc_probabilities
 
 log = logging.getLogger(__name__)
 BEST_WEIGHTS = "best.safetensors"
+CURVES_PNG = "training_curves.png"
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` → cuda when available, else cpu (the service's rule); ``cuda`` without a GPU is an error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {device} was requested but no CUDA device is available; use auto or cpu.")
+    return torch.device(device)
 
 
 def derived_seed(*parts: int) -> int:
@@ -109,7 +126,7 @@ class Trainer:
         self.config = config
         self.run_dir = Path(config.out)
         self.progress = progress
-        self.device = torch.device(config.device)
+        self.device = resolve_device(config.device)
 
     def _check_resume(self, ckpt: dict[str, Any]) -> None:
         saved = TrainConfig.from_dict(ckpt["config"]).resume_key()
@@ -133,7 +150,7 @@ class Trainer:
         model = build_model(cfg).to(self.device)
         bayesian = bool(bayesian_layers(model))
         prior = prior_from_config(cfg.prior)
-        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+        optimizer = build_optimizer(model, cfg)
         gens = {"augment": torch.Generator().manual_seed(derived_seed(cfg.seed, 2)),
                 "weights": torch.Generator().manual_seed(derived_seed(cfg.seed, 3))}
         ckpt = load_checkpoint(self.run_dir)
@@ -150,9 +167,11 @@ class Trainer:
         n_train = len(data.train)
         autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if cfg.precision == "bf16"
                     else nullcontext())
+        probe_x, probe_y = _probe_batch(data, cfg, self.device)
         while state.epoch < cfg.epochs:
             epoch = state.epoch
             means_only = epoch < cfg.nll_epochs
+            apply_schedule(optimizer, cfg, epoch)
             batches = _batches(n_train, cfg, epoch)
             loader = DataLoader(data.train, batch_sampler=batches[state.step_in_epoch:], num_workers=cfg.workers)
             started = time.monotonic()
@@ -177,6 +196,8 @@ class Trainer:
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
+                if bayesian and not means_only:  # the most any ρ can have moved with Adam: Σ lr over ELBO steps
+                    state.rho_budget += group_lr(optimizer, RHO_GROUP)
                 b = float(len(y))
                 sums["nll"] += nll.item() * b
                 sums["kl"] += kl.item()
@@ -200,17 +221,21 @@ class Trainer:
                                              samples=cfg.eval_samples, seed=cfg.draw_seed)
             row: dict[str, Any] = {
                 "epoch": epoch + 1, "phase": "nll_means" if means_only else "elbo",
+                "lr": group_lr(optimizer, "mu"), "rho_lr": group_lr(optimizer, RHO_GROUP),
                 "train_nll": sums["nll"] / max(sums["n"], 1), "train_kl": sums["kl"] / max(sums["steps"], 1),
                 "train_kl_per_example": sums["kl"] / max(sums["steps"], 1) / n_train,
                 "train_accuracy": sums["correct"] / max(sums["n"], 1),
-                **validation_metrics(probs, labels), "seconds": time.monotonic() - started,
+                **validation_metrics(probs, labels),
+                **self._posterior_diagnostics(model, prior, probe_x, probe_y, n_train, epoch, state.rho_budget),
+                "seconds": time.monotonic() - started,
             }
+            row["val_elbo"] = row["val_nll"] + row["kl_per_example"]
             state.history.append(row)
             self._write_log(state.history)
             log.info("epoch %d: %s", epoch + 1, row)
-            auc = row["val_auc"] if not math.isnan(row["val_auc"]) else -row["val_nll"]
-            if auc > state.best_auc:
-                state.best_auc, state.best_epoch = auc, epoch + 1
+            score = -float(row[cfg.select_by])
+            if not math.isnan(score) and score > state.best_score:
+                state.best_score, state.best_epoch = score, epoch + 1
                 save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
                           str(self.run_dir / BEST_WEIGHTS))
             state.epoch += 1
@@ -220,12 +245,44 @@ class Trainer:
                             config=cfg.to_dict())
         return state
 
+    def _posterior_diagnostics(self, model: nn.Module, prior: Prior, x: torch.Tensor, y: torch.Tensor,
+                               n_train: int, epoch: int, rho_budget: float) -> dict[str, Any]:
+        """σ statistics, Δρ and its budget, KL/N and the NLL-gradient SD at the end of an epoch."""
+        cfg = self.config
+        out: dict[str, Any] = {}
+        seed = derived_seed(cfg.seed, 4, epoch)
+        if cfg.grad_sd_samples:
+            out.update(nll_gradient_sd(model, x, y, samples=cfg.grad_sd_samples, mc_per_estimate=cfg.train_samples,
+                                       seed=seed))
+        else:
+            out.update({"grad_sd_mu": float("nan"), "grad_sd_rho": float("nan")})
+        kl_n = 0.0
+        if bayesian_layers(model):
+            with torch.no_grad(), sampling_generator(model, torch.Generator().manual_seed(seed)):
+                mc_logits(model, x, 1)  # one seeded draw: the KL's cross-entropy term uses the last sample
+                kl_n = float(kl_divergence(model, prior)) / n_train
+        shift = rho_shift(model, cfg.rho_init)
+        out.update({"kl_per_example": kl_n, "rho_budget": rho_budget, **shift,
+                    "rho_budget_ratio": budget_ratio(shift.get("rho_shift_mean"), rho_budget),
+                    **sigma_stats(model)})
+        return out
+
     def _write_log(self, history: list[dict[str, Any]]) -> None:
         (self.run_dir / "history.json").write_text(json.dumps(history, indent=2) + "\n")
         with (self.run_dir / "history.csv").open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(history[0]))
             writer.writeheader()
             writer.writerows(history)
+        plot_training_curves(history, self.run_dir / CURVES_PNG)
+
+
+def _probe_batch(data: PreparedData, config: TrainConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed mini-batch (first training images, not augmented) for the per-epoch gradient-SD probe."""
+    n = min(config.batch_size, len(data.train))
+    items = [data.train[i] for i in range(n)]
+    x = torch.stack([it[0] for it in items]).to(device)  # [B, C, H, W]
+    y = torch.stack([torch.as_tensor(it[1]) for it in items]).float().to(device)  # [B]
+    return normalise(x, data.mean, data.std), y
 
 
 def iterate_history(run_dir: Path) -> Iterator[dict[str, Any]]:

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from training.config import TrainConfig
+from training.diagnostics import OPTIMISER_LIMIT
 
 SYNTHETIC_USE = (
     "Research and engineering demonstration only. Trained on synthetic, procedurally generated fundus "
@@ -32,7 +33,8 @@ def machine_description() -> str:
 
 def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, Any], history: list[dict[str, Any]],
                       val_summary: dict[str, Any], test_summary: dict[str, Any] | None, train_seconds: float,
-                      synthetic: bool, n_parameters: int, posterior_sigma: float | None = None) -> str:
+                      synthetic: bool, n_parameters: int, posterior_sigma: float | None = None,
+                      best_epoch: int | None = None, storage: str | None = None) -> str:
     val = val_summary.get("validation", {})
     lines = [
         f"# Model card: {config.name} {config.version}",
@@ -63,15 +65,16 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         "## Training",
         f"- Command: `{command}`",
         f"- Objective: {config.nll_epochs} NLL-only epoch(s) on the means, then the full ELBO "
-        "(mean NLL + KL / N_train, no KL down-weighting); Adam "
-        f"lr {config.lr}, batch {config.batch_size}, {config.train_samples} MC sample(s) per step, "
-        f"{config.epochs} epochs"
+        f"(mean NLL + KL / N_train, no KL down-weighting); batch {config.batch_size}, "
+        f"{config.train_samples} MC sample(s) per step, {config.epochs} epochs"
         + (f" of at most {config.max_steps_per_epoch} steps" if config.max_steps_per_epoch else "") + ".",
+        *recipe_lines(config, history, best_epoch),
         f"- Machine: {machine_description()}; wall time {train_seconds / 60:.1f} min.",
         *([f"- Posterior scale after training: mean σ {posterior_sigma:.3g} (initial softplus(ρ_init) "
            f"{math.log1p(math.exp(config.rho_init)):.3g}). A σ still near its initial value means the posterior is "
            "narrow and the mutual information small: the model is under-trained for its uncertainty."]
           if posterior_sigma is not None else []),
+        *([storage] if storage else []),
         "",
         "## Validation (serving draws)",
         f"- AUC {val.get('auc', float('nan')):.3f}, accuracy {_pct(val.get('accuracy'))}, "
@@ -106,3 +109,30 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
               "- The uncertainty threshold was set on the validation split of the same data distribution; it "
               "does not guarantee detection of out-of-distribution inputs (the quality gate covers some).", ""]
     return "\n".join(lines)
+
+
+def recipe_lines(config: TrainConfig, history: list[dict[str, Any]], best_epoch: int | None) -> list[str]:
+    """The optimisation recipe and whether the optimiser's step budget, not the ELBO, set σ."""
+    lines = [
+        f"- Optimiser: {config.optimizer} (amsgrad {config.amsgrad}), lr {config.lr} for the means, "
+        f"{config.effective_rho_lr} for ρ (separate parameter group), weight decay {config.weight_decay} "
+        f"(means only), schedule {config.lr_schedule}"
+        + (f" (×{config.lr_gamma} every {config.lr_step_epochs} epochs)" if config.lr_schedule == "step" else "")
+        + f"; ρ init {config.rho_init} (σ0 = {math.log1p(math.exp(config.rho_init)):.3g}).",
+        f"- Best epoch: {best_epoch if best_epoch is not None else 'n/a'} of {len(history)}, selected by the lowest "
+        f"{'validation NLL' if config.select_by == 'val_nll' else 'validation NLL + KL/N (ELBO)'}.",
+    ]
+    row = next((r for r in history if r.get("epoch") == best_epoch), history[-1] if history else None)
+    ratio = row.get("rho_budget_ratio") if row else None
+    if row is not None and ratio is not None:
+        flag = (f" **σ limited by the optimiser** (ratio > {OPTIMISER_LIMIT}): ρ moved by nearly all Adam allowed, "
+                "so the step budget, not the ELBO, set σ; train longer or raise the ρ learning rate."
+                if ratio > OPTIMISER_LIMIT else " σ was not limited by the optimiser's step budget.")
+        lines.append(f"- Δρ/(lr·steps) = {ratio:.3f} at the selected epoch (mean |ρ − ρ0| "
+                     f"{row['rho_shift_mean']:.4g} over a budget Σ lr_ρ = {row['rho_budget']:.4g})." + flag)
+    if row is not None and "sigma/all/mean" in row:
+        lines.append(f"- σ at the selected epoch: mean {row['sigma/all/mean']:.3g} (5–95 %: "
+                     f"{row['sigma/all/q05']:.3g}–{row['sigma/all/q95']:.3g}); KL/N {row['kl_per_example']:.4g} nat; "
+                     f"validation NLL {row['val_nll']:.4f}. Per-layer σ, NLL, KL/N and the NLL-gradient SD per epoch: "
+                     "history.csv and training_curves.png in the run directory.")
+    return lines

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+from tqdm import tqdm
 
 from models.draws import materialise_draws
 from models.sampling import seeded
@@ -32,8 +33,9 @@ def mc_probabilities(
     seed: int,
     batch_size: int = 16,
     workers: int = 0,
+    progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(probabilities ``[S, N]``, labels ``[N]``) in dataset order."""
+    """(probabilities ``[S, N]``, labels ``[N]``) in dataset order; ``progress`` shows a bar on stderr."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -43,7 +45,8 @@ def mc_probabilities(
     probs: list[torch.Tensor] = []
     labels: list[torch.Tensor] = []
     with seeded(model, seed):
-        for x, y, _ in loader:
+        for x, y, _ in tqdm(loader, desc=f"scoring {len(loader.dataset)} images x {samples} draws",  # type: ignore[arg-type]
+                            unit="batch", disable=not progress):
             x = normalise(x.to(device), mean, std)
             logits = drawn(x) if drawn is not None else mc_logits(model, x, samples)  # [S, B, 1]
             probs.append(torch.sigmoid(logits[..., 0].double()).cpu())

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from models.artifact import load_artifact
 from models.draws import materialise_draws
@@ -99,6 +100,9 @@ def test_cli_fit_evaluate_export_round_trip(tiny_data: Path, tmp_path: Path, cap
     assert f"Command: `radscreen-train fit --data {tiny_data} --out {tmp_path / 'run'}" in artifact.model_card
     assert 0.0 <= artifact.calibration.referral_threshold_mi <= 0.6932
     assert artifact.config.mc_samples == 16
+    assert "Storage: μ and ρ in fp32" in artifact.model_card and "Δρ/(lr·steps) = " in artifact.model_card
+    stored = load_file(str(art / "weights.safetensors"))  # the bytes on disk, not the loaded copy
+    assert stored and all(t.dtype == torch.float32 for t in stored.values() if t.is_floating_point())
     # The artifact's weights are the run's best weights.
     model = artifact.build_model()
     net = materialise_draws(model, k=16, seed=artifact.config.draw_seed)

@@ -6,6 +6,7 @@ Works on numpy arrays (``mc_probs`` ``[S, N]``, ``labels`` ``[N]``), so it needs
 
 from training.evaluation.calibration import ReliabilityBins, expected_calibration_error, reliability_bins
 from training.evaluation.evaluate import evaluate_predictions, read_report, write_report
+from training.evaluation.paired import PairedDifference, ReferralArm, paired_bootstrap, strategy_arm
 from training.evaluation.referral import (
     DEFAULT_FRACTIONS,
     STRATEGIES,
@@ -23,6 +24,8 @@ __all__ = [
     "EvaluationReport",
     "MIHistogram",
     "McUncertainty",
+    "PairedDifference",
+    "ReferralArm",
     "ReferralCurve",
     "ReferralThreshold",
     "ReliabilityBins",
@@ -31,9 +34,11 @@ __all__ = [
     "expected_calibration_error",
     "mc_uncertainty",
     "mi_referral_threshold",
+    "paired_bootstrap",
     "read_report",
     "referral_curve",
     "referral_rate",
     "reliability_bins",
+    "strategy_arm",
     "write_report",
 ]

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, cast
 
 from training.evaluation.calibration import ReliabilityBins
+from training.evaluation.paired import PairedDifference
 from training.evaluation.referral import ReferralCurve, Strategy
 from training.evaluation.threshold import ReferralThreshold
 
@@ -63,6 +64,8 @@ class EvaluationReport:
     mi_histogram: MIHistogram
     n_bootstrap: int
     seed: int
+    # MI − random and MI − entropy on the same resamples (paired bootstrap, 95 % percentile intervals)
+    paired_differences: tuple[PairedDifference, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: tuples become lists, fraction keys become strings, NaN becomes ``None``."""
@@ -71,6 +74,8 @@ class EvaluationReport:
             value = getattr(self, name)
             if name == "curves":
                 out[name] = {s: asdict(c) for s, c in value.items()}
+            elif name == "paired_differences":
+                out[name] = [asdict(d) for d in value]
             elif name in ("auc_at_referral", "accuracy_at_referral"):
                 out[name] = {fraction_key(f): v for f, v in value.items()}
             elif hasattr(value, "__dataclass_fields__"):
@@ -128,6 +133,7 @@ class EvaluationReport:
                 ),
                 n_bootstrap=int(data["n_bootstrap"]),
                 seed=int(data["seed"]),
+                paired_differences=tuple(_paired_from_dict(d) for d in data.get("paired_differences", [])),
             )
         except KeyError as exc:
             raise ValueError(f"Evaluation report is missing the field {exc.args[0]!r}") from exc
@@ -154,6 +160,14 @@ class EvaluationReport:
 def fraction_key(fraction: float) -> str:
     """JSON key of a referral fraction: ``0.1`` -> ``"0.1"`` (shortest round-tripping form)."""
     return repr(float(fraction))
+
+
+def _paired_from_dict(d: Mapping[str, Any]) -> PairedDifference:
+    return PairedDifference(
+        a=str(d["a"]), b=str(d["b"]), metric=d["metric"], fractions=_floats(d["fractions"]),
+        difference=_floats(d["difference"]), ci_low=_floats(d["ci_low"]), ci_high=_floats(d["ci_high"]),
+        n_bootstrap=int(d["n_bootstrap"]), n_bootstrap_used=_ints(d["n_bootstrap_used"]),
+    )
 
 
 def _curve_from_dict(c: Mapping[str, Any]) -> ReferralCurve:

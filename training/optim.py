@@ -1,0 +1,75 @@
+"""The optimiser side of the recipe: μ/ρ parameter groups, Adam/AdamW (amsgrad), the per-epoch lr schedule.
+
+Why separate groups: with Adam every ρ moves by about its learning rate per step whatever its gradient, so
+an lr that suits the means can cap how far σ = softplus(ρ) travels in a run (the "step budget": at most
+≈ Σ lr over the ELBO steps).  Giving ρ its own group and learning rate makes that budget a visible, separate
+knob, and the model card compares the distance ρ actually moved with it (``training.diagnostics``).
+
+The schedule is a pure function of the epoch, applied at the start of each epoch, so an exactly resumed run
+needs no scheduler state in its checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from training.config import TrainConfig
+
+MU_GROUP, RHO_GROUP = "mu", "rho"
+
+
+def is_rho(name: str) -> bool:
+    """ρ parameters of Bayesian layers are named ``*.weight_rho`` / ``*.bias_rho``."""
+    return name.endswith("_rho")
+
+
+def parameter_groups(model: nn.Module, config: TrainConfig) -> list[dict[str, object]]:
+    """Two groups: ``mu`` (means and every non-Bayesian parameter) and ``rho`` (omitted when empty).
+
+    Each group carries ``base_lr`` (its lr before the schedule) and ``name``.  Weight decay applies to the
+    means only: decaying ρ would pull σ towards softplus(0) ≈ 0.69 regardless of the data.
+    """
+    mu = [p for n, p in model.named_parameters() if p.requires_grad and not is_rho(n)]
+    rho = [p for n, p in model.named_parameters() if p.requires_grad and is_rho(n)]
+    groups: list[dict[str, object]] = [
+        {"params": mu, "name": MU_GROUP, "lr": config.lr, "base_lr": config.lr, "weight_decay": config.weight_decay}]
+    if rho:
+        groups.append({"params": rho, "name": RHO_GROUP, "lr": config.effective_rho_lr,
+                       "base_lr": config.effective_rho_lr, "weight_decay": 0.0})
+    return groups
+
+
+def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """Adam or AdamW over :func:`parameter_groups`, with ``amsgrad`` as configured."""
+    groups = parameter_groups(model, config)
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=config.lr, amsgrad=config.amsgrad)
+    return torch.optim.Adam(groups, lr=config.lr, amsgrad=config.amsgrad)
+
+
+def lr_factor(config: TrainConfig, epoch: int) -> float:
+    """Multiplier on every group's base lr during 0-based ``epoch``.
+
+    constant: 1.  cosine: ½(1 + cos(π·epoch/epochs)) — 1 at the first epoch, falling towards 0.
+    step: lr_gamma ** (epoch // lr_step_epochs).
+    """
+    if config.lr_schedule == "constant":
+        return 1.0
+    if config.lr_schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * epoch / config.epochs))
+    return float(config.lr_gamma ** (epoch // config.lr_step_epochs))
+
+
+def apply_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig, epoch: int) -> None:
+    """Set each group's lr to base_lr × :func:`lr_factor` for ``epoch``."""
+    factor = lr_factor(config, epoch)
+    for group in optimizer.param_groups:
+        group["lr"] = float(group["base_lr"]) * factor
+
+
+def group_lr(optimizer: torch.optim.Optimizer, name: str) -> float:
+    """The current lr of the group called ``name`` (0.0 when the model has no such group)."""
+    return next((float(g["lr"]) for g in optimizer.param_groups if g.get("name") == name), 0.0)
