@@ -28,7 +28,7 @@ SHA = "ab12cd34ef56" + "0" * 52
 
 
 def response(**overrides: Any) -> dict[str, Any]:
-    """A /v1/predict response as DESIGN.md §4 shows it, with overrides merged in at the top level."""
+    """A /v1/predict response as docs/architecture.md §6 describes it, with overrides merged in at the top level."""
     body: dict[str, Any] = {
         "request_id": "req-0001",
         "study_id": "STUDY-42",
