@@ -1,12 +1,16 @@
-# One command per job. Each does its own set-up on a fresh machine (see scripts/setup.sh).
+# One command per job. Each does its own set-up on a fresh machine (see scripts/setup.sh): `serve`
+# installs only the core dependencies, `test`/`lint` add the dev extras to the same .venv.
 PY ?= .venv/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup test test-all lint serve bench
+.PHONY: setup setup-serve test test-all lint serve bench
 
 setup:
-	bash scripts/setup.sh
+	bash scripts/setup.sh dev
+
+setup-serve:
+	bash scripts/setup.sh core
 
 test: setup
 	bash scripts/test.sh
@@ -17,5 +21,5 @@ test-all: setup
 lint: setup
 	$(PY) -m ruff check . && $(PY) -m mypy
 
-serve: setup
+serve: setup-serve
 	.venv/bin/radscreen serve --host $(HOST) --port $(PORT)

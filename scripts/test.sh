@@ -3,7 +3,7 @@
 # Chromium), lint, type-check, then the test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh dev
 bash scripts/install-system-deps.sh
 .venv/bin/python -m ruff check .
 .venv/bin/python -m mypy

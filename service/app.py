@@ -21,6 +21,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.cors import CORSMiddleware
 
 from service.api import health, model, pages, predict
+from service.api.docs import install_offline_docs
 from service.api.pages import STATIC_DIR
 from service.engine import Engine, ScorerFactory
 from service.errors import install_error_handlers
@@ -64,6 +65,8 @@ def create_app(settings: Settings | None = None, *, scorer_factory: ScorerFactor
         summary="Uncertainty-aware diabetic-retinopathy screening",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc come from install_offline_docs: packaged assets, no CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.metrics = metrics
@@ -72,6 +75,7 @@ def create_app(settings: Settings | None = None, *, scorer_factory: ScorerFactor
     install_error_handlers(app)
     for router in (predict.router, model.router, health.router, pages.router):
         app.include_router(router)
+    install_offline_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static")
     if settings.cors_origins:
         app.add_middleware(

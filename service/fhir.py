@@ -94,7 +94,7 @@ def _urn(request_id: str, part: str) -> str:
 def _require(body: dict[str, Any], key: str) -> Any:
     """Fetch a required response field, or say which one is missing."""
     if key not in body:
-        raise ValueError(f"prediction response lacks '{key}'; expected the /v1/predict JSON (DESIGN.md §4)")
+        raise ValueError(f"prediction response lacks '{key}'; expected the /v1/predict JSON (docs/architecture.md §6)")
     return body[key]
 
 

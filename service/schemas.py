@@ -1,4 +1,4 @@
-"""Pydantic models of the HTTP responses (DESIGN.md §4), with OpenAPI examples."""
+"""Pydantic models of the HTTP responses (docs/architecture.md §6), with OpenAPI examples."""
 
 from __future__ import annotations
 

@@ -346,7 +346,7 @@ class Scorer:
 
 
 def score_payload(score: ImageScore, scorer: Scorer) -> dict[str, Any]:
-    """The DESIGN §4 response body for one image, minus request_id, study_id and timing_ms."""
+    """The /v1/predict response body for one image (docs/architecture.md §6), minus request_id, study_id, timing_ms."""
     cal = scorer.calibration
     return {
         "model": dict(scorer.model_identity),

@@ -66,14 +66,23 @@ def derived_seed(*parts: int) -> int:
     return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
 
 
+def _kaggle_paths(root: Path, csv_name: str, image_folder: str) -> tuple[Path, Path]:
+    """The CSV and image folder of a Kaggle download: ``<root>/<csv_name>`` with the images in
+    ``<root>/<image_folder>/`` (EyePACS ``train/``, APTOS ``train_images/``), or beside the CSV when that
+    folder does not exist. ``root`` may also be the CSV itself."""
+    csv_path = root / csv_name if root.is_dir() else root
+    images = csv_path.parent / image_folder
+    return csv_path, images if images.is_dir() else csv_path.parent
+
+
 def read_rows(config: TrainConfig) -> Manifest:
     root = Path(config.data)
     if config.layout == "synthetic":
         return read_synthetic(root, gradable_only=config.gradable_only)
     if config.layout == "eyepacs":
-        return read_eyepacs(root / "trainLabels.csv" if root.is_dir() else root)
+        return read_eyepacs(*_kaggle_paths(root, "trainLabels.csv", "train"))
     if config.layout == "aptos":
-        return read_aptos(root / "train.csv" if root.is_dir() else root)
+        return read_aptos(*_kaggle_paths(root, "train.csv", "train_images"))
     return read_manifest(root)
 
 

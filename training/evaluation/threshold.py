@@ -1,6 +1,6 @@
 """The MI referral threshold the service applies: chosen on validation data for a target referral rate.
 
-Rule shared with the service (DESIGN.md §4): an image is referred as uncertain iff its mutual information is
+Rule shared with the service (docs/architecture.md §6): an image is referred as uncertain iff its mutual information is
 strictly **above** the threshold. For a target rate r the threshold is the validation quantile of MI at
 1 - r: with distinct MI values and r · N an integer, exactly r · N validation images lie above it.
 

@@ -3,7 +3,7 @@
 Evaluation works on the saved outputs of S stochastic forward passes (``mc_probs`` of shape ``[S, N]``),
 so it does not need the model. The maths is delegated to ``models.uncertainty.binary_uncertainty`` (the
 function the service uses), so that the numbers in an evaluation report and the numbers the service
-returns are the same numbers (DESIGN.md §2, natural log, unit nat):
+returns are the same numbers (docs/architecture.md §3, natural log, unit nat):
 
 - p̄ = mean_s p_s (probability of referable DR);
 - predictive entropy H[p̄], with H(p) = -p ln p - (1 - p) ln(1 - p) and 0 ln 0 = 0;
