@@ -3,12 +3,16 @@
 #   prometheus       -> promtool (config/rules checks) and a real Prometheus for the scrape test
 #   chromium         -> headless browser for the clinician-page test (driven by Playwright/Selenium)
 #   chromium-driver  -> chromedriver, the Selenium fallback
+#   docker.io        -> dockerd + docker: the container test builds and runs deploy/Dockerfile.cpu
+#                       (scripts/docker-daemon.sh starts the daemon; the package's service is not needed)
+#   debootstrap      -> the local Debian base image of that test (scripts/docker-base.sh), where base
+#                       images cannot be pulled
 # Tolerant: does nothing when everything is already installed, and never fails the caller when apt is
 # unavailable (the tests then skip with a reason naming the missing binary).
 set -uo pipefail
 
-packages=(prometheus chromium chromium-driver)
-binaries=(promtool chromium chromedriver)
+packages=(prometheus chromium chromium-driver docker.io debootstrap)
+binaries=(promtool chromium chromedriver dockerd debootstrap)
 
 missing=()
 for i in "${!packages[@]}"; do

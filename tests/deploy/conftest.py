@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,3 +48,22 @@ def prometheus_tool(name: str) -> str:
 def promtool() -> str:
     """Path of promtool (Debian package `prometheus`, installed by scripts/install-system-deps.sh)."""
     return prometheus_tool("promtool")
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> str:
+    """Path of the ``docker`` client once a Docker engine answers; skip only where the daemon cannot start.
+
+    scripts/docker-daemon.sh starts ``dockerd`` (Debian package docker.io, from scripts/install-system-deps.sh)
+    when none is running and leaves it running; its reason for failing becomes the printed skip reason.
+    """
+    docker = shutil.which("docker")
+    script = ROOT / "scripts" / "docker-daemon.sh"
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=180, check=False)
+    if docker is None or proc.returncode != 0:
+        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        reason = "Docker engine cannot start: " + ("; ".join(lines)[:600] or "no docker client on PATH")
+        print(reason, file=sys.stderr)
+        pytest.skip(reason)
+    assert docker is not None
+    return docker

@@ -36,7 +36,20 @@ def test_runs_as_non_root_with_readyz_healthcheck(name: str) -> None:
     health = [a for k, a in ins if k == "HEALTHCHECK"]
     assert len(health) == 1 and "/readyz" in health[0]
     cmd = [a for k, a in ins if k == "CMD"][-1]
-    assert '"radscreen", "serve", "--host", "0.0.0.0"' in cmd
+    assert cmd.startswith('["sh", "-c", "exec radscreen serve ')
+
+
+@pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.gpu"])
+def test_listen_port_is_one_setting_for_server_health_check_and_expose(name: str) -> None:
+    ins = instructions(name)
+    env = " ".join(a for k, a in ins if k == "ENV")
+    assert "RADSCREEN_LISTEN_HOST=0.0.0.0" in env
+    port = re.search(r"RADSCREEN_LISTEN_PORT=(\d+)", env)
+    assert port and [a for k, a in ins if k == "EXPOSE"] == [port.group(1)]
+    cmd = [a for k, a in ins if k == "CMD"][-1]
+    assert '--host \\"${RADSCREEN_LISTEN_HOST}\\" --port \\"${RADSCREEN_LISTEN_PORT}\\"' in cmd
+    health = next(a for k, a in ins if k == "HEALTHCHECK")
+    assert "os.environ.get('RADSCREEN_LISTEN_PORT', '8000')" in health and "127.0.0.1:{port}/readyz" in health
 
 
 @pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.gpu"])
@@ -44,7 +57,7 @@ def test_torch_is_pinned_and_no_training_extras(name: str) -> None:
     ins = instructions(name)
     runs = " ".join(a for k, a in ins if k == "RUN")
     assert re.match(r"^\d+\.\d+\.\d+$", args(name)["TORCH_VERSION"])
-    assert '"torch==${TORCH_VERSION}"' in runs
+    assert '"torch==${TORCH_VERSION}"' in runs or '"torch==${TORCH_VERSION}+cpu"' in runs
     for extra in ("train", "batch", "dev", "ray"):
         assert f"[{extra}" not in runs and f",{extra}" not in runs
     copies = [a.split()[0] for k, a in ins if k == "COPY"]
@@ -52,17 +65,32 @@ def test_torch_is_pinned_and_no_training_extras(name: str) -> None:
     assert {"models", "service", "pyproject.toml"} <= set(copies)
 
 
-def test_cpu_image_uses_the_cpu_index_and_no_torchvision() -> None:
+@pytest.mark.parametrize(("name", "base"), [("Dockerfile.cpu", r"python:3\.11-slim"),
+                                          ("Dockerfile.gpu", r"nvidia/cuda:12\.\d+\.\d+-cudnn-runtime-ubuntu22\.04")])
+def test_base_image_is_a_build_arg_with_the_documented_default(name: str, base: str) -> None:
+    assert [a for k, a in instructions(name) if k == "FROM"] == ["${BASE_IMAGE}"]
+    assert re.fullmatch(base, args(name)["BASE_IMAGE"])
+
+
+def test_cpu_image_installs_only_the_cpu_torch_build_and_no_torchvision() -> None:
     ins = instructions("Dockerfile.cpu")
-    assert [a for k, a in ins if k == "FROM"] == ["python:3.11-slim"]
-    assert args("Dockerfile.cpu")["TORCH_INDEX"].endswith("/whl/cpu")
-    assert args("Dockerfile.cpu")["TORCH_VERSION"] == "2.13.0"
-    assert "torchvision" not in " ".join(a for k, a in ins if k == "RUN")
+    a = args("Dockerfile.cpu")
+    assert a["TORCH_INDEX"].endswith("/whl/cpu")
+    assert a["TORCH_VERSION"] == "2.13.0"
+    assert a["TORCH_FIND_LINKS"] == ""  # optional local wheels; empty = the CPU index only
+    runs = " ".join(x for k, x in ins if k == "RUN")
+    # "+cpu" pins the CPU build whatever the index; the build then refuses any other torch.
+    assert '"torch==${TORCH_VERSION}+cpu"' in runs
+    assert "torch.__version__ == '${TORCH_VERSION}+cpu' and torch.version.cuda is None" in runs
+    assert "torchvision" not in runs
+    # The project itself: core dependencies only, into the venv that PATH puts first.
+    assert "pip install . " in runs + " "
+    env = " ".join(x for k, x in ins if k == "ENV")
+    assert "VIRTUAL_ENV=/opt/venv" in env and "PATH=/opt/venv/bin:$PATH" in env
 
 
 def test_gpu_image_is_cuda_with_torchvision_and_onnxruntime_gpu_pinned() -> None:
     a = args("Dockerfile.gpu")
-    assert re.match(r"nvidia/cuda:12\.\d+\.\d+-cudnn-runtime-ubuntu22\.04", a["CUDA_IMAGE"])
     assert "/whl/cu12" in a["TORCH_INDEX"]
     assert re.match(r"^\d+\.\d+\.\d+$", a["TORCHVISION_VERSION"])
     runs = " ".join(x for k, x in instructions("Dockerfile.gpu") if k == "RUN")
