@@ -43,6 +43,10 @@ ENV = {
     "RADSCREEN_UPLOAD_TIMEOUT_S": "6",
     "RADSCREEN_MAX_WAIT_MS": "1500",  # a lone image waits 1.5 s for company: room to hang up before the answer
     "RADSCREEN_DECODE_WORKERS": "2",
+    # The bound below is about what hostile bodies make the service allocate; ONNX Runtime (the CPU
+    # default since backend=auto) grows its own arena on first batches by ~80 MiB more, which is not
+    # input-driven: pin the torch backend so the bound measures the input path alone.
+    "RADSCREEN_BACKEND": "torch",
 }
 # Stated bound on the service's peak RSS above its warmed-up baseline during this suite: two decode
 # workers each holding one image at the pixel budget (4 Mpx: 12 MB RGB plus its float copies in the
