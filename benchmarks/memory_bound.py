@@ -48,9 +48,9 @@ from tests.helpers.hostile_service import (
     trickled_upload,
 )
 
-# Measured peak bytes per pixel of one decode + quality gate + resize at the pixel budget
-# (/proc VmHWM around prepare_image on 2000x2000 images, 2026-11-23): RGB PNG/JPEG 14.4, 16-bit 13.5,
-# RGBA 22, 32-bit integer or float 23.5: the worst is rounded up.
+# Measured peak bytes per pixel of one decode + quality gate + preprocessing at the pixel budget
+# (benchmarks/decode_peak.py, 2026-11-23): RGB PNG/JPEG 14, 16-bit 14.8, RGBA 18.8, 32-bit integer or
+# float 22.8: the worst is rounded up (tests/service/test_decode_memory.py holds every kind to it).
 DECODE_BYTES_PER_PIXEL = 24
 MIB = 1024 * 1024
 SLOW = 900.0  # client timeout: a batch of 16 budget-sized images through the full model on a shared CPU is slow

@@ -43,14 +43,11 @@ ENV = {
     "RADSCREEN_UPLOAD_TIMEOUT_S": "6",
     "RADSCREEN_MAX_WAIT_MS": "1500",  # a lone image waits 1.5 s for company: room to hang up before the answer
     "RADSCREEN_DECODE_WORKERS": "2",
-    # The bound below is about what hostile bodies make the service allocate; ONNX Runtime (the CPU
-    # default since backend=auto) grows its own arena on first batches by ~80 MiB more, which is not
-    # input-driven: pin the torch backend so the bound measures the input path alone.
-    "RADSCREEN_BACKEND": "torch",
 }
 # Stated bound on the service's peak RSS above its warmed-up baseline during this suite: two decode
-# workers each holding one image at the pixel budget (4 Mpx: 12 MB RGB plus its float copies in the
-# quality gate and resize, measured ~45 MB each), bodies (<= 16 x 2 MiB in one batch), allocator slack.
+# workers each holding one image at the pixel budget (4 Mpx: 12 MB RGB plus the quality gate's
+# sampled float strips; tracemalloc peak of prepare_image on a 2000x2000 frame: 52 MiB, see
+# tests/service/test_decode_memory.py), bodies (<= 16 x 2 MiB in one batch), allocator slack.
 RSS_BOUND_MIB = 200
 VOLATILE = ("request_id", "study_id", "timing_ms")  # everything else must be the same after the suite
 
