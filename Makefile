@@ -19,7 +19,7 @@ test-all: setup
 	RADSCREEN_TEST_SLOW=1 bash scripts/test.sh -m ""
 
 lint: setup
-	$(PY) -m ruff check . && $(PY) -m mypy
+	$(PY) -m ruff check . && $(PY) -m mypy && .venv/bin/lint-imports --no-cache
 
 serve: setup-serve
 	.venv/bin/radscreen serve --host $(HOST) --port $(PORT)

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.batch.job import BatchJobConfig, run_job
 from service.batch.local import PoolKind, load_prepared, make_executor
-from service.scoring import PreparedImage, Scorer
+from service.inference.scoring import PreparedImage, Scorer
 
 
 def make_images(folder: Path, n: int, size: int, seed: int = 0) -> list[Path]:

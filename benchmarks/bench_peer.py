@@ -6,7 +6,7 @@ convolution stride 2, max-pool after blocks 1-4, LeakyReLU(0.2), concatenated gl
 ``LinearReparameterization``: mean-field Gaussian, a fresh weight sample on every forward). One image
 = 16 Monte Carlo forwards of it (``return_kl=False``: no KL work at inference, the fairest peer).
 
-Ours: the embedded default artifact (the served model, 256 px) through ``service.backends.make_backend``
+Ours: the embedded default artifact (the served model, 256 px) through ``service.inference.backends.make_backend``
 exactly as the service builds it, in each candidate execution path (``--paths``).  Every path scores the
 same real fundus photograph (IDRiD, /work/shared/data, preprocessed by the served pipeline), batch 1,
 fp32, with the thread count fixed for torch and ONNX Runtime alike (``--threads``), timed round-robin:
@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import load_artifact
 from models.draws import materialise_draws
-from service.backends import make_backend
-from service.platform import detect_cpu
-from service.scoring import ImagePipeline, prepare_image
+from service.inference.backends import make_backend
+from service.inference.platform import detect_cpu
+from service.inference.scoring import ImagePipeline, prepare_image
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "idrid-lesion-54"
 # name -> (backend, strategy) of the served path, as make_backend takes them

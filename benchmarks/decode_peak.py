@@ -2,7 +2,7 @@
 
 The parent encodes a ``--side`` x ``--side`` image of each kind to a file; a fresh child process per
 kind reads the bytes (so no freed encoder memory sits in its RSS), warms up on a small image, resets
-its ``VmHWM`` (``/proc/self/clear_refs`` = 5), runs ``service.scoring.prepare_image`` once and prints
+its ``VmHWM`` (``/proc/self/clear_refs`` = 5), runs ``service.inference.scoring.prepare_image`` once and prints
 ``(VmHWM - VmRSS before) / pixels``. The largest figure is the ``DECODE_BYTES_PER_PIXEL`` that
 ``benchmarks/memory_bound.py`` and docs/service.md ("Memory bound") use for the decoding term.
 
@@ -60,8 +60,8 @@ def _kib(field: str) -> int:
 
 def measure(path: Path) -> float:
     """Peak bytes per pixel of ``prepare_image`` on the image file ``path`` (run in a fresh process)."""
-    from service.imaging import ImagePipeline
-    from service.scoring import prepare_image
+    from service.inference.imaging import ImagePipeline
+    from service.inference.scoring import prepare_image
 
     data = path.read_bytes()
     with Image.open(io.BytesIO(data)) as img:

@@ -31,7 +31,7 @@ from models.artifact import load_artifact
 from models.draws import DrawnConv, DrawnLinear, DrawnNetwork, materialise_draws
 from models.onnx_backend import INPUT_NAME, build_onnx_graph, drawn_weights
 from models.uncertainty import binary_uncertainty_from_logits
-from service.scoring import ImagePipeline, prepare_image
+from service.inference.scoring import ImagePipeline, prepare_image
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "idrid-lesion-54"
 

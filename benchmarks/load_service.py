@@ -38,7 +38,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from service.scoring import Scorer, prepare_image
+from service.inference.scoring import Scorer, prepare_image
 from service.settings import Settings
 from tests.service.live import live_server, wait_until_ready
 

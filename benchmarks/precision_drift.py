@@ -7,7 +7,7 @@ side by side. Example (figures in docs/benchmarks.md, "Precision on trained weig
 
     .venv/bin/python benchmarks/precision_drift.py --model-dir models/default --images 48
 
-bf16 runs only on a CPU with native bf16 (``service.platform``): emulated it is ~70x slower; pass
+bf16 runs only on a CPU with native bf16 (``service.inference.platform``): emulated it is ~70x slower; pass
 ``--emulated-bf16`` (with few ``--images``) to measure its drift anyway. ``--record`` writes the bf16
 figures into the artifact's ``calibration.json`` (``precision_drift.bf16``; the sha256 changes), which is
 what lets ``RADSCREEN_PRECISION=auto`` choose bf16 there — only when no label and no referral flipped.
@@ -28,8 +28,8 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import load_artifact, replace_calibration
-from service.platform import detect_cpu
-from service.scoring import ImageScore, PreparedImage, Scorer, prepare_image
+from service.inference.platform import detect_cpu
+from service.inference.scoring import ImageScore, PreparedImage, Scorer, prepare_image
 from training.synthetic.render import render_fundus
 
 

@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from service import quality
-from service.quality import QualityMeasures, judge, measure
+from service.inference import quality
+from service.inference.quality import QualityMeasures, judge, measure
 from tests.service.degradations import DEGRADATIONS
 from tests.service.nonfundus import NON_FUNDUS
 from training.synthetic.camera import UNGRADABLE_KINDS

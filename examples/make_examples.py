@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from service.scoring import PreparedImage, Scorer, prepare_image
+from service.inference.scoring import PreparedImage, Scorer, prepare_image
 from training.synthetic.camera import UNGRADABLE_KINDS
 from training.synthetic.render import render_fundus
 

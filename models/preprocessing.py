@@ -5,7 +5,7 @@ preprocessing is part of what a model learnt and travels with its weights:
 
 - ``LEGACY`` (the text every artifact written before this module carries, and the value when the
   field is missing): pad to a centred square, resize, ``(x - mean) / std``. The embedded default
-  model was trained that way and keeps being served exactly so (``service.imaging.fov_square``).
+  model was trained that way and keeps being served exactly so (``service.inference.imaging.fov_square``).
 - ``FOV_LOCAL_MEAN`` (``"fov-local-mean/1"``), for new models, so a real photograph lands where the
   training images were:
 

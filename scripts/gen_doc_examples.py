@@ -3,7 +3,7 @@
 The OpenAPI example (``service/openapi_example.json``, shown at ``/docs``) and the example block of
 ``docs/integration.md`` (between the ``example:predict-response`` markers) are both produced here, from
 scoring one deterministic synthetic fundus photograph (``training.synthetic``, seed 7, grade 3, 512 px) with
-the embedded artifact through the same ``service.scoring`` path the API uses. Only ``request_id``,
+the embedded artifact through the same ``service.inference.scoring`` path the API uses. Only ``request_id``,
 ``study_id`` and ``timing_ms`` are fixed placeholders (they differ on every call); every other value is
 the model's. ``tests/service/test_doc_examples.py`` re-scores the same image and fails when either copy
 drifts from a real response (e.g. after the embedded model is retrained).
@@ -49,7 +49,7 @@ def example_image() -> bytes:
 
 def real_response() -> dict[str, Any]:
     """Score :func:`example_image` with the embedded model; the ``POST /v1/predict`` body with placeholders."""
-    from service.scoring import Scorer, prepare_image, score_payload
+    from service.inference.scoring import Scorer, prepare_image, score_payload
 
     scorer = Scorer.from_artifact(None, backend="torch", device="cpu")
     prepared = prepare_image(example_image(), scorer.pipeline)

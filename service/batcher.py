@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from service.inference.scoring import ImageScore, PreparedImage, Scorer
 from service.metrics import ServiceMetrics
-from service.scoring import ImageScore, PreparedImage, Scorer
 
 logger = logging.getLogger(__name__)
 

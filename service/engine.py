@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from service.batcher import MicroBatcher, RetryLater, Scored
+from service.inference.platform import detect_cpu
+from service.inference.scoring import ImageRejected, PreparedImage, Scorer, prepare_image
 from service.metrics import ServiceMetrics
-from service.platform import detect_cpu
-from service.scoring import ImageRejected, PreparedImage, Scorer, prepare_image
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class Prediction:
 def scorer_from_settings(settings: Settings) -> Scorer:
     """The default factory: the configured artifact, backend, device, precision and limits.
 
-    The CPU is detected here (``service.platform.detect_cpu``, ``RADSCREEN_NATIVE_BF16`` overriding) and
+    The CPU is detected here (``service.inference.platform.detect_cpu``, ``RADSCREEN_NATIVE_BF16`` overriding) and
     ``precision=auto`` resolved from it; an explicit bf16 the CPU cannot run natively fails the load.
     """
     return Scorer.from_artifact(

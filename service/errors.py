@@ -36,7 +36,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from service.batcher import RetryLater
-from service.imaging import ImageRejected
+from service.inference.imaging import REJECTION_SLUGS, ImageRejected
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,17 @@ TITLES: dict[str, str] = {
     "internal-error": "Internal error",
     "http-error": "HTTP error",
 }
+# The HTTP status of each rejection slug of the inference core (which knows nothing of HTTP).
+IMAGE_PROBLEM_STATUS: dict[str, int] = {
+    "undecodable-image": 400,
+    "image-too-small": 400,
+    "extreme-aspect-ratio": 400,
+    "payload-too-large": 413,
+    "image-too-large": 413,
+    "unsupported-media-type": 415,
+    "multi-frame-image": 415,
+}
+assert IMAGE_PROBLEM_STATUS.keys() == REJECTION_SLUGS, "every rejection slug needs its HTTP status"
 _STATUS_SLUGS = {
     404: "not-found",
     405: "method-not-allowed",
@@ -123,9 +134,14 @@ def _clean_validation_errors(errors: Any) -> list[dict[str, Any]]:
     ]
 
 
+def image_problem(exc: ImageRejected, request_id: str) -> dict[str, Any]:
+    """The problem+json body of a rejected image (its status from ``IMAGE_PROBLEM_STATUS``)."""
+    return problem_body(exc.problem_type, IMAGE_PROBLEM_STATUS[exc.problem_type], exc.detail, request_id)
+
+
 async def _on_image_rejected(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ImageRejected)
-    return problem_response(request, exc.problem_type, exc.status, exc.detail)
+    return problem_response(request, exc.problem_type, IMAGE_PROBLEM_STATUS[exc.problem_type], exc.detail)
 
 
 async def _on_service_problem(request: Request, exc: Exception) -> JSONResponse:

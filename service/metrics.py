@@ -11,7 +11,7 @@ import math
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from service.scoring import ImageScore, ScreeningOutcome
+from service.inference.scoring import ImageScore, ScreeningOutcome
 
 __all__ = ["CONTENT_TYPE_LATEST", "ServiceMetrics"]
 

@@ -161,7 +161,7 @@ class Preprocessing(BaseModel):
 
 
 class CpuInfo(BaseModel):
-    """The CPU as detected at start (service/platform.py); decides whether bf16 is native."""
+    """The CPU as detected at start (service/inference/platform.py); decides whether bf16 is native."""
 
     model_name: str
     isa: str = Field(description="torch's kernel dispatch level (AVX2, AVX512, ...).")

@@ -50,7 +50,7 @@ class Settings(BaseSettings):
     precision: Precision = Field(
         default="auto",
         description="Autocast precision of the torch backend. 'auto' = bf16 only when the artifact's measured "
-        "bf16 drift flips no decision AND the CPU/GPU runs bf16 natively, else fp32 (service/platform.py). "
+        "bf16 drift flips no decision AND the CPU/GPU runs bf16 natively, else fp32 (service/inference/platform.py). "
         "An explicit bf16/fp16 on a CPU without native support fails at start.",
     )
     native_bf16: Literal["detect", "yes", "no"] = Field(

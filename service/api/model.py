@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from service.deps import ApiKeyDep, EngineDep, SettingsDep
 from service.schemas import ModelResponse, problem_responses
 
-# how the machine shaped the run (service.platform): chosen backend/precision/strategy, why, and the CPU
+# how the machine shaped the run (service.inference.platform): chosen backend/precision/strategy, why, and the CPU
 RUNTIME_KEYS = ("backend_requested", "backend_reason", "precision_requested", "precision_reason", "strategy",
                 "threads", "cpu")
 

@@ -11,8 +11,9 @@ from fastapi.responses import JSONResponse, Response
 from service.api.uploads import STUDY_ID_MAX, STUDY_ID_PATTERN, check_study_id, read_uploads
 from service.deps import ApiKeyDep, EngineDep, SettingsDep
 from service.engine import Prediction
-from service.errors import ServiceProblem, problem_body, request_id_of
-from service.imaging import ImageRejected
+from service.errors import ServiceProblem, image_problem, request_id_of
+from service.inference.imaging import ImageRejected
+from service.inference.scoring import Scorer, score_payload
 from service.schemas import (
     EXAMPLE_PREDICTION,
     BatchItem,
@@ -20,7 +21,6 @@ from service.schemas import (
     PredictionResponse,
     problem_responses,
 )
-from service.scoring import Scorer, score_payload
 
 router = APIRouter(tags=["predict"], dependencies=[ApiKeyDep])
 
@@ -178,7 +178,7 @@ async def predict_batch(request: Request, engine: EngineDep, settings: SettingsD
     items = []
     for i, (upload, outcome, sid) in enumerate(zip(uploads, outcomes, ids, strict=True)):
         if isinstance(outcome, ImageRejected):
-            problem = problem_body(outcome.problem_type, outcome.status, outcome.detail, rid)
+            problem = image_problem(outcome, rid)
             items.append(BatchItem(index=i, filename=upload.filename, problem=problem))  # type: ignore[arg-type]
         else:
             items.append(BatchItem(index=i, filename=upload.filename, result=_result(outcome, scorer, sid)))  # type: ignore[arg-type]

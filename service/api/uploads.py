@@ -1,6 +1,6 @@
 """Reading image uploads from a request: multipart ``image`` part(s) or a raw ``image/*`` body.
 
-HTTP-only translation (content types, form parts, field rules); decoding is ``service.imaging``.
+HTTP-only translation (content types, form parts, field rules); decoding is ``service.inference.imaging``.
 
 Too many parts: the multipart parser stops at the per-request part limit plus ``COUNT_SLACK``, so a
 batch of 17 images against a limit of 16 is told "17 images; at most 16 (RADSCREEN_MAX_BATCH_ITEMS)"

@@ -1,6 +1,6 @@
 """Batch referral scoring: a folder or CSV manifest in, one results row per image out.
 
 Resumable and loss-free (atomic part files, see :mod:`service.batch.parts`), scored through the same
-``service.scoring.Scorer`` as ``POST /predict``, locally or on Ray Data. Entry point:
+``service.inference.scoring.Scorer`` as ``POST /predict``, locally or on Ray Data. Entry point:
 :func:`service.batch.cli.main` (``radscreen-batch score ...``).
 """

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from models.artifact import ArtifactError
     from service.batch.job import BatchJobConfig, run_job
-    from service.platform import PrecisionUnavailableError
+    from service.inference.platform import PrecisionUnavailableError
 
     for name in ("batch_size", "workers", "chunk_size", "ray_actors"):
         if getattr(args, name) < 1:

@@ -24,7 +24,7 @@ from service.batch.rows import Row, error_row
 from service.batch.summary import SummaryBuilder, format_summary, plot_summary, write_summary_json
 
 if TYPE_CHECKING:
-    from service.scoring import Scorer
+    from service.inference.scoring import Scorer
 
 logger = logging.getLogger(__name__)
 
@@ -38,9 +38,9 @@ class BatchJobConfig:
     input: Path
     output: Path
     model_dir: Path | None = None
-    backend: str = "auto"  # ONNX Runtime for fp32 on CPU, else torch (service.platform.choose_backend)
+    backend: str = "auto"  # ONNX Runtime for fp32 on CPU, else torch (service.inference.platform.choose_backend)
     device: str = "auto"
-    precision: str = "auto"  # resolved from the CPU and the artifact (service.platform)
+    precision: str = "auto"  # resolved from the CPU and the artifact (service.inference.platform)
     native_bf16: str = "detect"  # override of the CPU's native-bf16 detection: detect | yes | no
     batch_size: int = 16
     workers: int = 2
@@ -75,9 +75,9 @@ def parts_dir_for(output: Path) -> Path:
 
 
 def load_scorer(cfg: BatchJobConfig) -> Scorer:
-    """The one shared inference path (``service.scoring.Scorer``) for this job's model settings."""
-    from service.platform import detect_cpu
-    from service.scoring import Scorer
+    """The one shared inference path (``service.inference.scoring.Scorer``) for this job's model settings."""
+    from service.inference.platform import detect_cpu
+    from service.inference.scoring import Scorer
 
     return Scorer.from_artifact(cfg.model_dir, backend=cfg.backend, device=cfg.device,
                                 precision=cfg.precision,

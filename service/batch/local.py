@@ -19,8 +19,8 @@ from service.batch.inputs import InputItem, RowError
 from service.batch.rows import FILE_NOT_FOUND, UNREADABLE_FILE, Row, error_row, scored_row
 
 if TYPE_CHECKING:
-    from service.imaging import ImagePipeline
-    from service.scoring import PreparedImage, Scorer
+    from service.inference.imaging import ImagePipeline
+    from service.inference.scoring import PreparedImage, Scorer
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def load_prepared(file: str, pipeline: ImagePipeline) -> PreparedImage | RowErro
 
     Module-level (picklable) so a process pool can run it.
     """
-    from service.scoring import ImageRejected, prepare_image
+    from service.inference.scoring import ImageRejected, prepare_image
 
     try:
         data = Path(file).read_bytes()
@@ -85,7 +85,7 @@ def prepared_stream(items: Sequence[InputItem], pipeline: ImagePipeline, executo
 
 def score_window(window: list[tuple[InputItem, PreparedImage | RowError]], scorer: Scorer) -> list[Row]:
     """Rows for a window of prepared images/errors, in window order, using one batched forward."""
-    from service.scoring import PreparedImage, score_payload
+    from service.inference.scoring import PreparedImage, score_payload
 
     sha = str(scorer.model_identity["sha256"])
     prepared = [p for _, p in window if isinstance(p, PreparedImage)]

@@ -1,7 +1,7 @@
 """The Ray Data engine: the same job for users who outgrow one machine (``--engine ray``).
 
 Pipeline: input paths -> ``map_batches`` reading + ``prepare_image`` in Ray tasks -> ``map_batches`` on a
-pool of model actors, each holding one ``service.scoring.Scorer`` (``concurrency=`` actors) -> rows back
+pool of model actors, each holding one ``service.inference.scoring.Scorer`` (``concurrency=`` actors) -> rows back
 on the driver, which commits them through the same :class:`~service.batch.parts.ChunkWriter` as the local
 engine, so resume and exactly-once semantics are the same. Row construction also stays on the driver
 (:func:`service.batch.rows.scored_row` on the ``score_payload`` body), so both engines write identical
@@ -30,8 +30,8 @@ from service.batch.rows import Row, error_row, scored_row
 
 if TYPE_CHECKING:
     from service.batch.job import BatchJobConfig
-    from service.imaging import ImagePipeline
-    from service.scoring import Scorer
+    from service.inference.imaging import ImagePipeline
+    from service.inference.scoring import Scorer
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class ScoreActor:
 
     def __init__(self, model_dir: str | None, backend: str, device: str, precision: str,
                  expected_sha256: str) -> None:
-        from service.scoring import Scorer
+        from service.inference.scoring import Scorer
 
         self.scorer = Scorer.from_artifact(Path(model_dir) if model_dir else None, backend=backend,
                                            device=device, precision=precision)
@@ -77,7 +77,7 @@ class ScoreActor:
 
         JSON keeps every float exactly (shortest round-trip repr) and avoids pickles on the way back.
         """
-        from service.scoring import PreparedImage, score_payload
+        from service.inference.scoring import PreparedImage, score_payload
 
         results = [pickle.loads(blob) for blob in batch["result"]]  # our own task's output, not user data
         prepared = [r for r in results if isinstance(r, PreparedImage)]

@@ -1,6 +1,6 @@
 """The batch output row: its columns, how a scored image and an error become one, and cell encodings.
 
-A scored row is built from :func:`service.scoring.score_payload` — the same body ``POST /predict``
+A scored row is built from :func:`service.inference.scoring.score_payload` — the same body ``POST /predict``
 returns — so the batch job and the HTTP service report the same numbers for the same image.
 """
 
@@ -16,7 +16,7 @@ Row = dict[str, Any]
 COLUMNS: tuple[str, ...] = (
     "id",
     "path",
-    "outcome",  # the screening outcome (service.scoring.screening_outcome); empty on error rows
+    "outcome",  # the screening outcome (service.inference.scoring.screening_outcome); empty on error rows
     "referable_dr_probability",
     "label",
     "mutual_information",

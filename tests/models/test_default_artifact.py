@@ -34,7 +34,7 @@ def test_default_model_scores_a_synthetic_fundus_image() -> None:
 
     from PIL import Image
 
-    from service.scoring import Scorer, prepare_image
+    from service.inference.scoring import Scorer, prepare_image
     from training.synthetic.render import render_fundus
 
     scorer = Scorer.from_artifact()

@@ -24,7 +24,7 @@ MIN_RELATIVE_GAP = 1e-3  # thresholds sit between values at least this far apart
 
 def _scores(model_dir: Path, images: dict[int, bytes]) -> dict[int, tuple[float, float]]:
     """(probability, MI) per candidate image through the shared scoring path."""
-    from service.scoring import Scorer, prepare_image
+    from service.inference.scoring import Scorer, prepare_image
 
     scorer = Scorer.from_artifact(model_dir, backend="torch", device="cpu")
     prepared = {k: prepare_image(png, scorer.pipeline) for k, png in images.items()}

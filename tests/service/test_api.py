@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.scoring import ImageScore, PreparedImage, Scorer
+from service.inference.scoring import ImageScore, PreparedImage, Scorer
 from service.settings import Settings
 from tests.service.conftest import encode, fundus_like
 from tests.service.live import live_server, wait_until_ready

@@ -209,7 +209,7 @@ def test_batch_job_turns_each_bomb_into_an_error_row_and_goes_on(tiny_artifact: 
     """The batch job shares ``prepare_image``: every bomb is its own error row, the good images are scored."""
     from service.batch.job import BatchJobConfig, run_job
     from service.batch.output import read_output
-    from service.scoring import Scorer
+    from service.inference.scoring import Scorer
 
     bombs = hostile_bodies(40_000_000)  # the job's default pixel budget
     folder = tmp_path / "images"
@@ -237,7 +237,7 @@ def test_integer_alpha_and_16_bit_paths_equal_exact_rounding() -> None:
     """The memory-lean integer decode paths give round(exact value) for every input value."""
     from PIL import Image
 
-    from service.imaging import _to_rgb8
+    from service.inference.imaging import _to_rgb8
 
     c, a = np.meshgrid(np.arange(256), np.arange(256))  # every (colour, alpha) pair
     rgba = np.stack([c, c, c, a], axis=-1).astype(np.uint8)  # [256, 256, 4]

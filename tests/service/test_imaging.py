@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from service.imaging import ImageRejected, decode_rgb, fov_square, open_image
+from service.errors import IMAGE_PROBLEM_STATUS
+from service.inference.imaging import ImageRejected, decode_rgb, fov_square, open_image
 
 LIMITS = {"max_pixels": 10_000_000, "max_bytes": 5_000_000}
 
@@ -19,6 +20,11 @@ def _save(img: Image.Image, fmt: str, **kw: object) -> bytes:
     buf = io.BytesIO()
     img.save(buf, format=fmt, **kw)
     return buf.getvalue()
+
+
+def _status(exc: ImageRejected) -> int:
+    """The HTTP status the service answers this rejection with."""
+    return IMAGE_PROBLEM_STATUS[exc.problem_type]
 
 
 def _rejected(data: bytes, **limits: int) -> ImageRejected:
@@ -84,28 +90,28 @@ def test_pixel_limit_is_checked_from_the_header_before_decoding() -> None:
     data = png_header_claiming(30000, 30000)  # 900 Mpx claimed in < 200 bytes
     assert len(data) < 200
     err = _rejected(data)
-    assert (err.status, err.problem_type) == (413, "image-too-large")
+    assert (_status(err), err.problem_type) == (413, "image-too-large")
     assert "decompression bomb" in err.detail
     err = _rejected(png_header_claiming(5000, 4000))  # below Pillow's guard, above ours
-    assert (err.status, err.problem_type) == (413, "image-too-large")
+    assert (_status(err), err.problem_type) == (413, "image-too-large")
     assert "5000x4000 = 20000000 pixels" in err.detail
 
 
 def test_refusals_are_specific() -> None:
     assert _rejected(b"").problem_type == "undecodable-image"
-    assert _rejected(b"%PDF-1.7\n...").status == 415
+    assert _status(_rejected(b"%PDF-1.7\n...")) == 415
     good = _save(Image.fromarray(np.full((64, 64, 3), 90, np.uint8)), "JPEG")
     truncated = _rejected(good[: len(good) // 2])
-    assert (truncated.status, truncated.problem_type) == (400, "undecodable-image")
+    assert (_status(truncated), truncated.problem_type) == (400, "undecodable-image")
     tiny = _rejected(_save(Image.new("RGB", (1, 1)), "PNG"))
-    assert (tiny.status, tiny.problem_type) == (400, "image-too-small")
+    assert (_status(tiny), tiny.problem_type) == (400, "image-too-small")
     too_big = _rejected(good, max_bytes=len(good) - 1)
-    assert (too_big.status, too_big.problem_type) == (413, "payload-too-large")
+    assert (_status(too_big), too_big.problem_type) == (413, "payload-too-large")
     frames = [Image.new("RGB", (32, 32), (80 * i, 40, 200 - 60 * i)) for i in range(3)]
     buf = io.BytesIO()
     frames[0].save(buf, format="GIF", save_all=True, append_images=frames[1:])
     animated = _rejected(buf.getvalue())
-    assert (animated.status, animated.problem_type) == (415, "multi-frame-image")
+    assert (_status(animated), animated.problem_type) == (415, "multi-frame-image")
     assert "3 frames" in animated.detail
 
 

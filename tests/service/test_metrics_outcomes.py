@@ -8,8 +8,8 @@ import math
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.inference.scoring import ImageScore, QualityReport, ScreeningOutcome
 from service.metrics import ServiceMetrics, mi_buckets
-from service.scoring import ImageScore, QualityReport, ScreeningOutcome
 
 
 def score(outcome: ScreeningOutcome, mi: float, p: float = 0.3) -> ImageScore:

@@ -1,4 +1,4 @@
-"""CPU detection and the precision/strategy choice (service/platform.py), end to end through the
+"""CPU detection and the precision/strategy choice (service/inference/platform.py), end to end through the
 Scorer, the HTTP service and the batch job, with the CPU capability injected so that "no native bf16"
 and "native bf16" are both exercised on whatever machine runs the tests."""
 
@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from models.artifact import Calibration, load_artifact, replace_calibration
-from service.platform import (
+from service.inference.platform import (
     CpuCapability,
     PrecisionUnavailableError,
     choose_precision,
@@ -20,7 +20,7 @@ from service.platform import (
     detect_cpu,
     parse_cpuinfo,
 )
-from service.scoring import Scorer
+from service.inference.scoring import Scorer
 from service.settings import Settings
 from tests.helpers.artifacts import build_tiny_artifact
 from tests.service.conftest import encode, fundus_like
@@ -229,7 +229,7 @@ def test_batch_cli_refuses_explicit_bf16_without_native_support(tiny_artifact: P
 
 
 def test_backend_choice() -> None:
-    from service.platform import choose_backend
+    from service.inference.platform import choose_backend
 
     assert choose_backend("auto", device="cpu", precision="fp32", ort_available=True)[0] == "onnxruntime"
     assert choose_backend("auto", device="cpu", precision="fp32", ort_available=False)[0] == "torch"
@@ -249,7 +249,7 @@ def test_the_default_cpu_path_equals_the_reference_k_pass_loop(tiny_artifact: Pa
     from models.sampling import seeded
     from models.uncertainty import binary_uncertainty_from_logits
     from models.vgg import mc_logits
-    from service.scoring import prepare_image
+    from service.inference.scoring import prepare_image
 
     fast = Scorer.from_artifact(tiny_artifact, backend="auto", device="cpu", cpu=NO_BF16)
     assert (fast.backend.name, fast.backend.strategy, fast.precision) == ("onnxruntime", "loop", "fp32")

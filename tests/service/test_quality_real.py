@@ -15,8 +15,8 @@ import pytest
 from PIL import Image, ImageDraw
 
 from models.fov import fit_fov_circle
-from service.imaging import fov_square
-from service.quality import assess_quality
+from service.inference.imaging import fov_square
+from service.inference.quality import assess_quality
 from tests.service.degradations import DEGRADATIONS
 
 IDRID = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "idrid-lesion-54"

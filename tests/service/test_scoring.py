@@ -14,8 +14,8 @@ import torch
 from models.artifact import load_artifact
 from models.sampling import seeded
 from models.vgg import mc_logits
-from service.platform import detect_cpu
-from service.scoring import (
+from service.inference.platform import detect_cpu
+from service.inference.scoring import (
     OUTCOME_TEXT,
     PreparedImage,
     QualityReport,

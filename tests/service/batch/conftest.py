@@ -17,7 +17,7 @@ from PIL import Image
 from tests.helpers.artifacts import build_tiny_artifact
 
 if TYPE_CHECKING:
-    from service.scoring import Scorer
+    from service.inference.scoring import Scorer
 
 
 def make_tiny_artifact(directory: Path, *, seed: int) -> Path:
@@ -48,7 +48,7 @@ def other_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def batch_scorer(batch_artifact: Path) -> Scorer:
-    from service.scoring import Scorer
+    from service.inference.scoring import Scorer
 
     return Scorer.from_artifact(batch_artifact, device="cpu")
 

@@ -13,7 +13,7 @@ from service.batch.job import BatchJobConfig, parts_dir_for, run_job
 from service.batch.output import read_output
 from service.batch.parts import PartStoreError
 from service.batch.rows import scored_row
-from service.scoring import Scorer, prepare_image, score_payload
+from service.inference.scoring import Scorer, prepare_image, score_payload
 
 
 def config(input_path: Path, output: Path, model_dir: Path, **kw: object) -> BatchJobConfig:

@@ -14,7 +14,7 @@ from service.batch.job import BatchJobConfig, parts_dir_for, run_job
 from service.batch.output import read_output
 from service.batch.parts import PartStore
 from service.batch.rows import FLOAT_COLUMNS
-from service.scoring import Scorer
+from service.inference.scoring import Scorer
 
 ray: Any = pytest.importorskip("ray", reason="Ray is not installed (pip install 'radial-screen[ray]')")
 pytest.importorskip("ray.data", reason="Ray Data is not installed (pip install 'radial-screen[ray]')")

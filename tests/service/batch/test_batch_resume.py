@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from service.batch.job import BatchJobConfig, parts_dir_for, run_job
-from service.scoring import Scorer
+from service.inference.scoring import Scorer
 
 REPO = Path(__file__).resolve().parents[3]
 

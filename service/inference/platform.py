@@ -215,7 +215,7 @@ def choose_backend(requested: str, *, device: str, precision: str,
 
 def conv_probe_ms(precision: str, *, repeats: int = 5, size: int = 128, channels: int = 46) -> float:
     """Median ms of one 3x3 convolution [1, C, S, S] on the CPU in ``precision`` (autocast for bf16/fp16):
-    a seconds-long check of what the flags promise (``python -m service.platform``)."""
+    a seconds-long check of what the flags promise (``python -m service.inference.platform``)."""
     import time
 
     x = torch.randn(1, channels, size, size).contiguous(memory_format=torch.channels_last)  # [1, C, S, S]

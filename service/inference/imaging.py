@@ -32,7 +32,7 @@ Rules, in the order they are applied:
    centred square, so the field of view (FOV) is never cut or distorted. Then a bilinear resize to
    the artifact's input size. Artifacts with ``fov-local-mean/1`` use
    ``models.preprocessing.preprocess_fundus`` instead (crop to the fitted FOV circle), see
-   ``service.scoring.prepare_image``.
+   ``service.inference.scoring.prepare_image``.
 """
 
 from __future__ import annotations
@@ -74,14 +74,30 @@ _IMAGE_SIGNATURES: tuple[bytes, ...] = (
 )
 
 
-class ImageRejected(Exception):  # noqa: N818 (contract name)
-    """An upload the service refuses, with the HTTP status and problem type it maps to."""
+REJECTION_SLUGS = frozenset({
+    "undecodable-image",  # corrupt, truncated or empty data
+    "unsupported-media-type",  # not an accepted image format
+    "multi-frame-image",  # animation or multi-page
+    "payload-too-large",  # more bytes than the upload limit
+    "image-too-large",  # more pixels than the budget (declared or as a bomb)
+    "image-too-small",  # a side below MIN_SIDE
+    "extreme-aspect-ratio",  # beyond MAX_ASPECT_RATIO
+})
 
-    def __init__(self, problem_type: str, detail: str, status: int) -> None:
+
+class ImageRejected(Exception):  # noqa: N818 (contract name)
+    """An image the core refuses: a problem slug (``REJECTION_SLUGS``) and a detail a person can act on.
+
+    It carries no HTTP status: ``service.errors.IMAGE_PROBLEM_STATUS`` maps each slug to one, and the
+    batch job writes the slug into its error rows.
+    """
+
+    def __init__(self, problem_type: str, detail: str) -> None:
+        if problem_type not in REJECTION_SLUGS:
+            raise ValueError(f"unknown rejection slug {problem_type!r}")
         super().__init__(detail)
         self.problem_type = problem_type  # slug, e.g. "undecodable-image"
         self.detail = detail
-        self.status = status
 
 
 @dataclass(frozen=True)
@@ -138,7 +154,7 @@ def _refuse_multi_frame(img: Image.Image) -> None:
         pass
     except (OSError, SyntaxError, ValueError, struct.error) as exc:  # a corrupt later frame/IFD
         raise ImageRejected(
-            "undecodable-image", f"The {img.format} frame list is corrupt and cannot be read.", 400
+            "undecodable-image", f"The {img.format} frame list is corrupt and cannot be read."
         ) from exc
     if frames == 1:
         return
@@ -146,7 +162,6 @@ def _refuse_multi_frame(img: Image.Image) -> None:
     raise ImageRejected(
         "multi-frame-image",
         f"The {img.format} has {shown} frames (animation or multi-page); send one photograph.",
-        415,
     )
 
 
@@ -162,7 +177,6 @@ def check_geometry(width: int, height: int, *, max_pixels: int, max_aspect_ratio
             "image-too-large",
             f"The image is {width}x{height} = {pixels} pixels; the limit is {max_pixels} pixels "
             "(RADSCREEN_MAX_PIXELS).",
-            413,
         )
     if side * side > max_pixels:
         raise ImageRejected(
@@ -170,11 +184,10 @@ def check_geometry(width: int, height: int, *, max_pixels: int, max_aspect_ratio
             f"The image is {width}x{height} px: centred on a square it would be {side}x{side} = "
             f"{side * side} pixels; the limit is {max_pixels} pixels (RADSCREEN_MAX_PIXELS), so the long "
             f"side may be at most {math.isqrt(max_pixels)} px.",
-            413,
         )
     if min(width, height) < MIN_SIDE:
         raise ImageRejected(
-            "image-too-small", f"The image is {width}x{height} px; both sides must be >= {MIN_SIDE} px.", 400
+            "image-too-small", f"The image is {width}x{height} px; both sides must be >= {MIN_SIDE} px."
         )
     ratio = side / min(width, height)
     if ratio > max_aspect_ratio:
@@ -182,7 +195,6 @@ def check_geometry(width: int, height: int, *, max_pixels: int, max_aspect_ratio
             "extreme-aspect-ratio",
             f"The image is {width}x{height} px, an aspect ratio of {ratio:.1f}:1; fundus photographs are "
             f"1:1 to about 16:9 and at most {max_aspect_ratio:g}:1 is accepted.",
-            400,
         )
 
 
@@ -196,7 +208,6 @@ def _metadata_rejection() -> ImageRejected:
         "The image carries an embedded metadata block (text or ICC profile) that expands beyond the "
         f"safety limits ({PngImagePlugin.MAX_TEXT_CHUNK // 1024} KiB per block, "
         f"{PngImagePlugin.MAX_TEXT_MEMORY // 1024} KiB in all); re-export the photograph without it.",
-        400,
     )
 
 
@@ -205,10 +216,10 @@ def open_image(
 ) -> Image.Image:
     """Identify the image and check size limits from its header; nothing is decoded yet."""
     if not data:
-        raise ImageRejected("undecodable-image", "The image is empty (0 bytes).", 400)
+        raise ImageRejected("undecodable-image", "The image is empty (0 bytes).")
     if len(data) > max_bytes:
         raise ImageRejected(
-            "payload-too-large", f"The image is {len(data)} bytes; the limit is {max_bytes} bytes.", 413
+            "payload-too-large", f"The image is {len(data)} bytes; the limit is {max_bytes} bytes."
         )
     try:
         img = Image.open(io.BytesIO(data))
@@ -216,25 +227,22 @@ def open_image(
         raise ImageRejected(
             "image-too-large",
             f"The image exceeds the limit of {max_pixels} pixels (RADSCREEN_MAX_PIXELS; decompression bomb): {exc}",
-            413,
         ) from exc
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError, struct.error) as exc:
         if _metadata_too_large(exc):
             raise _metadata_rejection() from exc
         if looks_like_image(data):
             raise ImageRejected(
-                "undecodable-image", "The image header is corrupt or truncated and cannot be read.", 400
+                "undecodable-image", "The image header is corrupt or truncated and cannot be read."
             ) from exc
         raise ImageRejected(
             "unsupported-media-type",
             f"Unsupported content ({_sniff_name(data)}); send a JPEG, PNG, TIFF, WebP or BMP image.",
-            415,
         ) from exc
     if img.format not in ALLOWED_FORMATS:
         raise ImageRejected(
             "unsupported-media-type",
             f"Image format {img.format} is not accepted; send a JPEG, PNG, TIFF, WebP or BMP image.",
-            415,
         )
     width, height = img.size
     check_geometry(width, height, max_pixels=max_pixels, max_aspect_ratio=max_aspect_ratio)
@@ -291,7 +299,7 @@ def decode_rgb(data: bytes, *, max_pixels: int, max_bytes: int, target: int | No
     if img.format in ("JPEG", "MPO") and b"\xff\xd9" not in data[-4096:]:
         # libjpeg pads a truncated scan with grey instead of failing: require the end-of-image marker
         raise ImageRejected(
-            "undecodable-image", "The JPEG data is truncated (no end-of-image marker) and cannot be used.", 400
+            "undecodable-image", "The JPEG data is truncated (no end-of-image marker) and cannot be used."
         )
     try:
         if img.format in ("JPEG", "MPO") and target is not None:
@@ -300,12 +308,12 @@ def decode_rgb(data: bytes, *, max_pixels: int, max_bytes: int, target: int | No
         img = ImageOps.exif_transpose(img) or img
         return _to_rgb8(img)
     except Image.DecompressionBombError as exc:
-        raise ImageRejected("image-too-large", f"Decompression bomb refused: {exc}", 413) from exc
+        raise ImageRejected("image-too-large", f"Decompression bomb refused: {exc}") from exc
     except (OSError, SyntaxError, ValueError, EOFError, struct.error) as exc:
         if _metadata_too_large(exc):
             raise _metadata_rejection() from exc
         raise ImageRejected(
-            "undecodable-image", f"The {img.format} data is truncated or corrupt and cannot be decoded.", 400
+            "undecodable-image", f"The {img.format} data is truncated or corrupt and cannot be decoded."
         ) from exc
 
 

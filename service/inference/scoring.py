@@ -28,10 +28,10 @@ import torch
 from models.fov import fit_fov_circle
 from models.preprocessing import FOV_LOCAL_MEAN, preprocess_fundus
 from models.uncertainty import binary_uncertainty
-from service.backends import Backend, make_backend, resolve_device
-from service.imaging import ImagePipeline, ImageRejected, decode_rgb, fov_square, resize_square
-from service.platform import CpuCapability, PrecisionChoice, choose_backend, choose_precision, detect_cpu
-from service.quality import QualityReport, assess_quality
+from service.inference.backends import Backend, make_backend, resolve_device
+from service.inference.imaging import ImagePipeline, ImageRejected, decode_rgb, fov_square, resize_square
+from service.inference.platform import CpuCapability, PrecisionChoice, choose_backend, choose_precision, detect_cpu
+from service.inference.quality import QualityReport, assess_quality
 
 __all__ = [
     "OUTCOME_TEXT",
@@ -172,7 +172,7 @@ class Scorer:
         self.calibration = calibration
         self.model_card = model_card
         self.precision = precision
-        # how the machine shaped the run: cpu capability, precision/strategy and why (service.platform)
+        # how the machine shaped the run: cpu capability, precision/strategy and why (service.inference.platform)
         self.runtime: dict[str, Any] = runtime or {"precision": precision, "strategy": getattr(
             backend, "strategy", "unknown")}
 
@@ -195,9 +195,9 @@ class Scorer:
 
         ``mc_samples=None`` takes the artifact's K (the calibration was set for it); another K is
         allowed but logged, since the MI referral threshold then no longer matches exactly.
-        ``backend="auto"``: ONNX Runtime for fp32 on CPU, else torch (``service.platform.choose_backend``).
+        ``backend="auto"``: ONNX Runtime for fp32 on CPU, else torch (``service.inference.platform.choose_backend``).
         ``precision="auto"`` is resolved from ``cpu`` (default: detected) and the artifact's measured
-        drift (``service.platform.choose_precision``); an explicit bf16/fp16 the CPU cannot run natively
+        drift (``service.inference.platform.choose_precision``); an explicit bf16/fp16 the CPU cannot run natively
         raises ``PrecisionUnavailableError``.
         """
         from models.artifact import DEFAULT_ARTIFACT_DIR, load_artifact

@@ -6,7 +6,7 @@ Both run the same ``DrawnNetwork`` (K materialised draws, ``models.draws``):
 - ``OnnxBackend``: ``models.onnx_backend.OnnxDrawnSession`` (CUDA provider on GPU, CPU otherwise),
   fp32 only, grouped or per-draw graph; the drawn weights are injected at load time, never baked in.
 
-The precision and strategy arrive already resolved (``service.platform``: ``auto`` is decided there, from
+The precision and strategy arrive already resolved (``service.inference.platform``: ``auto`` is decided there, from
 the machine and the artifact); ``strategy="auto"`` is still accepted here and resolved the same way.
 
 Agreement (fp32, tests/service/test_scoring.py): probability and MI equal to 1e-4 between the two.
@@ -22,7 +22,7 @@ import torch
 
 from models.draws import DrawnNetwork
 from models.layers import check_strategy
-from service.platform import choose_strategy
+from service.inference.platform import choose_strategy
 
 logger = logging.getLogger(__name__)
 
