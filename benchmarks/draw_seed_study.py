@@ -1,0 +1,134 @@
+"""How the referral set depends on the draw seed and on K (issue 10, item 4): is K = 16 enough?
+
+The service fixes K posterior draws per artifact (``config.mc_samples`` with ``config.draw_seed``).
+Another seed is another equally valid set of draws; if the mutual information (MI) ranking or the set
+of images referred as uncertain changes a lot between seeds, K is too small for the decision it drives.
+
+For each K in ``--k`` and each of ``--seeds`` draw seeds this materialises the K draws, scores the same
+images (synthetic renders from the current generator, through the artifact's own preprocessing) and
+prints, per K, over all pairs of seeds:
+
+- Spearman correlation of MI between the two seeds (ranking stability);
+- Jaccard overlap of the images referred at the artifact's calibrated MI threshold, and of the top
+  ``--refer`` share by MI (the decision stability at a fixed workload);
+- how many labels (p̄ >= decision threshold) differ;
+- max |Δ p̄|.
+
+Example (figures in docs/science.md, "Draw seed and K")::
+
+    .venv/bin/python benchmarks/draw_seed_study.py --model-dir models/default --images 48 --k 16 32 64 --seeds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import itertools
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from scipy.stats import spearmanr
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from models.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
+from models.draws import materialise_draws
+from models.uncertainty import binary_uncertainty_from_logits
+from service.inference.scoring import Scorer, prepare_image
+from training.synthetic.render import render_fundus
+
+
+def render_images(n: int, size: int, seed: int) -> list[bytes]:
+    """``n`` synthetic JPEGs, grades cycling 0..4, deterministic from ``seed``."""
+    out = []
+    for i in range(n):
+        pixels, _ = render_fundus(np.random.default_rng([seed, i]), i % 5, size=size)
+        buf = io.BytesIO()
+        Image.fromarray(pixels).save(buf, format="JPEG", quality=92)
+        out.append(buf.getvalue())
+    return out
+
+
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """|A ∩ B| / |A ∪ B| of two boolean masks; 1.0 when both are empty."""
+    union = int((a | b).sum())
+    return 1.0 if union == 0 else int((a & b).sum()) / union
+
+
+def top_share(mi: np.ndarray, share: float) -> np.ndarray:
+    """Boolean mask of the ``share`` of images with the highest MI (ties broken by index)."""
+    n = int(round(share * mi.size))
+    mask = np.zeros(mi.size, bool)
+    mask[np.argsort(-mi, kind="stable")[:n]] = True
+    return mask
+
+
+def score(model: torch.nn.Module, x: torch.Tensor, k: int, seed: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean probability and MI ``[N]`` of images ``x`` [N, C, H, W] under ``k`` draws made with ``seed``."""
+    net = materialise_draws(model, k=k, seed=seed, strategy="loop")  # type: ignore[arg-type]
+    means, mis = [], []
+    with torch.inference_mode():
+        for i in range(0, x.shape[0], batch):
+            u = binary_uncertainty_from_logits(net(x[i:i + batch]))  # logits [K, B, 1] -> [B]
+            means.append(u.probability.numpy())
+            mis.append(u.mutual_information.numpy())
+    return np.concatenate(means), np.concatenate(mis)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model-dir", type=Path, default=DEFAULT_ARTIFACT_DIR, help="artifact directory")
+    p.add_argument("--images", type=int, default=48, help="synthetic images scored")
+    p.add_argument("--image-size", type=int, default=512, help="rendered image side, px")
+    p.add_argument("--image-seed", type=int, default=2028, help="seed of the rendered images")
+    p.add_argument("--k", type=int, nargs="+", default=[16, 32, 64], help="draws per image to compare")
+    p.add_argument("--seeds", type=int, default=3, help="draw seeds per K (pairs are compared)")
+    p.add_argument("--refer", type=float, default=0.2, help="share referred in the fixed-workload comparison")
+    p.add_argument("--batch", type=int, default=8)
+    args = p.parse_args(argv)
+    if args.seeds < 2:
+        p.error("--seeds must be >= 2 (pairs of seeds are compared)")
+
+    torch.manual_seed(0)
+    artifact = load_artifact(args.model_dir)
+    model = artifact.build_model().eval()
+    cal = artifact.calibration
+    scorer = Scorer.from_artifact(args.model_dir, backend="torch", device="cpu")  # for its preprocessing contract
+    prepared = [prepare_image(b, scorer.pipeline) for b in render_images(args.images, args.image_size, args.image_seed)]
+    x = torch.from_numpy(np.stack([pi.pixels for pi in prepared]))  # [N, 3, S, S]
+    base = artifact.config.draw_seed
+    print(f"model {artifact.config.name} {artifact.config.version} sha256 {artifact.sha256[:12]}; "
+          f"{args.images} synthetic images ({args.image_size} px, seed {args.image_seed}); "
+          f"MI threshold {cal.referral_threshold_mi:.3g} nat, decision threshold {cal.decision_threshold}")
+    print(f"machine: {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}")
+    print("| K | seed pairs | Spearman MI (min / mean) | Jaccard referred @ threshold (min / mean) | "
+          f"Jaccard top {args.refer:.0%} by MI (min / mean) | referred @ threshold per seed | "
+          "labels differing (max) | max abs Δp̄ | median MI | s per image per seed |")
+    print("| ---: | ---: | --- | --- | --- | --- | ---: | ---: | ---: | ---: |")
+    for k in args.k:
+        runs = []
+        start = time.perf_counter()
+        for s in range(args.seeds):
+            runs.append(score(model, x, k, base + 1000 * s, args.batch))  # seed base+0 is the served set at K=16
+        per_image = (time.perf_counter() - start) / (args.seeds * args.images)
+        rho, jac_t, jac_top, flips, dp = [], [], [], [], []
+        for (pa, ma), (pb, mb) in itertools.combinations(runs, 2):
+            rho.append(float(spearmanr(ma, mb).statistic))
+            jac_t.append(jaccard(ma > cal.referral_threshold_mi, mb > cal.referral_threshold_mi))
+            jac_top.append(jaccard(top_share(ma, args.refer), top_share(mb, args.refer)))
+            flips.append(int(((pa >= cal.decision_threshold) != (pb >= cal.decision_threshold)).sum()))
+            dp.append(float(np.abs(pa - pb).max()))
+        referred = "/".join(str(int((m > cal.referral_threshold_mi).sum())) for _, m in runs)
+        median_mi = float(np.median(np.concatenate([m for _, m in runs])))
+        print(f"| {k} | {len(rho)} | {min(rho):.3f} / {np.mean(rho):.3f} | {min(jac_t):.3f} / {np.mean(jac_t):.3f} | "
+              f"{min(jac_top):.3f} / {np.mean(jac_top):.3f} | {referred} of {args.images} | {max(flips)} | "
+              f"{max(dp):.2e} | {median_mi:.2e} | {per_image:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
