@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="inference backend [RADSCREEN_BACKEND, else auto: ONNX Runtime for fp32 on CPU, "
                        "torch for bf16/fp16 and GPUs]")
     model.add_argument("--device", choices=get_args(DeviceSetting), default=None,
-                       help="[RADSCREEN_DEVICE, else auto: cuda when available, else cpu]")
+                       help="compute device [RADSCREEN_DEVICE, else auto: cuda when available, else cpu]")
     model.add_argument("--precision", choices=get_args(PrecisionSetting), default=None,
                        help="[RADSCREEN_PRECISION, else auto: bf16 only where the artifact's measured drift allows "
                        "it and the CPU/GPU runs it natively, else fp32]; explicit bf16 on a CPU without it is "
