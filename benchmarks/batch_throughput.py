@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from service.batch.job import BatchJobConfig, run_job
 from service.batch.local import PoolKind, load_prepared, make_executor
 from service.inference.scoring import PreparedImage, Scorer
+from service.inference.spec import ScorerSpec
 
 
 def make_images(folder: Path, n: int, size: int, seed: int = 0) -> list[Path]:
@@ -101,8 +102,9 @@ def time_model(prepared: list[PreparedImage], scorer: Scorer, batch_size: int) -
 def time_job(folder: Path, out_dir: Path, scorer: Scorer, model_dir: Path, pool: PoolKind,
              args: argparse.Namespace) -> float:
     """Images/s of the whole batch job (scorer already loaded, as in a long job)."""
-    cfg = BatchJobConfig(input=folder, output=out_dir / f"results-{pool}.csv", model_dir=model_dir,
-                         device="cpu", batch_size=args.batch_size, workers=args.workers, pool=pool,
+    cfg = BatchJobConfig(input=folder, output=out_dir / f"results-{pool}.csv",
+                         spec=ScorerSpec(model_dir=model_dir, device="cpu"),
+                         batch_size=args.batch_size, workers=args.workers, pool=pool,
                          restart=True, progress=False, summary=out_dir / f"summary-{pool}.json")
     start = time.perf_counter()
     result = run_job(cfg, scorer=scorer)

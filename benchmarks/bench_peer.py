@@ -103,9 +103,9 @@ def ours_runners(paths: list[str], model_dir: Path | None, threads: int) -> dict
     for name in paths:
         backend, strategy = PATHS[name]
         net = materialise_draws(model, k=artifact.config.mc_samples, seed=artifact.config.draw_seed)
-        engine = make_backend(net, backend=backend, device="cpu", precision="fp32", strategy=strategy,
-                              intra_op_threads=threads)
-        out[name] = engine.run
+        draws_backend = make_backend(net, backend=backend, device="cpu", precision="fp32", strategy=strategy,
+                                     intra_op_threads=threads)
+        out[name] = draws_backend.run
     return out
 
 

@@ -1,9 +1,9 @@
 """The FastAPI application factory.
 
 ``create_app(settings)`` wires one independent app: its own settings, metrics registry and
-engine on ``app.state``; the lifespan starts loading the model in the background (readiness
-turns true only after load, verification, materialisation of the draws and warm-up) and stops the
-batcher on shutdown.
+model host (``service.model_host.ModelHost``) on ``app.state``; the lifespan starts loading the model in
+the background (readiness turns true only after load, verification, materialisation of the draws and
+warm-up) and stops the batcher on shutdown.
 
 Run it with ``radscreen serve`` or ``uvicorn --factory service.app:create_app``.
 """
@@ -23,10 +23,10 @@ from starlette.middleware.cors import CORSMiddleware
 from service.api import health, model, pages, predict
 from service.api.docs import install_offline_docs
 from service.api.pages import STATIC_DIR
-from service.engine import Engine, ScorerFactory
 from service.errors import install_error_handlers
 from service.metrics import ServiceMetrics
 from service.middleware import RequestContextMiddleware
+from service.model_host import ModelHost, ScorerFactory
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -43,19 +43,20 @@ the image should be referred to an expert. Errors are RFC 9457 `application/prob
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    engine: Engine = app.state.engine
-    loading = asyncio.create_task(engine.load(), name="radscreen-load")
+    host: ModelHost = app.state.model_host
+    loading = asyncio.create_task(host.load(), name="radscreen-load")
     try:
         yield
     finally:
         loading.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await loading
-        await engine.stop()
+        await host.stop()
 
 
 def create_app(settings: Settings | None = None, *, scorer_factory: ScorerFactory | None = None) -> FastAPI:
-    """Build the app. ``scorer_factory`` replaces ``Scorer.from_artifact`` (tests, benchmarks)."""
+    """Build the app. ``scorer_factory`` replaces ``ScorerSpec.load`` (tests, benchmarks): it gets
+    ``settings.scorer_spec()`` and returns the scorer."""
     settings = settings if settings is not None else Settings()
     logging.getLogger("service").setLevel(settings.log_level.upper())
     metrics = ServiceMetrics()
@@ -70,7 +71,7 @@ def create_app(settings: Settings | None = None, *, scorer_factory: ScorerFactor
     )
     app.state.settings = settings
     app.state.metrics = metrics
-    app.state.engine = Engine(settings, metrics, scorer_factory)
+    app.state.model_host = ModelHost(settings, metrics, scorer_factory)
 
     install_error_handlers(app)
     for router in (predict.router, model.router, health.router, pages.router):

@@ -1,4 +1,4 @@
-"""FastAPI dependencies: the per-app settings, engine and metrics, and the API-key check.
+"""FastAPI dependencies: the per-app settings, model host and metrics, and the API-key check.
 
 Everything lives on ``app.state`` (set by ``create_app``), never in module globals, so several apps
 with different settings can run in one process.
@@ -12,9 +12,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader
 
-from service.engine import Engine
 from service.errors import ServiceProblem
 from service.metrics import ServiceMetrics
+from service.model_host import ModelHost
 from service.settings import Settings
 
 _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="Required when configured.")
@@ -25,9 +25,9 @@ def get_settings(request: Request) -> Settings:
     return settings
 
 
-def get_engine(request: Request) -> Engine:
-    engine: Engine = request.app.state.engine
-    return engine
+def get_model_host(request: Request) -> ModelHost:
+    host: ModelHost = request.app.state.model_host
+    return host
 
 
 def get_metrics(request: Request) -> ServiceMetrics:
@@ -36,7 +36,7 @@ def get_metrics(request: Request) -> ServiceMetrics:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-EngineDep = Annotated[Engine, Depends(get_engine)]
+ModelHostDep = Annotated[ModelHost, Depends(get_model_host)]
 MetricsDep = Annotated[ServiceMetrics, Depends(get_metrics)]
 
 

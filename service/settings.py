@@ -1,8 +1,12 @@
-"""Service configuration, read from ``RADSCREEN_*`` environment variables (or a ``.env`` file).
+"""Configuration, read from ``RADSCREEN_*`` environment variables (or a ``.env`` file).
 
-The settings object is built once by the app factory (``create_app(settings)``) and handed to
-request handlers through a FastAPI dependency (``service.deps.SettingsDep``); nothing reads the
-environment at import time.
+``ScorerSettings`` holds what decides how images are scored (artifact, backend, device, precision,
+strategy, K draws, threads, input limits) and turns it into the one
+:class:`~service.inference.spec.ScorerSpec` (``scorer_spec()``). ``Settings`` adds the HTTP service's
+knobs. The service builds ``Settings`` once in the app factory (``create_app(settings)``) and hands it to
+request handlers through a FastAPI dependency (``service.deps.SettingsDep``); the batch job builds
+``ScorerSettings`` with its command-line flags over the same variables (service/batch/cli.py), so
+``RADSCREEN_BACKEND=torch`` means the same to both. Nothing reads the environment at import time.
 
 Example::
 
@@ -17,9 +21,18 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-Backend = Literal["auto", "torch", "onnxruntime"]
-Device = Literal["auto", "cpu", "cuda"]
-Precision = Literal["auto", "fp32", "bf16", "fp16"]
+from service.inference.spec import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_PIXELS,
+    MAX_MC_SAMPLES,
+    BackendSetting,
+    DeviceSetting,
+    NativeBf16Setting,
+    PrecisionSetting,
+    ScorerSpec,
+    StrategySetting,
+)
+
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 
@@ -30,8 +43,8 @@ def default_model_dir() -> Path:
     return Path(DEFAULT_ARTIFACT_DIR)
 
 
-class Settings(BaseSettings):
-    """Every knob of the inference service; each field maps to ``RADSCREEN_<FIELD>``."""
+class ScorerSettings(BaseSettings):
+    """How images are scored, shared by the service and the batch job; each field maps to ``RADSCREEN_<FIELD>``."""
 
     model_config = SettingsConfigDict(
         env_prefix="RADSCREEN_", env_file=".env", extra="ignore", protected_namespaces=()
@@ -41,24 +54,24 @@ class Settings(BaseSettings):
         default_factory=default_model_dir,
         description="Artifact directory (weights.safetensors, config.json, calibration.json, manifest.json).",
     )
-    backend: Backend = Field(
+    backend: BackendSetting = Field(
         default="auto",
         description="Inference backend for the fixed posterior draws. 'auto' = ONNX Runtime's per-draw graph "
         "for fp32 on CPU (the fastest measured CPU path), torch for bf16/fp16 and on GPU.",
     )
-    device: Device = Field(default="auto", description="'auto' = cuda when available, else cpu.")
-    precision: Precision = Field(
+    device: DeviceSetting = Field(default="auto", description="'auto' = cuda when available, else cpu.")
+    precision: PrecisionSetting = Field(
         default="auto",
         description="Autocast precision of the torch backend. 'auto' = bf16 only when the artifact's measured "
         "bf16 drift flips no decision AND the CPU/GPU runs bf16 natively, else fp32 (service/inference/platform.py). "
         "An explicit bf16/fp16 on a CPU without native support fails at start.",
     )
-    native_bf16: Literal["detect", "yes", "no"] = Field(
+    native_bf16: NativeBf16Setting = Field(
         default="detect",
         description="Override the CPU's native-bf16 detection (/proc/cpuinfo avx512_bf16/amx_bf16/bf16) "
         "where it is wrong; 'detect' trusts the CPU.",
     )
-    strategy: Literal["auto", "grouped", "loop"] = Field(
+    strategy: StrategySetting = Field(
         default="auto",
         description="How the backend runs the K draws: one grouped network or a per-draw loop. "
         "'auto' = loop on CPU, grouped on CUDA (measured in benchmarks/bench_core.py).",
@@ -72,9 +85,40 @@ class Settings(BaseSettings):
     mc_samples: int | None = Field(
         default=None,
         ge=1,
-        le=256,
+        le=MAX_MC_SAMPLES,
         description="Fixed posterior draws K per image; default: the artifact's (16).",
     )
+    max_upload_bytes: int = Field(
+        default=DEFAULT_MAX_BYTES, ge=1024, description="Largest image file accepted."
+    )
+    max_pixels: int = Field(
+        default=DEFAULT_MAX_PIXELS, ge=1, description="Largest width*height accepted (checked pre-decode)."
+    )
+
+    def scorer_spec(self) -> ScorerSpec:
+        """The :class:`ScorerSpec` these settings describe.
+
+        ``model_dir`` stays ``None`` unless it was set (``RADSCREEN_MODEL_DIR``, ``.env`` or a keyword): the
+        spec then means "the embedded default artifact", which each process (a Ray worker included) finds
+        in its own installation.
+        """
+        return ScorerSpec(
+            model_dir=self.model_dir if "model_dir" in self.model_fields_set else None,
+            backend=self.backend,
+            device=self.device,
+            precision=self.precision,
+            native_bf16=self.native_bf16,
+            strategy=self.strategy,
+            mc_samples=self.mc_samples,
+            threads=self.threads,
+            max_pixels=self.max_pixels,
+            max_bytes=self.max_upload_bytes,
+        )
+
+
+class Settings(ScorerSettings):
+    """Every knob of the inference service: the scoring settings plus the HTTP service's own."""
+
     max_batch_size: int = Field(
         default=8, ge=1, le=512, description="Micro-batcher: images per forward pass."
     )
@@ -83,12 +127,6 @@ class Settings(BaseSettings):
     )
     queue_size: int = Field(
         default=64, ge=1, description="Images allowed to wait; beyond it requests get 503."
-    )
-    max_upload_bytes: int = Field(
-        default=20 * 1024 * 1024, ge=1024, description="Largest image file accepted."
-    )
-    max_pixels: int = Field(
-        default=40_000_000, ge=1, description="Largest width*height accepted (checked pre-decode)."
     )
     max_batch_items: int = Field(
         default=16, ge=1, le=256, description="Most images in one /v1/predict/batch call."

@@ -1,1 +1,1 @@
-"""Thin HTTP routers: they translate requests to engine calls and results to response models."""
+"""Thin HTTP routers: they translate requests to model-host calls and results to response models."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
-from service.deps import EngineDep, MetricsDep
+from service.deps import MetricsDep, ModelHostDep
 from service.metrics import CONTENT_TYPE_LATEST
 from service.schemas import Health, Readiness
 
@@ -23,12 +23,12 @@ async def healthz() -> Health:
     summary="The model is loaded, verified and warm",
     responses={503: {"model": Readiness, "description": "Still loading, or failed to load"}},
 )
-async def readyz(engine: EngineDep) -> JSONResponse:
-    if engine.state == "ready":
+async def readyz(host: ModelHostDep) -> JSONResponse:
+    if host.state == "ready":
         return JSONResponse(Readiness(status="ready").model_dump())
-    detail = engine.error if engine.state == "failed" else "loading and warming up the model"
+    detail = host.error if host.state == "failed" else "loading and warming up the model"
     return JSONResponse(
-        Readiness(status=engine.state, detail=detail).model_dump(),
+        Readiness(status=host.state, detail=detail).model_dump(),
         status_code=503,
         headers={"Retry-After": "2"},
     )

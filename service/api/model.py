@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.deps import ApiKeyDep, EngineDep, SettingsDep
+from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
 from service.schemas import ModelResponse, problem_responses
 
 # how the machine shaped the run (service.inference.platform): chosen backend/precision/strategy, why, and the CPU
@@ -20,8 +20,8 @@ router = APIRouter(tags=["model"], dependencies=[ApiKeyDep])
     summary="The loaded model: identity, card, calibration",
     responses=problem_responses(401, 503),
 )
-async def model_info(engine: EngineDep, settings: SettingsDep) -> ModelResponse:
-    scorer = engine.require_ready()
+async def model_info(host: ModelHostDep, settings: SettingsDep) -> ModelResponse:
+    scorer = host.require_ready()
     cal, pipe = scorer.calibration, scorer.pipeline
     return ModelResponse.model_validate(
         {

@@ -9,11 +9,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from service.api.uploads import STUDY_ID_MAX, STUDY_ID_PATTERN, check_study_id, read_uploads
-from service.deps import ApiKeyDep, EngineDep, SettingsDep
-from service.engine import Prediction
+from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
 from service.errors import ServiceProblem, image_problem, request_id_of
 from service.inference.imaging import ImageRejected
 from service.inference.scoring import Scorer, score_payload
+from service.model_host import Prediction
 from service.schemas import (
     EXAMPLE_PREDICTION,
     BatchItem,
@@ -125,15 +125,15 @@ def _fhir(body: dict[str, Any]) -> Response:
 )
 async def predict(
     request: Request,
-    engine: EngineDep,
+    host: ModelHostDep,
     settings: SettingsDep,
     study_id: StudyIdQuery = None,
     format: FormatQuery = None,
 ) -> Any:
-    scorer = engine.require_ready()
+    scorer = host.require_ready()
     uploads, form_ids = await read_uploads(request, max_files=1)
     sid = check_study_id(form_ids[0] if form_ids else study_id)
-    pred = await engine.predict(uploads[0].data)
+    pred = await host.predict(uploads[0].data)
     body = _result(pred, scorer, sid)
     if _wants_fhir(request, format):
         return _fhir({"request_id": request_id_of(request), **body})
@@ -163,8 +163,8 @@ router.add_api_route(
     responses=problem_responses(401, 413, 415, 422, 503),
     openapi_extra=_BATCH_BODY,
 )
-async def predict_batch(request: Request, engine: EngineDep, settings: SettingsDep) -> BatchResponse:
-    scorer = engine.require_ready()
+async def predict_batch(request: Request, host: ModelHostDep, settings: SettingsDep) -> BatchResponse:
+    scorer = host.require_ready()
     uploads, study_ids = await read_uploads(request, max_files=settings.max_batch_items)
     if study_ids and len(study_ids) != len(uploads):
         raise ServiceProblem(
@@ -173,7 +173,7 @@ async def predict_batch(request: Request, engine: EngineDep, settings: SettingsD
             f"Got {len(study_ids)} study_id parts for {len(uploads)} images; give one per image or none.",
         )
     ids = [check_study_id(s) for s in study_ids] or [None] * len(uploads)
-    outcomes = await engine.predict_many([u.data for u in uploads])
+    outcomes = await host.predict_many([u.data for u in uploads])
     rid = request_id_of(request)
     items = []
     for i, (upload, outcome, sid) in enumerate(zip(uploads, outcomes, ids, strict=True)):

@@ -8,6 +8,10 @@ Example (a day's screening images, resumable; rerun the same command after an in
     radscreen-batch score --input trainLabels.csv --image-root train/ --id-column image \\
         --output eyepacs.parquet --batch-size 32 --workers 4
 
+    # the model settings are the service's: flags, else RADSCREEN_* variables (service/settings.py)
+    RADSCREEN_MODEL_DIR=models/my-run radscreen-batch score --input day/ --output day.csv \\
+        --backend torch --precision fp32 --strategy loop --max-pixels 54200000
+
 Exit status: 0 done, 2 unusable input or arguments (message on stderr), 1 unexpected failure.
 """
 
@@ -17,11 +21,20 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Any, get_args
 
 from service.batch.inputs import InputError
 from service.batch.output import OutputError
 from service.batch.parts import PartStoreError
 from service.batch.summary import format_summary
+from service.inference.spec import (
+    BackendSetting,
+    DeviceSetting,
+    NativeBf16Setting,
+    PrecisionSetting,
+    ScorerSpec,
+    StrategySetting,
+)
 
 logger = logging.getLogger("service.batch")
 
@@ -35,23 +48,47 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Score every image once; rerunning the same command resumes.")
     p.add_argument("--input", required=True, type=Path, help="folder of images (recursive) or CSV manifest")
     p.add_argument("--output", required=True, type=Path, help="results file: .csv, .jsonl or .parquet")
-    p.add_argument("--model-dir", type=Path, default=None,
-                   help="model artifact folder (default: RADSCREEN_MODEL_DIR, else the embedded model)")
-    p.add_argument("--backend", choices=("auto", "torch", "onnxruntime"), default="auto",
-                   help="auto (default): ONNX Runtime for fp32 on CPU, torch for bf16/fp16 and GPUs")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
-                   help="auto (default): bf16 only where the artifact's measured drift allows it and the "
-                   "CPU/GPU runs it natively, else fp32; explicit bf16 on a CPU without it is refused")
-    p.add_argument("--native-bf16", choices=("detect", "yes", "no"), default="detect",
-                   help="override the CPU's native-bf16 detection where it is wrong (default: detect)")
+    model = p.add_argument_group(
+        "model and scoring",
+        "the same settings as the HTTP service; each defaults to its RADSCREEN_* variable (service/settings.py), "
+        "else the value in brackets")
+    model.add_argument("--model-dir", type=Path, default=None,
+                       help="model artifact folder [RADSCREEN_MODEL_DIR, else the embedded model]")
+    model.add_argument("--backend", choices=get_args(BackendSetting), default=None,
+                       help="inference backend [RADSCREEN_BACKEND, else auto: ONNX Runtime for fp32 on CPU, "
+                       "torch for bf16/fp16 and GPUs]")
+    model.add_argument("--device", choices=get_args(DeviceSetting), default=None,
+                       help="compute device [RADSCREEN_DEVICE, else auto: cuda when available, else cpu]")
+    model.add_argument("--precision", choices=get_args(PrecisionSetting), default=None,
+                       help="[RADSCREEN_PRECISION, else auto: bf16 only where the artifact's measured drift allows "
+                       "it and the CPU/GPU runs it natively, else fp32]; explicit bf16 on a CPU without it is "
+                       "refused")
+    model.add_argument("--native-bf16", choices=get_args(NativeBf16Setting), default=None,
+                       help="override the CPU's native-bf16 detection where it is wrong [RADSCREEN_NATIVE_BF16, "
+                       "else detect]")
+    model.add_argument("--strategy", choices=get_args(StrategySetting), default=None,
+                       help="how the K draws run: one grouped network or a per-draw loop [RADSCREEN_STRATEGY, "
+                       "else auto: loop on CPU, grouped on CUDA]")
+    model.add_argument("--mc-samples", type=int, default=None, metavar="K",
+                       help="fixed posterior draws per image, 1-256 [RADSCREEN_MC_SAMPLES, else the artifact's; "
+                       "its MI referral threshold was calibrated for that K, another K is logged as a warning]")
+    model.add_argument("--threads", type=int, default=None,
+                       help="intra-op threads of torch / ONNX Runtime [RADSCREEN_THREADS, else the library's]")
+    model.add_argument("--max-pixels", type=int, default=None,
+                       help="largest width*height (and long side squared) accepted; larger images become "
+                       "image-too-large error rows [RADSCREEN_MAX_PIXELS, else 40000000]")
+    model.add_argument("--max-upload-bytes", type=int, default=None,
+                       help="largest image file accepted; larger files become error rows "
+                       "[RADSCREEN_MAX_UPLOAD_BYTES, else 20971520]")
     p.add_argument("--batch-size", type=int, default=16, help="images per batched forward (default 16)")
     p.add_argument("--workers", type=int, default=2, help="parallel readers/decoders (default 2)")
     p.add_argument("--pool", choices=("thread", "process"), default="thread",
                    help="decode in threads (default; PIL releases the GIL) or processes")
-    p.add_argument("--engine", choices=("local", "ray"), default="local")
+    p.add_argument("--runner", "--engine", dest="runner", choices=("local", "ray"), default="local",
+                   help="what runs the job: local (default; this machine's pools) or ray (Ray Data); "
+                   "--engine is the former name, still accepted")
     p.add_argument("--ray-address", default=None, help="Ray cluster address (default: RAY_ADDRESS or local)")
-    p.add_argument("--ray-actors", type=int, default=1, help="model actors for --engine ray (default 1)")
+    p.add_argument("--ray-actors", type=int, default=1, help="model actors for --runner ray (default 1)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--restart", action="store_true", help="discard this output's earlier results")
     mode.add_argument("--resume", action="store_true", help="continue an earlier run (the default; accepted)")
@@ -66,14 +103,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _model_dir(arg: Path | None) -> Path | None:
-    """``--model-dir``, else ``RADSCREEN_MODEL_DIR`` (read here, at run time, never at import)."""
-    if arg is not None:
-        return arg
-    import os
+SPEC_FLAGS = {  # ScorerSettings field -> command-line flag
+    "model_dir": "--model-dir", "backend": "--backend", "device": "--device", "precision": "--precision",
+    "native_bf16": "--native-bf16", "strategy": "--strategy", "mc_samples": "--mc-samples", "threads": "--threads",
+    "max_pixels": "--max-pixels", "max_upload_bytes": "--max-upload-bytes",
+}
 
-    env = os.environ.get("RADSCREEN_MODEL_DIR")
-    return Path(env) if env else None
+
+def scorer_spec(args: argparse.Namespace) -> ScorerSpec:
+    """The job's :class:`ScorerSpec`: the flags given, else the ``RADSCREEN_*`` variables, else the defaults.
+
+    Built through ``ScorerSettings`` (the service's own settings class), so a variable means the same here
+    as for ``radscreen serve``. Raises ``ValueError`` naming the flag and the variable of a bad value.
+    """
+    from pydantic import ValidationError
+
+    from service.settings import ScorerSettings
+
+    given: dict[str, Any] = {name: getattr(args, name) for name in SPEC_FLAGS if getattr(args, name) is not None}
+    try:
+        return ScorerSettings(**given).scorer_spec()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{SPEC_FLAGS.get(str(err['loc'][0]), err['loc'][0])} (or RADSCREEN_{str(err['loc'][0]).upper()}): "
+            f"{err['msg']}"
+            for err in exc.errors()
+        )
+        raise ValueError(problems) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,11 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:
             print(f"radscreen-batch: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
             return 2
+    try:
+        spec = scorer_spec(args)
+    except ValueError as exc:
+        print(f"radscreen-batch: {exc}", file=sys.stderr)
+        return 2
     cfg = BatchJobConfig(
-        input=args.input, output=args.output, model_dir=_model_dir(args.model_dir), backend=args.backend,
-        device=args.device, precision=args.precision, native_bf16=args.native_bf16,
-        batch_size=args.batch_size, workers=args.workers,
-        pool=args.pool, engine=args.engine, restart=args.restart, summary=args.summary, plot=args.plot,
+        input=args.input, output=args.output, spec=spec, batch_size=args.batch_size, workers=args.workers,
+        pool=args.pool, runner=args.runner, restart=args.restart, summary=args.summary, plot=args.plot,
         id_column=args.id_column, path_column=args.path_column, image_root=args.image_root,
         chunk_size=args.chunk_size, progress=not args.no_progress, ray_address=args.ray_address,
         ray_actors=args.ray_actors,

@@ -1,16 +1,20 @@
 """One batch scoring job, start to finish: discover inputs, resume, score, assemble, summarise.
 
-The engines (local pool or Ray Data) only produce rows; this module owns everything that makes the job
-resumable and loss-free: it opens the parts folder (refusing another model's results), hands the engine
-only the inputs not yet committed, commits rows through the one :class:`ChunkWriter`, and finally
-assembles the results file in input order from the committed parts plus the rows rejected up front.
+The runners (``local``: a thread/process pool; ``ray``: Ray Data) only produce rows; this module owns
+everything that makes the job resumable and loss-free: it opens the parts folder (refusing another model's
+results), hands the runner only the inputs not yet committed, commits rows through the one
+:class:`ChunkWriter`, and finally assembles the results file in input order from the committed parts plus
+the rows rejected up front.
+
+The scorer is described once, by the job's :class:`~service.inference.spec.ScorerSpec`: the driver loads it
+(for the model's identity, thresholds and the local runner) and every Ray actor loads the same spec.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -20,15 +24,17 @@ from service.batch.inputs import InputSource, discover
 from service.batch.local import PoolKind, run_local
 from service.batch.output import output_format, output_model_shas, write_output
 from service.batch.parts import ChunkWriter, PartStore, PartStoreError
+from service.batch.ray_runner import RayOptions, run_ray
 from service.batch.rows import Row, error_row
 from service.batch.summary import SummaryBuilder, format_summary, plot_summary, write_summary_json
+from service.inference.spec import ScorerSpec
 
 if TYPE_CHECKING:
     from service.inference.scoring import Scorer
 
 logger = logging.getLogger(__name__)
 
-EngineKind = Literal["local", "ray"]
+RunnerKind = Literal["local", "ray"]  # what runs the scoring loop (CLI --runner, formerly --engine)
 
 
 @dataclass(frozen=True)
@@ -37,15 +43,11 @@ class BatchJobConfig:
 
     input: Path
     output: Path
-    model_dir: Path | None = None
-    backend: str = "auto"  # ONNX Runtime for fp32 on CPU, else torch (service.inference.platform.choose_backend)
-    device: str = "auto"
-    precision: str = "auto"  # resolved from the CPU and the artifact (service.inference.platform)
-    native_bf16: str = "detect"  # override of the CPU's native-bf16 detection: detect | yes | no
+    spec: ScorerSpec = field(default_factory=ScorerSpec)  # the model and how to run it (every runner)
     batch_size: int = 16
     workers: int = 2
     pool: PoolKind = "thread"
-    engine: EngineKind = "local"
+    runner: RunnerKind = "local"
     restart: bool = False
     summary: Path | None = None
     plot: Path | None = None
@@ -72,16 +74,6 @@ class JobResult:
 def parts_dir_for(output: Path) -> Path:
     """The resume folder next to the output: ``results.csv`` -> ``results.csv.parts/``."""
     return output.with_name(output.name + ".parts")
-
-
-def load_scorer(cfg: BatchJobConfig) -> Scorer:
-    """The one shared inference path (``service.inference.scoring.Scorer``) for this job's model settings."""
-    from service.inference.platform import detect_cpu
-    from service.inference.scoring import Scorer
-
-    return Scorer.from_artifact(cfg.model_dir, backend=cfg.backend, device=cfg.device,
-                                precision=cfg.precision,
-                                cpu=detect_cpu(override=cfg.native_bf16))  # type: ignore[arg-type]
 
 
 def runtime_summary(scorer: Scorer) -> dict[str, Any]:
@@ -117,17 +109,21 @@ def assemble(source: InputSource, store: PartStore, sha: str) -> Iterator[Row]:
             yield error_row(item, item.error, sha)
             continue
         row = store.get(item.id)
-        if row is None:  # the engine finished without committing it: a bug, never a silent loss
+        if row is None:  # the runner finished without committing it: a bug, never a silent loss
             raise RuntimeError(f"input row {item.index} has no committed result; rerun to resume")
         yield {**row, "path": item.path}
 
 
 def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
-    """Run (or resume) the job described by ``cfg`` and return the summary; see the module docstring."""
+    """Run (or resume) the job described by ``cfg`` and return the summary; see the module docstring.
+
+    ``scorer``: an already loaded ``cfg.spec.load()`` to reuse (tests, benchmarks); Ray actors still load
+    ``cfg.spec`` themselves and must arrive at the same model sha256.
+    """
     output_format(cfg.output)  # unsupported suffix or missing pyarrow: fail before any work
     source = discover(cfg.input, path_column=cfg.path_column, id_column=cfg.id_column,
                       image_root=cfg.image_root)
-    scorer = scorer if scorer is not None else load_scorer(cfg)
+    scorer = scorer if scorer is not None else cfg.spec.load()
     runtime = runtime_summary(scorer)
     log_runtime(runtime)
     sha = str(scorer.model_identity["sha256"])
@@ -149,14 +145,13 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
                 writer.add(rows)
                 bar.update(len(rows))
 
-            if cfg.engine == "local":
+            if cfg.runner == "local":
                 run_local(todo, scorer, emit, batch_size=cfg.batch_size, workers=cfg.workers, pool=cfg.pool)
-            elif cfg.engine == "ray":
-                from service.batch.ray_engine import run_ray
-
-                run_ray(todo, cfg, scorer, emit)
+            elif cfg.runner == "ray":
+                options = RayOptions(address=cfg.ray_address, actors=cfg.ray_actors, batch_size=cfg.batch_size)
+                run_ray(todo, cfg.spec, emit, options, pipeline=scorer.pipeline, model_sha256=sha)
             else:
-                raise ValueError(f"unknown engine {cfg.engine!r}; expected one of: local, ray")
+                raise ValueError(f"unknown runner {cfg.runner!r}; expected one of: local, ray")
             writer.flush()
 
         builder = SummaryBuilder(

@@ -1,4 +1,5 @@
-"""The local engine: files are read and prepared in a worker pool while the model scores batches.
+"""The local runner (``--runner local``, the default): a worker pool reads and prepares files while the
+model scores batches.
 
 Reading + ``prepare_image`` (decode, quality gate, resize, normalise) run in a thread or process pool,
 ``prefetch`` images ahead of the model; the main thread gathers ``batch_size`` prepared images, runs one
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 
 from service.batch.inputs import InputItem, RowError
 from service.batch.rows import FILE_NOT_FOUND, UNREADABLE_FILE, Row, error_row, scored_row
+from service.inference.partition import Accepted, score_accepted
 
 if TYPE_CHECKING:
     from service.inference.imaging import ImagePipeline
@@ -88,15 +90,11 @@ def score_window(window: list[tuple[InputItem, PreparedImage | RowError]], score
     from service.inference.scoring import PreparedImage, score_payload
 
     sha = str(scorer.model_identity["sha256"])
-    prepared = [p for _, p in window if isinstance(p, PreparedImage)]
-    scores = iter(scorer.score_batch(prepared) if prepared else [])
-    rows: list[Row] = []
-    for item, result in window:
-        if isinstance(result, RowError):
-            rows.append(error_row(item, result, sha))
-        else:
-            rows.append(scored_row(item, score_payload(next(scores), scorer)))
-    return rows
+    merged = score_accepted([result for _, result in window], PreparedImage, RowError, scorer.score_batch)
+    return [
+        scored_row(item, score_payload(m.score, scorer)) if isinstance(m, Accepted) else error_row(item, m, sha)
+        for (item, _), m in zip(window, merged, strict=True)
+    ]
 
 
 def run_local(items: Sequence[InputItem], scorer: Scorer, emit: Callable[[list[Row]], None], *,

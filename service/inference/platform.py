@@ -30,11 +30,12 @@ from __future__ import annotations
 import platform as _platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-NativeOverride = Literal["detect", "yes", "no"]
+from service.inference.spec import NativeBf16Setting as NativeOverride
+
 # cpuinfo flags that decide reduced-precision speed (x86 'flags', aarch64 'Features')
 BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 FP16_FLAGS = ("avx512_fp16", "amx_fp16", "fphp")

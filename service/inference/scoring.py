@@ -229,8 +229,8 @@ class Scorer:
                 cal.referral_threshold_mi,
             )
         net = materialise_draws(artifact.build_model(), k=k, seed=cfg.draw_seed)
-        engine = make_backend(net, backend=backend, device=dev, precision=precision, strategy=strategy,
-                              intra_op_threads=threads)
+        draws_backend = make_backend(net, backend=backend, device=dev, precision=precision, strategy=strategy,
+                                     intra_op_threads=threads)
         runtime = {
             "backend_requested": requested_backend,
             "backend_reason": backend_reason,
@@ -239,7 +239,7 @@ class Scorer:
             "precision": precision,
             "precision_reason": choice.reason,
             "strategy_requested": strategy,
-            "strategy": engine.strategy,
+            "strategy": draws_backend.strategy,
             "threads": threads,
         }
         identity = {
@@ -275,13 +275,13 @@ class Scorer:
                 "device": dev,
                 "precision": precision,
                 "precision_reason": choice.reason,
-                "strategy": engine.strategy,
+                "strategy": draws_backend.strategy,
                 "cpu": cpu.summary(),
                 "k": k,
             },
         )
         return cls(
-            backend=engine,
+            backend=draws_backend,
             pipeline=pipeline,
             model_identity=identity,
             calibration=calibration,

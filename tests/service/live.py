@@ -12,7 +12,7 @@ import httpx
 import uvicorn
 
 from service.app import create_app
-from service.engine import ScorerFactory
+from service.model_host import ScorerFactory
 from service.settings import Settings
 
 

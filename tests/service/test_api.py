@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.inference.scoring import ImageScore, PreparedImage, Scorer
+from service.inference.spec import ScorerSpec
 from service.settings import Settings
 from tests.service.conftest import encode, fundus_like
 from tests.service.live import live_server, wait_until_ready
@@ -264,8 +265,8 @@ class GatedScorer(Scorer):
 def test_overload_answers_503_with_retry_after(tiny_artifact: Path) -> None:
     holder: dict[str, GatedScorer] = {}
 
-    def factory(settings: Settings) -> Scorer:
-        holder["s"] = GatedScorer(Scorer.from_artifact(settings.model_dir, device="cpu"))
+    def factory(spec: ScorerSpec) -> Scorer:
+        holder["s"] = GatedScorer(spec.load())
         return holder["s"]
 
     settings = settings_for(tiny_artifact, max_batch_size=1, queue_size=1, max_wait_ms=0.0)
@@ -294,9 +295,9 @@ def test_overload_answers_503_with_retry_after(tiny_artifact: Path) -> None:
 def test_readiness_before_and_after_load(tiny_artifact: Path, tmp_path: Path) -> None:
     release = threading.Event()
 
-    def slow_factory(settings: Settings) -> Scorer:
+    def slow_factory(spec: ScorerSpec) -> Scorer:
         assert release.wait(60)
-        return Scorer.from_artifact(settings.model_dir, device="cpu")
+        return spec.load()
 
     with live_server(settings_for(tiny_artifact), scorer_factory=slow_factory, wait_ready=False) as base:
         assert httpx.get(f"{base}/healthz").status_code == 200

@@ -210,6 +210,7 @@ def test_batch_job_turns_each_bomb_into_an_error_row_and_goes_on(tiny_artifact: 
     from service.batch.job import BatchJobConfig, run_job
     from service.batch.output import read_output
     from service.inference.scoring import Scorer
+    from service.inference.spec import ScorerSpec
 
     bombs = hostile_bodies(40_000_000)  # the job's default pixel budget
     folder = tmp_path / "images"
@@ -219,8 +220,8 @@ def test_batch_job_turns_each_bomb_into_an_error_row_and_goes_on(tiny_artifact: 
     for i in range(3):
         (folder / f"zz-good-{i}.png").write_bytes(encode(fundus_like(i, size=96)))
     out = tmp_path / "rows.jsonl"
-    config = BatchJobConfig(input=folder, output=out, model_dir=tiny_artifact, device="cpu", progress=False,
-                            batch_size=4)
+    config = BatchJobConfig(input=folder, output=out, spec=ScorerSpec(model_dir=tiny_artifact, device="cpu"),
+                            progress=False, batch_size=4)
     result = run_job(config, scorer=Scorer.from_artifact(tiny_artifact, device="cpu"))
     rows = {r["id"]: r for r in read_output(out)}
     assert result.rows == len(bombs) + 3 == len(rows)

@@ -14,11 +14,12 @@ from service.batch.output import read_output
 from service.batch.parts import PartStoreError
 from service.batch.rows import scored_row
 from service.inference.scoring import Scorer, prepare_image, score_payload
+from service.inference.spec import ScorerSpec
 
 
 def config(input_path: Path, output: Path, model_dir: Path, **kw: object) -> BatchJobConfig:
-    return BatchJobConfig(input=input_path, output=output, model_dir=model_dir, device="cpu", progress=False,
-                          **kw)  # type: ignore[arg-type]
+    return BatchJobConfig(input=input_path, output=output, spec=ScorerSpec(model_dir=model_dir, device="cpu"),
+                          progress=False, **kw)  # type: ignore[arg-type]
 
 
 def test_folder_rows_equal_the_scorer_and_predict_payload(

@@ -1,4 +1,4 @@
-"""``--engine ray`` on a local Ray instance gives the local engine's rows, and resumes the same way."""
+"""``--runner ray`` on a local Ray instance gives the local runner's rows, and resumes the same way."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from service.batch.output import read_output
 from service.batch.parts import PartStore
 from service.batch.rows import FLOAT_COLUMNS
 from service.inference.scoring import Scorer
+from service.inference.spec import ScorerSpec
 
 ray: Any = pytest.importorskip("ray", reason="Ray is not installed (pip install 'radial-screen[ray]')")
 pytest.importorskip("ray.data", reason="Ray Data is not installed (pip install 'radial-screen[ray]')")
@@ -32,12 +33,13 @@ def local_ray() -> Iterator[None]:
     ray.shutdown()
 
 
-def test_ray_engine_matches_local_engine_and_skips_done_rows(
+def test_ray_runner_matches_local_runner_and_skips_done_rows(
     local_ray: None, make_folder: Callable[..., Path], batch_artifact: Path, batch_scorer: Scorer,
     tmp_path: Path,
 ) -> None:
     folder = make_folder(7)
-    kw: dict[str, Any] = {"model_dir": batch_artifact, "device": "cpu", "progress": False, "batch_size": 4}
+    kw: dict[str, Any] = {"spec": ScorerSpec(model_dir=batch_artifact, device="cpu"), "progress": False,
+                          "batch_size": 4}
     run_job(BatchJobConfig(input=folder, output=tmp_path / "local.csv", **kw), scorer=batch_scorer)
     local = list(read_output(tmp_path / "local.csv"))
 
@@ -47,7 +49,7 @@ def test_ray_engine_matches_local_engine_and_skips_done_rows(
     with PartStore.open(parts_dir_for(out), model_sha256=str(batch_scorer.model_identity["sha256"]),
                         input_description=source.description) as store:
         store.write_part(local[:3])
-    result = run_job(BatchJobConfig(input=folder, output=out, engine="ray", **kw), scorer=batch_scorer)
+    result = run_job(BatchJobConfig(input=folder, output=out, runner="ray", **kw), scorer=batch_scorer)
     rows = list(read_output(out))
     assert result.scored_now == 5 and len(rows) == 9  # 7 images, corrupt.jpg, notes.txt (not an image)
     assert rows[:3] == local[:3]  # committed rows are reused, not rescored
@@ -61,5 +63,5 @@ def test_ray_engine_matches_local_engine_and_skips_done_rows(
 
     # rerun: everything is committed, nothing is sent to Ray again, same file
     before = out.read_bytes()
-    again = run_job(BatchJobConfig(input=folder, output=out, engine="ray", **kw), scorer=batch_scorer)
+    again = run_job(BatchJobConfig(input=folder, output=out, runner="ray", **kw), scorer=batch_scorer)
     assert again.scored_now == 0 and out.read_bytes() == before

@@ -14,6 +14,7 @@ import pytest
 
 from service.batch.job import BatchJobConfig, parts_dir_for, run_job
 from service.inference.scoring import Scorer
+from service.inference.spec import ScorerSpec
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -55,7 +56,7 @@ def test_sigkill_mid_run_then_rerun_gives_exactly_once_identical_output(
 
     finish(cli(["score", "--output", str(killed), *common]))  # resume
     # uninterrupted, in this process (same code, same thread count, so the same floats)
-    run_job(BatchJobConfig(input=folder, output=reference, model_dir=batch_artifact, device="cpu",
+    run_job(BatchJobConfig(input=folder, output=reference, spec=ScorerSpec(model_dir=batch_artifact, device="cpu"),
                            batch_size=4, chunk_size=1, progress=False), scorer=batch_scorer)
 
     lines = killed.read_text().splitlines()

@@ -1,10 +1,13 @@
-"""The service's inference engine: model lifecycle, decode pool and micro-batcher (no FastAPI).
+"""The HTTP service's model host: model lifecycle, decode pool and micro-batcher (no FastAPI).
 
-``Engine.load()`` runs in the background from the app's lifespan: it loads and verifies the
+``ModelHost.load()`` runs in the background from the app's lifespan: it loads and verifies the
 artifact, materialises the K draws, warms the backend (batch 1; on GPU also ``max_batch_size``),
 starts the batcher and only then reports ``ready``. Until then predictions raise ``NotReady``
 (503 + Retry-After) while /healthz already answers, so orchestrators can tell "starting" from
-"dead". A load failure (e.g. a sha256 mismatch) leaves the engine ``failed`` with the reason.
+"dead". A load failure (e.g. a sha256 mismatch) leaves the host ``failed`` with the reason.
+
+The scorer comes from ``settings.scorer_spec()`` (:class:`~service.inference.spec.ScorerSpec`), the same
+spec type the batch job and its Ray actors load.
 """
 
 from __future__ import annotations
@@ -15,18 +18,19 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from service.batcher import MicroBatcher, RetryLater, Scored
-from service.inference.platform import detect_cpu
+from service.inference.partition import accepted, merge_in_order
 from service.inference.scoring import ImageRejected, PreparedImage, Scorer, prepare_image
+from service.inference.spec import ScorerSpec
 from service.metrics import ServiceMetrics
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
 
 State = Literal["loading", "ready", "failed"]
-ScorerFactory = Callable[[Settings], Scorer]
+ScorerFactory = Callable[[ScorerSpec], Scorer]  # default: ScorerSpec.load; tests wrap it
 
 
 class NotReady(RetryLater):
@@ -46,27 +50,7 @@ class Prediction:
     decode_ms: float
 
 
-def scorer_from_settings(settings: Settings) -> Scorer:
-    """The default factory: the configured artifact, backend, device, precision and limits.
-
-    The CPU is detected here (``service.inference.platform.detect_cpu``, ``RADSCREEN_NATIVE_BF16`` overriding) and
-    ``precision=auto`` resolved from it; an explicit bf16 the CPU cannot run natively fails the load.
-    """
-    return Scorer.from_artifact(
-        settings.model_dir,
-        backend=settings.backend,
-        device=settings.device,
-        precision=settings.precision,
-        strategy=settings.strategy,
-        mc_samples=settings.mc_samples,
-        max_pixels=settings.max_pixels,
-        max_bytes=settings.max_upload_bytes,
-        cpu=detect_cpu(override=settings.native_bf16),
-        threads=settings.threads,
-    )
-
-
-class Engine:
+class ModelHost:
     """Owns the scorer, the decode thread pool and the batcher of one app."""
 
     def __init__(
@@ -74,7 +58,8 @@ class Engine:
     ) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.factory = factory or scorer_from_settings
+        self.spec = settings.scorer_spec()
+        self.factory: ScorerFactory = factory or ScorerSpec.load
         self.state: State = "loading"
         self.error: str | None = None
         self.scorer: Scorer | None = None
@@ -85,7 +70,7 @@ class Engine:
         """Load, verify, materialise, warm up, start batching; then ready (see module docstring)."""
         started = time.perf_counter()
         try:
-            scorer = await asyncio.to_thread(self.factory, self.settings)
+            scorer = await asyncio.to_thread(self.factory, self.spec)
             # on CPU one small pass is enough; on GPU also the largest batch (cuDNN algorithm choice)
             sizes = [1] if scorer.backend.device == "cpu" else sorted({1, self.settings.max_batch_size})
             await asyncio.to_thread(scorer.warmup, sizes)
@@ -143,16 +128,17 @@ class Engine:
         return Prediction(scored, prepared.decode_ms)
 
     async def predict_many(self, images: Sequence[bytes]) -> list[Prediction | ImageRejected]:
-        """Several images in order; a rejected image becomes its ImageRejected, the others are scored."""
+        """Several images in order; a rejected image becomes its ImageRejected, the others are scored
+        together (``service.inference.partition``)."""
         self.require_ready()
         outcomes = await asyncio.gather(*(self.prepare(d) for d in images), return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException) and not isinstance(outcome, ImageRejected):
                 raise outcome
-        prepared = [o for o in outcomes if isinstance(o, PreparedImage)]
+        checked = cast("list[PreparedImage | ImageRejected]", outcomes)  # any other exception was raised above
         assert self.batcher is not None
-        scored = iter(await self.batcher.submit_many(prepared))
+        scored = await self.batcher.submit_many(accepted(checked, PreparedImage))
         return [
-            o if isinstance(o, ImageRejected) else Prediction(next(scored), o.decode_ms)  # type: ignore[union-attr]
-            for o in outcomes
+            m if isinstance(m, ImageRejected) else Prediction(m.score, m.item.decode_ms)
+            for m in merge_in_order(checked, PreparedImage, ImageRejected, scored)
         ]

@@ -1,10 +1,11 @@
-"""The Ray Data engine: the same job for users who outgrow one machine (``--engine ray``).
+"""The Ray Data runner: the same job for users who outgrow one machine (``--runner ray``).
 
 Pipeline: input paths -> ``map_batches`` reading + ``prepare_image`` in Ray tasks -> ``map_batches`` on a
-pool of model actors, each holding one ``service.inference.scoring.Scorer`` (``concurrency=`` actors) -> rows back
-on the driver, which commits them through the same :class:`~service.batch.parts.ChunkWriter` as the local
-engine, so resume and exactly-once semantics are the same. Row construction also stays on the driver
-(:func:`service.batch.rows.scored_row` on the ``score_payload`` body), so both engines write identical
+pool of model actors, each loading the job's :class:`~service.inference.spec.ScorerSpec` (``spec.load()``,
+the same spec the local runner and the HTTP service load; ``RayOptions.actors`` actors) -> rows back on the
+driver, which commits them through the same :class:`~service.batch.parts.ChunkWriter` as the local runner,
+so resume and exactly-once semantics are the same. Row construction also stays on the driver
+(:func:`service.batch.rows.scored_row` on the ``score_payload`` body), so both runners write identical
 rows for identical model outputs.
 
 Ray is an optional extra (``pip install 'radial-screen[ray]'``) and is imported only here. With no
@@ -19,6 +20,7 @@ import logging
 import os
 import pickle
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,11 +29,11 @@ import numpy as np
 from service.batch.inputs import InputItem, RowError
 from service.batch.local import load_prepared
 from service.batch.rows import Row, error_row, scored_row
+from service.inference.partition import Accepted, score_accepted
+from service.inference.spec import ScorerSpec
 
 if TYPE_CHECKING:
-    from service.batch.job import BatchJobConfig
     from service.inference.imaging import ImagePipeline
-    from service.inference.scoring import Scorer
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +41,16 @@ PREPARE_CPUS = 0.5  # per decode task
 
 
 class RayUnavailableError(RuntimeError):
-    """``--engine ray`` was asked for but Ray Data is not installed."""
+    """``--runner ray`` was asked for but Ray Data is not installed."""
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where and how wide the Ray pipeline runs (the scorer itself is the job's ``ScorerSpec``)."""
+
+    address: str | None = None  # Ray cluster address; None: RAY_ADDRESS, else a local instance for the job
+    actors: int = 1  # model actors, each holding one scorer
+    batch_size: int = 16  # images per decode task and per actor call
 
 
 def _import_ray() -> Any:
@@ -48,7 +59,7 @@ def _import_ray() -> Any:
         import ray.data
     except ImportError as exc:
         raise RayUnavailableError(
-            "--engine ray needs Ray Data: pip install 'radial-screen[ray]' (or use --engine local)"
+            "--runner ray needs Ray Data: pip install 'radial-screen[ray]' (or use --runner local)"
         ) from exc
     return ray
 
@@ -60,14 +71,10 @@ def _prepare_batch(batch: dict[str, np.ndarray], pipeline: ImagePipeline) -> dic
 
 
 class ScoreActor:
-    """Ray actor: one Scorer loaded from the artifact; scores a batch of prepared images per call."""
+    """Ray actor: one Scorer loaded from the job's spec; scores a batch of prepared images per call."""
 
-    def __init__(self, model_dir: str | None, backend: str, device: str, precision: str,
-                 expected_sha256: str) -> None:
-        from service.inference.scoring import Scorer
-
-        self.scorer = Scorer.from_artifact(Path(model_dir) if model_dir else None, backend=backend,
-                                           device=device, precision=precision)
+    def __init__(self, spec: ScorerSpec, expected_sha256: str) -> None:
+        self.scorer = spec.load()
         sha = self.scorer.model_identity["sha256"]
         if sha != expected_sha256:  # a worker with another artifact at that path must not mix results
             raise RuntimeError(f"actor loaded model sha256 {sha}, the job runs {expected_sha256}")
@@ -80,14 +87,11 @@ class ScoreActor:
         from service.inference.scoring import PreparedImage, score_payload
 
         results = [pickle.loads(blob) for blob in batch["result"]]  # our own task's output, not user data
-        prepared = [r for r in results if isinstance(r, PreparedImage)]
-        scores = iter(self.scorer.score_batch(prepared))
-        outcomes = []
-        for r in results:
-            if isinstance(r, PreparedImage):
-                outcomes.append(json.dumps({"payload": score_payload(next(scores), self.scorer)}))
-            else:
-                outcomes.append(json.dumps({"error": [r.kind, r.detail]}))
+        outcomes = [
+            json.dumps({"payload": score_payload(m.score, self.scorer)}) if isinstance(m, Accepted)
+            else json.dumps({"error": [m.kind, m.detail]})
+            for m in score_accepted(results, PreparedImage, RowError, self.scorer.score_batch)
+        ]
         return {"index": batch["index"], "outcome": np.array(outcomes, dtype=object)}
 
 
@@ -106,32 +110,32 @@ def _ensure_ray(ray: Any, address: str | None) -> bool:
     return True
 
 
-def run_ray(items: Sequence[InputItem], cfg: BatchJobConfig, scorer: Scorer,
-            emit: Callable[[list[Row]], None]) -> None:
-    """Score ``items`` on Ray Data and pass rows to ``emit`` (driver side) in input order."""
+def run_ray(items: Sequence[InputItem], spec: ScorerSpec, emit: Callable[[list[Row]], None],
+            options: RayOptions, *, pipeline: ImagePipeline, model_sha256: str) -> None:
+    """Score ``items`` on Ray Data and pass rows to ``emit`` (driver side) in input order.
+
+    ``pipeline`` is the driver's scorer's (the artifact's preprocessing and the spec's limits) and
+    ``model_sha256`` its identity: every actor loading ``spec`` must arrive at the same model.
+    """
     if not items:
         return
     ray = _import_ray()
-    started = _ensure_ray(ray, cfg.ray_address)
+    started = _ensure_ray(ray, options.address)
     try:
         ctx = ray.data.DataContext.get_current()
         ctx.execution_options.preserve_order = True  # contiguous parts, same batches as a rerun would form
         ctx.enable_progress_bars = False  # the job's own tqdm bar reports progress
-        sha = str(scorer.model_identity["sha256"])
         by_index = {it.index: it for it in items}
         ds = ray.data.from_items([{"index": it.index, "file": str(it.file)} for it in items])
         # Decoding runs in stateless tasks (scaled by Ray), the model in a fixed pool of actors. The
         # fractional CPU request also keeps Ray from fusing the two stages into the actors.
-        ds = ds.map_batches(_prepare_batch, fn_kwargs={"pipeline": scorer.pipeline},
-                            batch_size=cfg.batch_size, batch_format="numpy", num_cpus=PREPARE_CPUS)
+        ds = ds.map_batches(_prepare_batch, fn_kwargs={"pipeline": pipeline},
+                            batch_size=options.batch_size, batch_format="numpy", num_cpus=PREPARE_CPUS)
         ds = ds.map_batches(
             ScoreActor,
-            fn_constructor_kwargs={
-                "model_dir": str(cfg.model_dir) if cfg.model_dir else None, "backend": cfg.backend,
-                "device": cfg.device, "precision": cfg.precision, "expected_sha256": sha,
-            },
-            batch_size=cfg.batch_size, batch_format="numpy",
-            compute=ray.data.ActorPoolStrategy(size=cfg.ray_actors),
+            fn_constructor_kwargs={"spec": spec, "expected_sha256": model_sha256},
+            batch_size=options.batch_size, batch_format="numpy",
+            compute=ray.data.ActorPoolStrategy(size=options.actors),
         )
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
             rows: list[Row] = []
@@ -139,7 +143,7 @@ def run_ray(items: Sequence[InputItem], cfg: BatchJobConfig, scorer: Scorer,
                 item = by_index[int(index)]
                 decoded = json.loads(outcome)
                 if "error" in decoded:
-                    rows.append(error_row(item, RowError(*decoded["error"]), sha))
+                    rows.append(error_row(item, RowError(*decoded["error"]), model_sha256))
                 else:
                     rows.append(scored_row(item, decoded["payload"]))
             emit(rows)
