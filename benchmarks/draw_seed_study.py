@@ -62,7 +62,7 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
 
 def top_share(mi: np.ndarray, share: float) -> np.ndarray:
     """Boolean mask of the ``share`` of images with the highest MI (ties broken by index)."""
-    n = int(round(share * mi.size))
+    n = round(share * mi.size)
     mask = np.zeros(mi.size, bool)
     mask[np.argsort(-mi, kind="stable")[:n]] = True
     return mask
