@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+
+_TEMP_NAME = re.compile(r"^\..+\.[0-9a-f]{12}\.tmp$")  # .<target name>.<12 hex>.tmp
 
 
 def fsync_file(path: Path) -> None:
@@ -55,7 +58,7 @@ def atomic_write(path: str | Path, *, fsync: bool = True) -> Iterator[Path]:
     permissions (umask applies), like any file ``open`` creates.
     """
     target = Path(path)
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")  # matches _TEMP_NAME
     try:
         yield tmp
         if not tmp.is_file():
@@ -74,3 +77,12 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, fsync: bool = True) -> 
     """Replace ``path`` with ``data`` atomically (see :func:`atomic_write`)."""
     with atomic_write(path, fsync=fsync) as tmp:
         tmp.write_bytes(data)
+
+
+def stale_temporaries(directory: Path) -> list[Path]:
+    """Temporary files :func:`atomic_write` left in ``directory`` (a writer killed before it could clean up).
+
+    They were never renamed into place, so no reader counts them; a job resuming in that folder may delete
+    them (only while no other writer is active there, e.g. under the folder's lock).
+    """
+    return sorted(p for p in directory.iterdir() if _TEMP_NAME.match(p.name) and p.is_file())
