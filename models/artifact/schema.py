@@ -1,0 +1,353 @@
+"""What an artifact's files hold: the typed ``config.json`` and ``calibration.json`` and their validation.
+
+The layout of the directory is in the package docstring (``models/artifact/__init__.py``); how the files are
+written, hashed and verified is ``models/artifact/storage.py``. Everything here is pure data: parsing a file's
+JSON into a frozen dataclass whose ``__post_init__`` checks every field, with errors that name the file and
+the dotted field (``config.json: field 'input.size' is 128 but architecture.input_size is 64``), and
+``to_dict`` giving the JSON back (``from_dict(to_dict(x)) == x``).
+
+The architecture section is ``{"builder": <name in models.registry.ARCHITECTURES>, **VGGConfig.to_dict()}``;
+``VGGConfig.from_dict`` (models/vgg.py) is its one parser.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from models.posteriors import POSTERIOR_FAMILIES
+from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
+from models.preprocessing import PREPROCESSINGS
+from models.registry import DEFAULT_ARCHITECTURE, check_architecture
+from models.vgg import ConfigFieldError, VGGConfig
+
+CONFIG_FORMAT_VERSION = 1
+WEIGHTS_FILE = "weights.safetensors"
+CONFIG_FILE = "config.json"
+CALIBRATION_FILE = "calibration.json"
+MODEL_CARD_FILE = "MODEL_CARD.md"
+MANIFEST_FILE = "manifest.json"
+REQUIRED_FILES = (WEIGHTS_FILE, CONFIG_FILE, CALIBRATION_FILE, MODEL_CARD_FILE)
+
+POSTERIORS: tuple[str, ...] = POSTERIOR_FAMILIES
+DEFAULT_PREPROCESSING = LEGACY_PREPROCESSING  # what artifacts without the field were trained with
+
+
+class ArtifactError(ValueError):
+    """An artifact is missing, malformed or fails verification; the message names the offending file."""
+
+
+class JsonFields:
+    """Typed reads from a parsed JSON object that fail with '<file>: field '<a.b>' ...'."""
+
+    def __init__(self, data: Any, file: str, prefix: str = "") -> None:
+        if not isinstance(data, Mapping):
+            where = f"field '{prefix}'" if prefix else "top level"
+            raise ArtifactError(f"{file}: {where} must be a JSON object, got {type(data).__name__}")
+        self.data, self.file, self.prefix = data, file, prefix
+
+    def _name(self, key: str) -> str:
+        return f"{self.prefix}.{key}" if self.prefix else key
+
+    def error(self, key: str, problem: str) -> ArtifactError:
+        return ArtifactError(f"{self.file}: field '{self._name(key)}' {problem}")
+
+    def raw(self, key: str, default: Any = ...) -> Any:
+        if key not in self.data:
+            if default is ...:
+                raise self.error(key, "is missing")
+            return default
+        return self.data[key]
+
+    def obj(self, key: str) -> JsonFields:
+        return JsonFields(self.raw(key), self.file, self._name(key))
+
+    def str_(self, key: str, default: Any = ...) -> str:
+        value = self.raw(key, default)
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(key, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def int_(self, key: str, default: Any = ...) -> int:
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(key, f"must be an integer, got {value!r}")
+        return value
+
+    def float_(self, key: str, default: Any = ...) -> float:
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise self.error(key, f"must be a finite number, got {value!r}")
+        return float(value)
+
+    def dict_(self, key: str, default: Any = ...) -> dict[str, Any]:
+        value = self.raw(key, default)
+        if not isinstance(value, Mapping):
+            raise self.error(key, f"must be a JSON object, got {value!r}")
+        return dict(value)
+
+
+def _check(ok: bool, file: str, name: str, problem: str) -> None:
+    if not ok:
+        raise ArtifactError(f"{file}: field '{name}' {problem}")
+
+
+def _architecture_from_dict(arch: JsonFields) -> tuple[str, VGGConfig]:
+    """``(builder, VGGConfig)`` from the ``architecture`` section; every VGGConfig field is required."""
+    builder = arch.str_("builder")
+    try:
+        check_architecture(builder)
+    except ValueError as exc:
+        raise arch.error("builder", f"is '{builder}': {exc}") from None
+    try:
+        return builder, VGGConfig.from_dict({k: v for k, v in arch.data.items() if k != "builder"})
+    except ConfigFieldError as exc:
+        if not exc.field:
+            raise ArtifactError(f"{arch.file}: field 'architecture' is invalid: {exc.problem}") from exc
+        raise arch.error(exc.field, exc.problem) from exc
+
+
+@dataclass(frozen=True)
+class ArtifactConfig:
+    """Everything serving needs to rebuild the model and its input pipeline (``config.json``).
+
+    ``input_size`` must equal ``architecture.input_size``: the service resizes to it and the
+    architecture was built for it, and two numbers that can drift apart are a bug waiting to happen.
+    """
+
+    name: str
+    version: str
+    architecture: VGGConfig
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    posterior: str
+    prior: dict[str, Any]
+    draw_seed: int
+    training_data: str
+    intended_use: str
+    input_size: int = 0  # 0 = take architecture.input_size
+    mc_samples: int = 16
+    positive_class: str = "referable"
+    positive_definition: str = "EyePACS grade >= 2"
+    channel_order: str = "RGB"
+    preprocessing: str = DEFAULT_PREPROCESSING
+    created: str = ""  # ISO-8601 UTC; save_artifact fills it when empty
+    format_version: int = CONFIG_FORMAT_VERSION
+    builder: str = DEFAULT_ARCHITECTURE  # models.registry.ARCHITECTURES name; stored as architecture.builder
+
+    def __post_init__(self) -> None:
+        f = CONFIG_FILE
+        try:
+            check_architecture(self.builder)
+        except ValueError as exc:
+            raise ArtifactError(f"{f}: field 'architecture.builder': {exc}") from None
+        if self.input_size == 0:
+            object.__setattr__(self, "input_size", self.architecture.input_size)
+        object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
+        object.__setattr__(self, "std", tuple(float(v) for v in self.std))
+        _check(bool(self.name.strip()), f, "name", "must be a non-empty string")
+        _check(bool(self.version.strip()), f, "version", "must be a non-empty string")
+        _check(
+            self.format_version == CONFIG_FORMAT_VERSION,
+            f,
+            "format_version",
+            f"is {self.format_version}; this code reads version {CONFIG_FORMAT_VERSION}",
+        )
+        if self.posterior not in POSTERIORS:
+            raise ArtifactError(
+                f"{f}: field 'posterior': Unknown posterior '{self.posterior}'; "
+                f"expected one of: {', '.join(POSTERIORS)}"
+            )
+        _check(
+            self.architecture.layer == self.posterior,
+            f,
+            "architecture.layer",
+            f"is '{self.architecture.layer}' but the posterior is '{self.posterior}'; an artifact holds a "
+            f"Bayesian model whose layers use its posterior family ({', '.join(POSTERIORS)})",
+        )
+        _check(self.input_size > 0, f, "input.size", f"must be positive, got {self.input_size}")
+        _check(
+            self.input_size == self.architecture.input_size,
+            f,
+            "input.size",
+            f"is {self.input_size} but architecture.input_size is {self.architecture.input_size}",
+        )
+        _check(len(self.mean) == 3, f, "input.mean", f"must have 3 values (RGB), got {len(self.mean)}")
+        _check(len(self.std) == 3, f, "input.std", f"must have 3 values (RGB), got {len(self.std)}")
+        _check(
+            all(math.isfinite(s) and s > 0 for s in self.std), f, "input.std", f"must be > 0, got {self.std}"
+        )
+        _check(all(math.isfinite(m) for m in self.mean), f, "input.mean", f"must be finite, got {self.mean}")
+        _check(
+            self.channel_order == "RGB", f, "input.channel_order",
+            f"must be 'RGB', got {self.channel_order!r}",
+        )
+        _check(
+            self.preprocessing in PREPROCESSINGS,
+            f,
+            "input.preprocessing",
+            f"is {self.preprocessing!r}; expected one of: {', '.join(map(repr, PREPROCESSINGS))} "
+            "(models/preprocessing.py)",
+        )
+        _check(self.mc_samples > 0, f, "serving.mc_samples", f"must be positive, got {self.mc_samples}")
+        _check(self.draw_seed >= 0, f, "serving.draw_seed", f"must be >= 0, got {self.draw_seed}")
+        _check(
+            self.training_data == "synthetic" or self.training_data.startswith("real: "),
+            f,
+            "training_data",
+            f"must be 'synthetic' or 'real: <description>', got {self.training_data!r}",
+        )
+        _check(bool(self.intended_use.strip()), f, "intended_use", "must be a non-empty string")
+        _check("kind" in self.prior, f, "prior.kind", "is missing")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``config.json`` layout (nested sections, JSON types only)."""
+        return {
+            "format_version": self.format_version,
+            "name": self.name,
+            "version": self.version,
+            "created": self.created,
+            "architecture": {"builder": self.builder, **self.architecture.to_dict()},
+            "input": {
+                "size": self.input_size,
+                "mean": list(self.mean),
+                "std": list(self.std),
+                "channel_order": self.channel_order,
+                "preprocessing": self.preprocessing,
+            },
+            "classes": {"positive": self.positive_class, "definition": self.positive_definition},
+            "posterior": self.posterior,
+            "prior": self.prior,
+            "serving": {"mc_samples": self.mc_samples, "draw_seed": self.draw_seed},
+            "training_data": self.training_data,
+            "intended_use": self.intended_use,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ArtifactConfig:
+        """Parse and validate ``config.json``; errors name the file and the dotted field."""
+        top = JsonFields(data, CONFIG_FILE)
+        inp, classes, serving = top.obj("input"), top.obj("classes"), top.obj("serving")
+        builder, architecture = _architecture_from_dict(top.obj("architecture"))
+
+        def triple(key: str) -> tuple[float, float, float]:
+            raw = inp.raw(key)
+            if not isinstance(raw, list) or len(raw) != 3:
+                raise inp.error(key, f"must be a list of 3 numbers (RGB), got {raw!r}")
+            values = JsonFields(dict(enumerate(raw)), CONFIG_FILE, f"input.{key}")
+            return (values.float_(0), values.float_(1), values.float_(2))  # type: ignore[arg-type]
+
+        return cls(
+            format_version=top.int_("format_version"),
+            name=top.str_("name"),
+            version=top.str_("version"),
+            created=top.raw("created", ""),
+            builder=builder,
+            architecture=architecture,
+            input_size=inp.int_("size"),
+            mean=triple("mean"),
+            std=triple("std"),
+            channel_order=inp.str_("channel_order"),
+            preprocessing=inp.str_("preprocessing", DEFAULT_PREPROCESSING),  # missing: legacy
+            positive_class=classes.str_("positive"),
+            positive_definition=classes.str_("definition"),
+            posterior=top.str_("posterior"),
+            prior=top.dict_("prior"),
+            mc_samples=serving.int_("mc_samples"),
+            draw_seed=serving.int_("draw_seed"),
+            training_data=top.str_("training_data"),
+            intended_use=top.str_("intended_use"),
+        )
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Decision and referral settings fixed on validation data (``calibration.json``).
+
+    ``referral_threshold_mi`` is the mutual information (nats) above which an image is referred; it was
+    set as the validation-set quantile for ``target_referral_rate``.
+
+    ``precision_drift`` records, per reduced precision ("bf16", "fp16"), what
+    ``benchmarks/precision_drift.py --record`` measured against fp32 on this model: ``images`` scored,
+    ``label_flips`` and ``referral_flips`` (decisions that changed), ``max_abs_dp``, ``max_abs_dmi``. A
+    precision is allowed for ``precision=auto`` only when it was measured and flipped nothing
+    (:meth:`allowed_precisions`); absent = never measured = fp32.
+    """
+
+    referral_threshold_mi: float
+    target_referral_rate: float
+    decision_threshold: float
+    validation: dict[str, Any] = field(default_factory=dict)
+    dataset: str = ""
+    achieved_referral_rate: float | None = None
+    precision_drift: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def allowed_precisions(self) -> frozenset[str]:
+        """fp32, plus every reduced precision whose measured drift flipped no label and no referral."""
+        ok = {p for p, d in self.precision_drift.items() if d["label_flips"] == 0 and d["referral_flips"] == 0}
+        return frozenset({"fp32", *ok})
+
+    def __post_init__(self) -> None:
+        f = CALIBRATION_FILE
+        for prec, drift in self.precision_drift.items():
+            name = f"precision_drift.{prec}"
+            _check(prec in ("bf16", "fp16"), f, name, "is not a reduced precision; expected bf16 or fp16")
+            _check(isinstance(drift, Mapping), f, name, f"must be a JSON object, got {drift!r}")
+            for key in ("images", "label_flips", "referral_flips"):
+                value = drift.get(key)
+                _check(isinstance(value, int) and not isinstance(value, bool) and value >= 0, f,
+                       f"{name}.{key}", f"must be a non-negative integer, got {value!r}")
+            _check(drift["images"] > 0, f, f"{name}.images", "must be positive (a measurement on no images)")
+        _check(
+            0.0 <= self.referral_threshold_mi <= math.log(2) + 1e-9,
+            f,
+            "referral_threshold_mi",
+            f"must be in [0, ln 2] nats, got {self.referral_threshold_mi}",
+        )
+        _check(
+            0.0 <= self.target_referral_rate <= 1.0,
+            f,
+            "target_referral_rate",
+            f"must be in [0, 1], got {self.target_referral_rate}",
+        )
+        if self.achieved_referral_rate is not None:
+            _check(
+                0.0 <= self.achieved_referral_rate <= 1.0,
+                f,
+                "achieved_referral_rate",
+                f"must be in [0, 1], got {self.achieved_referral_rate}",
+            )
+        _check(
+            0.0 < self.decision_threshold < 1.0,
+            f,
+            "decision_threshold",
+            f"must be in (0, 1), got {self.decision_threshold}",
+        )
+        _check(bool(self.dataset.strip()), f, "dataset", "must describe the calibration data")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "referral_threshold_mi": self.referral_threshold_mi,
+            "target_referral_rate": self.target_referral_rate,
+            "achieved_referral_rate": self.achieved_referral_rate,
+            "decision_threshold": self.decision_threshold,
+            "validation": self.validation,
+            "dataset": self.dataset,
+            **({"precision_drift": self.precision_drift} if self.precision_drift else {}),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Calibration:
+        top = JsonFields(data, CALIBRATION_FILE)
+        achieved = top.raw("achieved_referral_rate", None)
+        return cls(
+            referral_threshold_mi=top.float_("referral_threshold_mi"),
+            target_referral_rate=top.float_("target_referral_rate"),
+            achieved_referral_rate=None if achieved is None else top.float_("achieved_referral_rate"),
+            decision_threshold=top.float_("decision_threshold"),
+            validation=top.dict_("validation"),
+            dataset=top.str_("dataset"),
+            precision_drift=top.dict_("precision_drift", {}),
+        )
