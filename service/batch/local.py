@@ -87,7 +87,7 @@ def score_window(window: list[tuple[InputItem, PreparedImage | RowError]], score
     """Rows for a window of prepared images/errors, in window order, using one batched forward."""
     from service.inference.scoring import PreparedImage, score_payload
 
-    sha = str(scorer.model_identity["sha256"])
+    sha = scorer.model_identity.sha256
     prepared = [p for _, p in window if isinstance(p, PreparedImage)]
     scores = iter(scorer.score_batch(prepared) if prepared else [])
     rows: list[Row] = []

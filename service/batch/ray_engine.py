@@ -68,7 +68,7 @@ class ScoreActor:
 
         self.scorer = Scorer.from_artifact(Path(model_dir) if model_dir else None, backend=backend,
                                            device=device, precision=precision)
-        sha = self.scorer.model_identity["sha256"]
+        sha = self.scorer.model_identity.sha256
         if sha != expected_sha256:  # a worker with another artifact at that path must not mix results
             raise RuntimeError(f"actor loaded model sha256 {sha}, the job runs {expected_sha256}")
 
@@ -117,7 +117,7 @@ def run_ray(items: Sequence[InputItem], cfg: BatchJobConfig, scorer: Scorer,
         ctx = ray.data.DataContext.get_current()
         ctx.execution_options.preserve_order = True  # contiguous parts, same batches as a rerun would form
         ctx.enable_progress_bars = False  # the job's own tqdm bar reports progress
-        sha = str(scorer.model_identity["sha256"])
+        sha = scorer.model_identity.sha256
         by_index = {it.index: it for it in items}
         ds = ray.data.from_items([{"index": it.index, "file": str(it.file)} for it in items])
         # Decoding runs in stateless tasks (scaled by Ray), the model in a fixed pool of actors. The

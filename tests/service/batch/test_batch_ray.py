@@ -44,7 +44,7 @@ def test_ray_engine_matches_local_engine_and_skips_done_rows(
     # a previous (interrupted) run of the same job committed the first three rows
     out = tmp_path / "ray.csv"
     source = discover(folder)
-    with PartStore.open(parts_dir_for(out), model_sha256=str(batch_scorer.model_identity["sha256"]),
+    with PartStore.open(parts_dir_for(out), model_sha256=batch_scorer.model_identity.sha256,
                         input_description=source.description) as store:
         store.write_part(local[:3])
     result = run_job(BatchJobConfig(input=folder, output=out, engine="ray", **kw), scorer=batch_scorer)
