@@ -140,3 +140,14 @@ def test_killed_writer_leaves_old_file_intact(tmp_path: Path) -> None:
     assert target.read_bytes() == b"old" * 1000
     # the torn temp file is left (nothing runs after SIGKILL) but under a name no reader looks for
     assert [p.stat().st_size for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == [1500]
+
+
+def test_stale_temporaries_finds_only_the_helpers_leftovers(tmp_path: Path) -> None:
+    names: list[Path] = []
+    with pytest.raises(RuntimeError), atomic_write(tmp_path / "part-000003.jsonl", fsync=False) as tmp:
+        names.append(tmp)
+        raise RuntimeError
+    names[0].write_bytes(b"torn")  # what a SIGKILLed writer leaves under that name
+    for unrelated in ("part-000001.jsonl", ".hidden", "notes.tmp", ".x.tmp", "_job.json"):
+        (tmp_path / unrelated).write_bytes(b"keep")
+    assert atomic.stale_temporaries(tmp_path) == names
