@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         scorer = Scorer.from_artifact(model_dir, device="cpu")
         paths = make_images(root / "images", args.images, args.image_size)
         figures: dict[str, Any] = {
-            "model": scorer.model_identity["name"], "input_size": scorer.pipeline.size,
+            "model": scorer.model_identity.name, "input_size": scorer.pipeline.size,
             "images": args.images, "image_size": args.image_size, "batch_size": args.batch_size,
             "workers": args.workers, "cpus": os.cpu_count(), "python": platform.python_version(),
         }

@@ -68,7 +68,7 @@ def main() -> None:
     prepared = [prepare_image(b, reference.pipeline) for b in images(args.images, args.image_size, args.seed)]
     ref, ref_s = score_all(reference, prepared, args.batch)
     thr = reference.calibration.referral_threshold_mi
-    print(f"model {reference.model_identity['name']} {reference.model_identity['sha256'][:12]}, "
+    print(f"model {reference.model_identity.name} {reference.model_identity.sha256[:12]}, "
           f"{len(prepared)} images, MI referral threshold {thr:.3g} nat")
     print(f"{'mode':<22}{'s/img':>8}{'max|dp|':>11}{'mean|dp|':>11}{'max|dMI|':>11}{'mean|dMI|':>11}"
           f"{'label flips':>13}{'referral flips':>16}")

@@ -1,4 +1,12 @@
-"""Named model builders (STYLE habit 3): ``create_model("radial_vgg16_star", width=8, input_size=64)``."""
+"""Named model builders (STYLE habit 3): ``create_model("radial_vgg16_star", width=8, input_size=64)``.
+
+Two tables, one per kind of caller:
+
+- ``ARCHITECTURES``: the architecture named in an artifact's ``config.json`` (``architecture.builder``), built
+  from its stored config; ``models.artifact`` builds every served network through :func:`build_architecture`.
+- ``MODEL_BUILDERS``: the names training takes (``radscreen-train fit --model``), one per layer family, with
+  keyword-only architecture arguments.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +15,29 @@ from typing import Any
 
 from torch import nn
 
-from models.vgg import VGGConfig, build_vgg16_star
+from models.vgg import VGGConfig, VGGStar, build_vgg16_star
+
+DEFAULT_ARCHITECTURE = "vgg16_star"
+ARCHITECTURES: dict[str, Callable[[VGGConfig], VGGStar]] = {
+    "vgg16_star": build_vgg16_star,
+}
+
+
+def check_architecture(name: str) -> str:
+    """``name`` if it is a registered architecture, else ValueError listing the valid ones."""
+    if name not in ARCHITECTURES:
+        raise ValueError(f"Unknown architecture {name!r}; expected one of: {', '.join(sorted(ARCHITECTURES))}.")
+    return name
+
+
+def build_architecture(name: str, config: VGGConfig) -> VGGStar:
+    """Build the architecture registered as ``name`` from its stored config."""
+    return ARCHITECTURES[check_architecture(name)](config)
 
 
 def _vgg(layer: str) -> Callable[..., nn.Module]:
     def build(**kwargs: Any) -> nn.Module:
-        return build_vgg16_star(VGGConfig(layer=layer, **kwargs))  # type: ignore[arg-type]
+        return build_architecture("vgg16_star", VGGConfig(layer=layer, **kwargs))  # type: ignore[arg-type]
     build.__doc__ = f"VGG-16* with {layer} layers."
     return build
 

@@ -11,12 +11,12 @@ deterministic variants; the layer types are injected, ``forward`` returns one te
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields, replace
 from functools import partial
 from typing import Any, Literal
 
-import torch
 from torch import Tensor, nn
 
 from models.layers import (
@@ -74,20 +74,62 @@ class VGGConfig:
         return self.layer in ("radial", "gaussian")
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form (tuples as lists) stored in the artifact's ``config.json`` under ``architecture``."""
         d = asdict(self)
         d["blocks"] = list(self.blocks)
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> VGGConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
+    def from_dict(cls, d: Mapping[str, Any]) -> VGGConfig:
+        """Parse :meth:`to_dict`'s form strictly: every field required and of its JSON type, none unknown.
+
+        A stored architecture must be rebuilt exactly, so a missing field is an error rather than a default
+        that may differ from what the weights were trained with. Raises :class:`ConfigFieldError` naming it.
+        """
+        reference = cls()
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(known))
         if unknown:
-            raise ValueError(f"Unknown VGGConfig fields: {sorted(unknown)}; expected some of: {sorted(known)}.")
-        d = dict(d)
-        if "blocks" in d:
-            d["blocks"] = tuple(d["blocks"])
-        return cls(**d)
+            raise ConfigFieldError(unknown[0], f"is not a VGGConfig field; expected: {', '.join(sorted(known))}")
+        kwargs: dict[str, Any] = {}
+        for name in known:
+            if name not in d:
+                raise ConfigFieldError(name, "is missing")
+            kwargs[name] = _json_value(name, d[name], getattr(reference, name))
+        try:
+            return cls(**kwargs)
+        except ValueError as exc:
+            raise ConfigFieldError("", f"is invalid: {exc}") from exc
+
+
+class ConfigFieldError(ValueError):
+    """A stored architecture field is missing, unknown or of the wrong type; ``field`` names it ('' = whole)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"field '{field}' {problem}" if field else problem)
+        self.field, self.problem = field, problem
+
+
+def _json_value(name: str, value: Any, default: Any) -> Any:
+    """``value`` checked against the JSON type of the field's ``default`` (bool, int, float, str, int list)."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigFieldError(name, f"must be true or false, got {value!r}")
+    elif isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigFieldError(name, f"must be an integer, got {value!r}")
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ConfigFieldError(name, f"must be a finite number, got {value!r}")
+        value = float(value)
+    elif isinstance(default, str):
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigFieldError(name, f"must be a non-empty string, got {value!r}")
+    elif isinstance(default, tuple):
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise ConfigFieldError(name, f"must be a list of integers, got {value!r}")
+        value = tuple(value)
+    return value
 
 
 class VGGStar(nn.Module):
@@ -135,9 +177,11 @@ def layer_factories(config: VGGConfig) -> tuple[ConvFactory, LinearFactory]:
 
 def build_vgg16_star(config: VGGConfig | None = None, **overrides: Any) -> VGGStar:
     """Build a VGG-16* of the family ``config.layer``; keyword overrides replace config fields."""
-    cfg = config or VGGConfig()
-    if overrides:
-        cfg = VGGConfig.from_dict({**cfg.to_dict(), **overrides})
+    unknown = sorted(set(overrides) - {f.name for f in fields(VGGConfig)})
+    if unknown:
+        raise ValueError(f"Unknown VGGConfig fields: {unknown}; expected some of: "
+                         f"{sorted(f.name for f in fields(VGGConfig))}.")
+    cfg = replace(config or VGGConfig(), **overrides)
     conv, lin = layer_factories(cfg)
     return VGGStar(cfg, conv_layer=conv, linear_layer=lin)
 
@@ -149,12 +193,3 @@ def mc_logits(model: nn.Module, images: Tensor, samples: int) -> Tensor:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-@torch.no_grad()
-def output_spatial_size(config: VGGConfig) -> int:
-    """Side of the last feature map for ``config.input_size``."""
-    size = (config.input_size + 2 - 3) // config.first_stride + 1
-    for _ in range(len(config.blocks) - 1):
-        size //= 2
-    return size

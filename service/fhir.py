@@ -366,22 +366,3 @@ def to_fhir_bundle(body: dict[str, Any], *, issued: datetime | None = None) -> d
         "timestamp": stamp,
         "entry": entries,
     }
-
-
-def to_fhir_batch_bundle(bodies: list[dict[str, Any]], *, issued: datetime | None = None) -> dict[str, Any]:
-    """Several predictions as one ``collection`` Bundle: each prediction's entries, in order.
-
-    Items that are not predictions (e.g. a per-image error in a batch) are skipped; the caller keeps the
-    JSON form for those.
-    """
-    stamp_time = issued or datetime.now(UTC)
-    entries: list[dict[str, Any]] = []
-    for body in bodies:
-        if isinstance(body, dict) and "diagnosis" in body and "model" in body:
-            entries += to_fhir_bundle(body, issued=stamp_time)["entry"]
-    return {
-        "resourceType": "Bundle",
-        "type": "collection",
-        "timestamp": stamp_time.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "entry": entries,
-    }

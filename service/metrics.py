@@ -11,7 +11,7 @@ import math
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from service.inference.scoring import ImageScore, ScreeningOutcome
+from service.inference.scoring import ImageScore, ScorerIdentity, ScreeningOutcome
 
 __all__ = ["CONTENT_TYPE_LATEST", "ServiceMetrics"]
 
@@ -122,7 +122,7 @@ class ServiceMetrics:
         if self.mutual_information is not None:
             self.mutual_information.observe(score.mutual_information)
 
-    def set_model(self, identity: dict[str, object], referral_threshold_mi: float | None = None) -> None:
+    def set_model(self, identity: ScorerIdentity, referral_threshold_mi: float | None = None) -> None:
         """Label the model-info gauge; with a threshold, (re)build the MI histogram on its scale."""
         if referral_threshold_mi is not None:
             if self.mutual_information is not None:
@@ -136,7 +136,7 @@ class ServiceMetrics:
             )
         self.model_info.clear()
         self.model_info.labels(
-            name=str(identity["name"]), version=str(identity["version"]), sha256=str(identity["sha256"])
+            name=identity.name, version=identity.version, sha256=identity.sha256
         ).set(1)
 
     def render(self) -> bytes:

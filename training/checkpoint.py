@@ -1,18 +1,19 @@
 """Training checkpoints with exact resume: model, optimiser, position in the epoch and every RNG state.
 
-A checkpoint is written atomically (temp file + ``os.replace``), so a kill at any moment leaves either the
-previous or the new checkpoint, never a torn one.  Internal to training: the artifact handed to serving is
-safetensors, never a pickle.
+A checkpoint is written atomically (``models.atomic.atomic_write``: temp file, fsync, ``os.replace``), so a
+kill at any moment leaves either the previous or the new checkpoint, never a torn one.  Internal to training:
+the artifact handed to serving is safetensors, never a pickle.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from models.atomic import atomic_write
 
 CHECKPOINT_FILE = "checkpoint.pt"
 
@@ -32,18 +33,15 @@ class TrainState:
 def save_checkpoint(run_dir: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: TrainState,
                     generators: dict[str, torch.Generator], config: dict[str, Any]) -> Path:
     path = run_dir / CHECKPOINT_FILE
-    tmp = path.with_suffix(".tmp")
-    torch.save({
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "state": state.__dict__,
-        "generators": {k: g.get_state() for k, g in generators.items()},
-        "torch_rng": torch.get_rng_state(),
-        "config": config,
-    }, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with atomic_write(path) as tmp:
+        torch.save({
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "state": state.__dict__,
+            "generators": {k: g.get_state() for k, g in generators.items()},
+            "torch_rng": torch.get_rng_state(),
+            "config": config,
+        }, tmp)
     return path
 
 

@@ -25,7 +25,7 @@ async def model_info(host: ModelHostDep, settings: SettingsDep) -> ModelResponse
     cal, pipe = scorer.calibration, scorer.pipeline
     return ModelResponse.model_validate(
         {
-            "model": scorer.model_identity,
+            "model": scorer.model_identity.to_dict(),
             "calibration": {
                 "referral_threshold_mi": cal.referral_threshold_mi,
                 "decision_threshold": cal.decision_threshold,

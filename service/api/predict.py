@@ -126,7 +126,6 @@ def _fhir(body: dict[str, Any]) -> Response:
 async def predict(
     request: Request,
     host: ModelHostDep,
-    settings: SettingsDep,
     study_id: StudyIdQuery = None,
     format: FormatQuery = None,
 ) -> Any:

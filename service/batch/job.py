@@ -126,7 +126,7 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
     scorer = scorer if scorer is not None else cfg.spec.load()
     runtime = runtime_summary(scorer)
     log_runtime(runtime)
-    sha = str(scorer.model_identity["sha256"])
+    sha = scorer.model_identity.sha256
     parts_dir = parts_dir_for(cfg.output)
     _check_existing_output(cfg.output, parts_dir, sha, cfg.restart)
 
@@ -157,7 +157,8 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
         builder = SummaryBuilder(
             decision_threshold=scorer.calibration.decision_threshold,
             referral_threshold_mi=scorer.calibration.referral_threshold_mi,
-            model={k: scorer.model_identity[k] for k in ("name", "version", "sha256")},
+            model={"name": scorer.model_identity.name, "version": scorer.model_identity.version,
+                   "sha256": scorer.model_identity.sha256},
         )
         n_rows = write_output(cfg.output, (builder.add(r) for r in assemble(source, store, sha)))
 

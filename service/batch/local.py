@@ -89,7 +89,7 @@ def score_window(window: list[tuple[InputItem, PreparedImage | RowError]], score
     """Rows for a window of prepared images/errors, in window order, using one batched forward."""
     from service.inference.scoring import PreparedImage, score_payload
 
-    sha = str(scorer.model_identity["sha256"])
+    sha = scorer.model_identity.sha256
     merged = score_accepted([result for _, result in window], PreparedImage, RowError, scorer.score_batch)
     return [
         scored_row(item, score_payload(m.score, scorer)) if isinstance(m, Accepted) else error_row(item, m, sha)

@@ -1,8 +1,8 @@
 """The final results file: CSV, JSON Lines or Parquet, written atomically in input order.
 
 The file is assembled from the committed parts at the end of a run into a temporary file in the same
-folder, fsynced and renamed over ``--output``, so a reader never sees a half-written results file. Parquet
-needs pyarrow (the ``batch`` extra) and is imported only when asked for.
+folder, fsynced and renamed over ``--output`` (``models.atomic``), so a reader never sees a half-written
+results file. Parquet needs pyarrow (the ``batch`` extra) and is imported only when asked for.
 """
 
 from __future__ import annotations
@@ -10,12 +10,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from service.batch.parts import fsync_dir
+from models.atomic import atomic_write
 from service.batch.rows import (
     BOOL_COLUMNS,
     COLUMNS,
@@ -74,20 +73,12 @@ def write_output(path: Path, rows: Iterable[Row]) -> int:
     """Write ``rows`` to ``path`` atomically in the format its suffix names; returns the row count."""
     fmt = output_format(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_write(path) as tmp:
         if fmt == "parquet":
             count = _write_parquet(tmp, rows)
         else:
             with tmp.open("w", encoding="utf-8", newline="") as fh:
                 count = _write_csv(fh, rows) if fmt == "csv" else _write_jsonl(fh, rows)
-                fh.flush()
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    fsync_dir(path.parent)
     return count
 
 
@@ -126,8 +117,6 @@ def _write_parquet(tmp: Path, rows: Iterable[Row]) -> int:
         if batch or count == 0:
             writer.write_table(pa.Table.from_pylist(batch, schema=schema))
             count += len(batch)
-    with tmp.open("rb") as fh:
-        os.fsync(fh.fileno())
     return count
 
 

@@ -1,9 +1,10 @@
 """Crash-safe result storage for the batch job: atomic JSONL part files and the resume index.
 
 Results are committed in chunks: each chunk is one ``part-NNNNNN.jsonl`` file written to a temporary
-name, fsynced and ``os.replace``d into place (then the folder is fsynced), so a part either exists whole
-or not at all, whatever moment the process is killed. The part files *are* the journal of done ids: the
-set of done ids is exactly the union of the ids in the parts, with no second file that could disagree.
+name, fsynced and ``os.replace``d into place, then the folder is fsynced (``models.atomic``), so a part
+either exists whole or not at all, whatever moment the process is killed. The part files *are* the journal
+of done ids: the set of done ids is exactly the union of the ids in the parts, with no second file that
+could disagree.
 
 ``_job.json`` records the model sha256 and the input the parts came from; reopening the folder with a
 different model or input is refused (unless the caller restarts), so results of two models never mix.
@@ -16,7 +17,6 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
-import os
 import re
 import shutil
 import time
@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
+from models.atomic import atomic_write_bytes, stale_temporaries
 from service.batch.rows import Row
 
 logger = logging.getLogger(__name__)
@@ -37,26 +38,6 @@ FORMAT_VERSION = 1
 
 class PartStoreError(Exception):
     """The parts folder cannot be used for this job (other model, other input, locked by another job)."""
-
-
-def fsync_dir(directory: Path) -> None:
-    """Flush a folder's entries (a rename is durable only once its folder is synced)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``path`` so that readers (and a rerun after a crash) see the old file or the whole new one."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def rows_to_jsonl(rows: Iterable[Row]) -> bytes:
@@ -101,7 +82,7 @@ class PartStore:
     @staticmethod
     def _prepare(directory: Path, model_sha256: str, input_description: str) -> tuple[dict[str, int], int]:
         """Check/write ``_job.json``, drop stale temporaries, and index the ids in existing parts."""
-        for stale in directory.glob(".*.tmp-*"):
+        for stale in stale_temporaries(directory):
             stale.unlink()  # a temporary from a killed run: never renamed, so never counted
         parts = sorted((int(m.group(1)), p) for p in directory.iterdir() if (m := PART_RE.match(p.name)))
         meta_path = directory / META_NAME

@@ -75,7 +75,7 @@ class ScoreActor:
 
     def __init__(self, spec: ScorerSpec, expected_sha256: str) -> None:
         self.scorer = spec.load()
-        sha = self.scorer.model_identity["sha256"]
+        sha = self.scorer.model_identity.sha256
         if sha != expected_sha256:  # a worker with another artifact at that path must not mix results
             raise RuntimeError(f"actor loaded model sha256 {sha}, the job runs {expected_sha256}")
 

@@ -43,12 +43,6 @@ FILE_NOT_FOUND = "file-not-found"
 UNREADABLE_FILE = "unreadable-file"
 
 
-def problem_kind(problem_type: str) -> str:
-    """A short stable kind from an RFC 9457 problem ``type`` (a URI's last segment, or the slug itself)."""
-    kind = problem_type.rstrip("/").rsplit("/", 1)[-1]
-    return kind or "error"
-
-
 def scored_row(item: InputItem, payload: Mapping[str, Any]) -> Row:
     """The row for a scored image, taken from the ``POST /predict`` body ``payload``."""
     diagnosis = payload["diagnosis"]

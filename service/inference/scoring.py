@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ __all__ = [
     "QualityReport",
     "Scorer",
     "ScorerCalibration",
+    "ScorerIdentity",
     "ScreeningOutcome",
     "prepare_image",
     "score_payload",
@@ -152,6 +153,22 @@ class ScorerCalibration:
     validation: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ScorerIdentity:
+    """Which model answers: shown in every response (``model``), the FHIR Device, batch rows and the
+    ``radscreen_model_info`` metric. ``to_dict`` is the JSON form, keys in this order."""
+
+    name: str
+    version: str
+    sha256: str  # of the artifact's manifest.json: the model's identity
+    mc_samples: int  # K draws actually averaged (may differ from the artifact's, with a warning)
+    training_data: str  # "synthetic" or "real: <description>"
+    intended_use: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 class Scorer:
     """K fixed posterior draws behind one backend, plus the artifact's preprocessing and thresholds."""
 
@@ -160,7 +177,7 @@ class Scorer:
         *,
         backend: Backend,
         pipeline: ImagePipeline,
-        model_identity: dict[str, Any],
+        model_identity: ScorerIdentity,
         calibration: ScorerCalibration,
         model_card: str = "",
         precision: str = "fp32",
@@ -242,14 +259,14 @@ class Scorer:
             "strategy": draws_backend.strategy,
             "threads": threads,
         }
-        identity = {
-            "name": cfg.name,
-            "version": cfg.version,
-            "sha256": artifact.sha256,
-            "mc_samples": k,
-            "training_data": cfg.training_data,
-            "intended_use": cfg.intended_use,
-        }
+        identity = ScorerIdentity(
+            name=cfg.name,
+            version=cfg.version,
+            sha256=artifact.sha256,
+            mc_samples=k,
+            training_data=cfg.training_data,
+            intended_use=cfg.intended_use,
+        )
         calibration = ScorerCalibration(
             referral_threshold_mi=cal.referral_threshold_mi,
             decision_threshold=cal.decision_threshold,
@@ -339,9 +356,9 @@ class Scorer:
     def disclaimer(self) -> str:
         ident = self.model_identity
         return (
-            f"Decision support only, not a diagnosis. Model {ident['name']} {ident['version']} "
-            f"(sha256 {ident['sha256'][:12]}), trained on {ident['training_data']} data. "
-            f"Intended use: {ident['intended_use']} A clinician must review every result."
+            f"Decision support only, not a diagnosis. Model {ident.name} {ident.version} "
+            f"(sha256 {ident.sha256[:12]}), trained on {ident.training_data} data. "
+            f"Intended use: {ident.intended_use} A clinician must review every result."
         )
 
 
@@ -349,7 +366,7 @@ def score_payload(score: ImageScore, scorer: Scorer) -> dict[str, Any]:
     """The /v1/predict response body for one image (docs/architecture.md §6), minus request_id, study_id, timing_ms."""
     cal = scorer.calibration
     return {
-        "model": dict(scorer.model_identity),
+        "model": scorer.model_identity.to_dict(),
         "diagnosis": {
             "referable_dr_probability": score.probability,
             "label": score.label,

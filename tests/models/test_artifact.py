@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import torch
 
-from models import artifact as artifact_mod
 from models.artifact import (
     MANIFEST_FILE,
     ArtifactConfig,
@@ -22,6 +21,7 @@ from models.artifact import (
     load_artifact,
     save_artifact,
 )
+from models.artifact import storage as artifact_storage
 from models.sampling import seeded
 from models.vgg import VGGConfig, VGGStar, build_vgg16_star, mc_logits
 
@@ -110,6 +110,26 @@ def test_config_json_layout(tmp_path: Path) -> None:
     assert data["classes"] == {"positive": "referable", "definition": "EyePACS grade >= 2"}
     assert data["serving"] == {"mc_samples": 16, "draw_seed": 1234}
     assert data["posterior"] == "radial" and data["training_data"] == "synthetic"
+
+
+def test_architecture_is_built_through_the_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``architecture.builder`` names a models.registry entry; build_model() calls that entry, no other."""
+    from models import registry
+
+    save(tmp_path / "a")
+    built: list[VGGConfig] = []
+
+    def recording_builder(config: VGGConfig) -> VGGStar:
+        built.append(config)
+        return build_vgg16_star(config)
+
+    monkeypatch.setitem(registry.ARCHITECTURES, "vgg16_star", recording_builder)
+    art = load_artifact(tmp_path / "a")
+    assert art.config.builder == "vgg16_star"
+    art.build_model()
+    assert built == [ARCH]
+    with pytest.raises(ArtifactError, match=r"architecture\.builder.*expected one of: vgg16_star"):
+        make_config(builder="vgg19")
 
 
 def test_round_trip_fp16_is_close_and_half_size(tmp_path: Path) -> None:
@@ -218,7 +238,7 @@ def test_unlisted_extra_file_is_ignored_with_a_warning(
 def test_missing_directory_and_missing_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ArtifactError, match="does not exist"):
         load_artifact(tmp_path / "nope")
-    monkeypatch.setattr(artifact_mod, "DEFAULT_ARTIFACT_DIR", tmp_path / "default")
+    monkeypatch.setattr(artifact_storage, "DEFAULT_ARTIFACT_DIR", tmp_path / "default")
     with pytest.raises(ArtifactError, match=r"embedded default artifact is missing.*RADSCREEN_MODEL_DIR"):
         load_artifact()
 

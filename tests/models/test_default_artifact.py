@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,14 @@ def test_default_artifact_verifies_and_states_its_provenance() -> None:
     assert 0.0 < artifact.calibration.referral_threshold_mi < np.log(2)
     size = sum(p.stat().st_size for p in Path(DEFAULT_ARTIFACT_DIR).iterdir())
     assert size < 40 * 2**20
+
+
+def test_default_config_and_calibration_reserialise_byte_for_byte() -> None:
+    """The typed schema loses nothing: parsing and writing back gives the stored bytes (and so the same sha)."""
+    artifact = load_artifact()
+    for name, typed in (("config.json", artifact.config), ("calibration.json", artifact.calibration)):
+        written = json.dumps(typed.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
+        assert written.encode() == (DEFAULT_ARTIFACT_DIR / name).read_bytes(), name
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ from models.draws import materialise_draws
 from models.layers import BayesConv2d
 from models.registry import MODEL_BUILDERS, create_model
 from models.sampling import seeded, use_means
-from models.vgg import VGGConfig, build_vgg16_star, count_parameters, mc_logits
+from models.vgg import ConfigFieldError, VGGConfig, build_vgg16_star, count_parameters, mc_logits
 
 
 def test_vgg16_star_has_the_papers_parameter_count() -> None:
@@ -32,8 +32,29 @@ def test_unknown_names_list_the_valid_ones() -> None:
         create_model("vgg")
     with pytest.raises(ValueError, match="Unknown layer kind 'bayes'"):
         VGGConfig(layer="bayes")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="Unknown VGGConfig fields"):
-        VGGConfig.from_dict({"widht": 3})
+    with pytest.raises(ValueError, match="Unknown VGGConfig fields: \\['widht'\\]"):
+        build_vgg16_star(widht=3)
+    with pytest.raises(ConfigFieldError, match="field 'widht' is not a VGGConfig field; expected: activation"):
+        VGGConfig.from_dict({**VGGConfig().to_dict(), "widht": 3})
+
+
+def test_stored_architecture_is_parsed_strictly() -> None:
+    """A stored architecture is rebuilt exactly: no field may fall back to a default or change type."""
+    stored = VGGConfig(width=8, input_size=64).to_dict()
+    missing = {k: v for k, v in stored.items() if k != "rho_init"}
+    with pytest.raises(ConfigFieldError, match="field 'rho_init' is missing") as info:
+        VGGConfig.from_dict(missing)
+    assert info.value.field == "rho_init"
+    for key, bad, problem in [("width", "8", "must be an integer"), ("width", True, "must be an integer"),
+                              ("rho_init", float("nan"), "must be a finite number"),
+                              ("blocks", [2, 2, 3, 3, "3"], "must be a list of integers"),
+                              ("activation", "", "must be a non-empty string")]:
+        with pytest.raises(ConfigFieldError, match=f"field '{key}' {problem}"):
+            VGGConfig.from_dict({**stored, key: bad})
+    with pytest.raises(ConfigFieldError, match="Unknown activation 'tanh'") as info:
+        VGGConfig.from_dict({**stored, "activation": "tanh"})
+    assert info.value.field == ""
+    assert VGGConfig.from_dict({**stored, "rho_init": -5}).rho_init == -5.0  # JSON int for a float field
 
 
 def test_config_round_trips_through_a_dict() -> None:

@@ -16,7 +16,6 @@ from service.fhir import (
     MODEL_SHA256_SYSTEM,
     NOT_FOR_CLINICAL_USE,
     STUDY_ID_SYSTEM,
-    to_fhir_batch_bundle,
     to_fhir_bundle,
 )
 
@@ -221,11 +220,3 @@ def test_missing_fields_raise_a_named_error() -> None:
     with pytest.raises(ValueError, match="dict"):
         to_fhir_bundle([])  # type: ignore[arg-type]
 
-
-def test_batch_bundle_keeps_order_and_skips_error_items() -> None:
-    items = [response(request_id="r1"), {"error": {"status": 400}}, response(request_id="r2")]
-    bundle = to_fhir_batch_bundle(items, issued=ISSUED)
-    Bundle.model_validate(bundle)
-    reports = resources(bundle)["DiagnosticReport"]
-    assert [r["identifier"][0]["value"] for r in reports] == ["r1", "r2"]
-    assert len(bundle["entry"]) == 14

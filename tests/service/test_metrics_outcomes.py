@@ -8,7 +8,7 @@ import math
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.inference.scoring import ImageScore, QualityReport, ScreeningOutcome
+from service.inference.scoring import ImageScore, QualityReport, ScorerIdentity, ScreeningOutcome
 from service.metrics import ServiceMetrics, mi_buckets
 
 
@@ -18,6 +18,11 @@ def score(outcome: ScreeningOutcome, mi: float, p: float = 0.3) -> ImageScore:
                       predictive_entropy=0.5, expected_entropy=0.5 - mi, refer_to_expert=False, referral_reasons=[],
                       quality=QualityReport(gradable=gradable, score=0.9 if gradable else 0.1, issues=[]),
                       outcome=outcome)
+
+
+def identity(name: str, sha256: str) -> ScorerIdentity:
+    return ScorerIdentity(name=name, version="1", sha256=sha256, mc_samples=16, training_data="synthetic",
+                          intended_use="tests only.")
 
 
 def samples(metrics: ServiceMetrics, name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -45,7 +50,7 @@ def test_outcome_counter_and_threshold_histogram() -> None:
     assert samples(metrics, "radscreen_outcomes_total") == {
         (("outcome", o.value),): 0.0 for o in ScreeningOutcome}  # zeros before the first image
     assert samples(metrics, "radscreen_mutual_information_count") == {}  # no model yet, no buckets yet
-    metrics.set_model({"name": "m", "version": "1", "sha256": "a" * 64}, referral_threshold_mi=1e-6)
+    metrics.set_model(identity("m", "a" * 64), referral_threshold_mi=1e-6)
     for outcome, mi in [(ScreeningOutcome.NO_REFERABLE_DR, 4e-7), (ScreeningOutcome.REFER_REFERABLE_DR, 9e-7),
                         (ScreeningOutcome.GRADER_REVIEW_UNCERTAIN, 3e-6), (ScreeningOutcome.NO_REFERABLE_DR, 1e-8)]:
         metrics.observe_score(score(outcome, mi))
@@ -55,6 +60,6 @@ def test_outcome_counter_and_threshold_histogram() -> None:
     buckets = {dict(k)["le"]: v for k, v in samples(metrics, "radscreen_mutual_information_bucket").items()}
     assert buckets["1e-06"] == 3 and buckets["5e-07"] == 2 and buckets["1e-08"] == 1 and buckets["+Inf"] == 4
     # loading another model rebuilds the histogram on its threshold (no duplicate registration)
-    metrics.set_model({"name": "m2", "version": "1", "sha256": "b" * 64}, referral_threshold_mi=0.01)
+    metrics.set_model(identity("m2", "b" * 64), referral_threshold_mi=0.01)
     les = {dict(k)["le"] for k in samples(metrics, "radscreen_mutual_information_bucket")}
     assert "0.01" in les and "1e-06" not in les

@@ -49,7 +49,7 @@ def test_the_spec_pickles_as_ray_ships_it_and_loads_the_scorer_it_describes(tiny
     scorer = again.load()
     assert scorer.backend.name == "torch" and scorer.backend.device == "cpu"
     assert scorer.runtime["strategy"] == "grouped" and scorer.runtime["threads"] == 1
-    assert scorer.model_identity["mc_samples"] == 5
+    assert scorer.model_identity.mc_samples == 5
     assert scorer.runtime["cpu"]["native_bf16"] is False  # the override reached the CPU detection
     assert (scorer.pipeline.max_pixels, scorer.pipeline.max_bytes) == (123_456, 654_321)
 

@@ -169,7 +169,9 @@ def test_payload_fields(scorer: Scorer, images: list) -> None:
     }
     assert body["outcome"] == "retake_ungradable"
     assert body["outcome_reason"] == "Retake the photograph: the image cannot be graded"
-    assert body["model"]["sha256"] == scorer.model_identity["sha256"] and body["model"]["mc_samples"] == 16
+    assert body["model"]["sha256"] == scorer.model_identity.sha256 and body["model"]["mc_samples"] == 16
+    # the typed identity serialises to the documented JSON object, keys in the documented order
+    assert list(body["model"]) == ["name", "version", "sha256", "mc_samples", "training_data", "intended_use"]
     assert body["uncertainty"]["unit"] == "nat"
     assert body["quality"] == {"gradable": False, "score": 0.2, "issues": ["blurred"]}
     assert "not a diagnosis" in body["disclaimer"] and "synthetic" in body["disclaimer"]

@@ -19,7 +19,6 @@ import csv
 import json
 import logging
 import multiprocessing
-import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 from PIL import Image
 
+from models.atomic import atomic_write, atomic_write_bytes
 from training.synthetic.fundus import Eye, draw_frame
 from training.synthetic.lesions import CONFOUNDER_KINDS, LESION_KINDS
 from training.synthetic.render import render_fundus
@@ -150,12 +150,11 @@ def _render_chunk(job: _Job) -> list[dict[str, Any]]:
         )
         path = image_dir / f"{plan.image}.{fmt}"
         pil = Image.fromarray(image, mode="RGB")
-        tmp = path.with_name(path.name + ".tmp")
-        if fmt == "jpeg":
-            pil.save(tmp, format="JPEG", quality=info["jpeg_quality"])
-        else:
-            pil.save(tmp, format="PNG")
-        os.replace(tmp, path)
+        with atomic_write(path, fsync=False) as tmp:  # whole or absent; no fsync per image (regenerable)
+            if fmt == "jpeg":
+                pil.save(tmp, format="JPEG", quality=info["jpeg_quality"])
+            else:
+                pil.save(tmp, format="PNG")
         rows.append(
             {
                 "image": plan.image,
@@ -181,12 +180,10 @@ def _render_chunk(job: _Job) -> list[dict[str, Any]]:
 
 
 def _write_csv(path: Path, columns: Sequence[str], rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as f:
+    with atomic_write(path, fsync=False) as tmp, tmp.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(tmp, path)
 
 
 def generate_dataset(
@@ -282,9 +279,7 @@ def generate_dataset(
         "counts": counts,
         "label": "referable = grade >= 2 (EyePACS/ICDR scale 0-4)",
     }
-    tmp = out_dir / "dataset.json.tmp"
-    tmp.write_text(json.dumps(description, indent=2) + "\n")
-    os.replace(tmp, out_dir / "dataset.json")
+    atomic_write_bytes(out_dir / "dataset.json", (json.dumps(description, indent=2) + "\n").encode(), fsync=False)
     logger.info(
         "wrote %d synthetic images (%d referable, %d ungradable) to %s",
         n_images,

@@ -56,7 +56,7 @@ def test_folder_rows_equal_the_scorer_and_predict_payload(
 
     bad = rows[0]
     assert bad["error"].startswith("undecodable-image: ") and bad["referable_dr_probability"] is None
-    assert bad["model_sha256"] == batch_scorer.model_identity["sha256"]
+    assert bad["model_sha256"] == batch_scorer.model_identity.sha256
     # the fixture's dark images are ungradable: retake, deferred to a human for image quality
     dark = [r for r in rows[1:] if r["gradable"] is False]
     assert dark and all(r["outcome"] == "retake_ungradable" and "image_quality" in r["referral_reasons"]
@@ -115,7 +115,7 @@ def test_a_different_model_is_refused_unless_restart(
     with pytest.raises(PartStoreError, match="not from the loaded model"):
         run_job(config(folder, out, other_artifact))
     assert main([*args, "--model-dir", str(other_artifact), "--restart"]) == 0
-    other_sha = Scorer.from_artifact(other_artifact, device="cpu").model_identity["sha256"]
+    other_sha = Scorer.from_artifact(other_artifact, device="cpu").model_identity.sha256
     assert {r["model_sha256"] for r in read_output(out)} == {other_sha}
 
 

@@ -46,7 +46,7 @@ def test_ray_runner_matches_local_runner_and_skips_done_rows(
     # a previous (interrupted) run of the same job committed the first three rows
     out = tmp_path / "ray.csv"
     source = discover(folder)
-    with PartStore.open(parts_dir_for(out), model_sha256=str(batch_scorer.model_identity["sha256"]),
+    with PartStore.open(parts_dir_for(out), model_sha256=batch_scorer.model_identity.sha256,
                         input_description=source.description) as store:
         store.write_part(local[:3])
     result = run_job(BatchJobConfig(input=folder, output=out, runner="ray", **kw), scorer=batch_scorer)

@@ -39,7 +39,7 @@ def test_flags_and_variables_shape_the_scorer_of_the_job(
 
     rows = {r["id"]: r for r in read_output(out)}
     assert rows["big.png"]["error"].startswith("image-too-large: ") and rows["big.png"]["outcome"] is None
-    assert rows["big.png"]["model_sha256"] == batch_scorer.model_identity["sha256"]
+    assert rows["big.png"]["model_sha256"] == batch_scorer.model_identity.sha256
 
     # every scored row equals the scorer the same spec describes (one batched forward, as the job ran it)
     reference = ScorerSpec(model_dir=batch_artifact, device="cpu", backend="torch", strategy="grouped",
@@ -52,4 +52,4 @@ def test_flags_and_variables_shape_the_scorer_of_the_job(
     default = batch_scorer.score_batch(prepared)
     assert any(abs(rows[it.id]["mutual_information"] - d.mutual_information) > 1e-9
                for it, d in zip(items, default, strict=True))
-    assert rows[items[0].id]["model_sha256"] == batch_scorer.model_identity["sha256"]
+    assert rows[items[0].id]["model_sha256"] == batch_scorer.model_identity.sha256

@@ -55,11 +55,11 @@ def test_parts_are_the_journal_and_survive_reopen(tmp_path: Path) -> None:
         assert writer.parts_written == 1 and len(store.done_ids) == 3
         writer.add(rows[3:])
         writer.flush()
-    (parts / ".part-000009.jsonl.tmp-123").write_text("half a row")  # a killed writer's leftover
+    (parts / ".part-000009.jsonl.0123456789ab.tmp").write_text("half a row")  # a killed writer's leftover
     with open_store(parts) as store:
         assert store.done_ids == {r["id"] for r in rows}
         assert store.get("img2") == rows[2]  # exact float round trip through JSON
-        assert not list(parts.glob(".*.tmp-*"))
+        assert not list(parts.glob(".*.tmp"))
         store.write_part([rows[0], scored(7, p=0.5, mi=0.0, reasons=[])])  # done id skipped, new one kept
         assert sorted(p.name for p in parts.glob("part-*.jsonl")) == [
             "part-000000.jsonl", "part-000001.jsonl", "part-000002.jsonl"]

@@ -1,56 +1,28 @@
-"""The model artifact: the one thing training hands to serving.
+"""What an artifact's files hold: the typed ``config.json`` and ``calibration.json`` and their validation.
 
-An artifact is a directory::
+The layout of the directory is in the package docstring (``models/artifact/__init__.py``); how the files are
+written, hashed and verified is ``models/artifact/storage.py``. Everything here is pure data: parsing a file's
+JSON into a frozen dataclass whose ``__post_init__`` checks every field, with errors that name the file and
+the dotted field (``config.json: field 'input.size' is 128 but architecture.input_size is 64``), and
+``to_dict`` giving the JSON back (``from_dict(to_dict(x)) == x``).
 
-    weights.safetensors   state_dict of the Bayesian model (mu and rho of every layer), fp32 or fp16
-    config.json           architecture + its arguments, input contract, class meaning, posterior, prior,
-                          serving draws (K, seed), training-data provenance, intended use
-    calibration.json      MI referral threshold, target/achieved referral rate, decision threshold,
-                          validation metrics, dataset description
-    MODEL_CARD.md         human-readable card (intended use, data provenance, limitations)
-    manifest.json         {"format": "radscreen-artifact/1", "files": {name: sha256}}
-
-The model's identity is the sha256 of ``manifest.json``'s bytes: it changes when any listed file changes.
-``load_artifact`` refuses a directory whose files do not match the manifest, naming the offending file.
-Files present in the directory but not listed in the manifest are ignored with a logged warning (they
-are never read, so they cannot change the model's behaviour).
-
-Example::
-
-    sha = save_artifact("models/default", model=model, config=cfg, calibration=cal, model_card=card)
-    art = load_artifact("models/default")
-    net = art.build_model()            # VGGStar in eval mode, fp32, weights loaded strictly
+The architecture section is ``{"builder": <name in models.registry.ARCHITECTURES>, **VGGConfig.to_dict()}``;
+``VGGConfig.from_dict`` (models/vgg.py) is its one parser.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
-import logging
 import math
-import os
-import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
-
-import torch
-from safetensors.torch import load as load_safetensors_bytes
-from safetensors.torch import save as save_safetensors_bytes
-from torch import nn
 
 from models.posteriors import POSTERIOR_FAMILIES
 from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
 from models.preprocessing import PREPROCESSINGS
-from models.vgg import VGGConfig, VGGStar, build_vgg16_star
+from models.registry import DEFAULT_ARCHITECTURE, check_architecture
+from models.vgg import ConfigFieldError, VGGConfig
 
-logger = logging.getLogger(__name__)
-
-ARTIFACT_FORMAT = "radscreen-artifact/1"
 CONFIG_FORMAT_VERSION = 1
 WEIGHTS_FILE = "weights.safetensors"
 CONFIG_FILE = "config.json"
@@ -60,20 +32,14 @@ MANIFEST_FILE = "manifest.json"
 REQUIRED_FILES = (WEIGHTS_FILE, CONFIG_FILE, CALIBRATION_FILE, MODEL_CARD_FILE)
 
 POSTERIORS: tuple[str, ...] = POSTERIOR_FAMILIES
-WEIGHT_DTYPES = {torch.float32: "float32", torch.float16: "float16"}
 DEFAULT_PREPROCESSING = LEGACY_PREPROCESSING  # what artifacts without the field were trained with
-DEFAULT_ARTIFACT_DIR = Path(__file__).parent / "default"
 
 
 class ArtifactError(ValueError):
     """An artifact is missing, malformed or fails verification; the message names the offending file."""
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-class _Fields:
+class JsonFields:
     """Typed reads from a parsed JSON object that fail with '<file>: field '<a.b>' ...'."""
 
     def __init__(self, data: Any, file: str, prefix: str = "") -> None:
@@ -95,8 +61,8 @@ class _Fields:
             return default
         return self.data[key]
 
-    def obj(self, key: str) -> _Fields:
-        return _Fields(self.raw(key), self.file, self._name(key))
+    def obj(self, key: str) -> JsonFields:
+        return JsonFields(self.raw(key), self.file, self._name(key))
 
     def str_(self, key: str, default: Any = ...) -> str:
         value = self.raw(key, default)
@@ -128,50 +94,19 @@ def _check(ok: bool, file: str, name: str, problem: str) -> None:
         raise ArtifactError(f"{file}: field '{name}' {problem}")
 
 
-def _vgg_config_from_dict(arch: _Fields) -> VGGConfig:
-    """Rebuild a VGGConfig from ``architecture``; every field is required (no silent defaults)."""
+def _architecture_from_dict(arch: JsonFields) -> tuple[str, VGGConfig]:
+    """``(builder, VGGConfig)`` from the ``architecture`` section; every VGGConfig field is required."""
     builder = arch.str_("builder")
-    if builder != "vgg16_star":
-        raise arch.error("builder", f"is '{builder}'; expected one of: vgg16_star")
-    known = {f.name: f for f in dataclasses.fields(VGGConfig)}
-    unknown = sorted(set(arch.data) - set(known) - {"builder"})
-    if unknown:
-        raise arch.error(unknown[0], f"is not a VGGConfig field; expected: {', '.join(sorted(known))}")
-    kwargs: dict[str, Any] = {}
-    reference = VGGConfig()
-    for name in known:
-        default = getattr(reference, name)
-        if isinstance(default, bool):
-            value: Any = arch.raw(name)
-            if not isinstance(value, bool):
-                raise arch.error(name, f"must be true or false, got {value!r}")
-        elif isinstance(default, int):
-            value = arch.int_(name)
-        elif isinstance(default, float):
-            value = arch.float_(name)
-        elif isinstance(default, str):
-            value = arch.str_(name)
-        elif isinstance(default, tuple):
-            value = arch.raw(name)
-            if not isinstance(value, list) or not all(
-                isinstance(v, int) and not isinstance(v, bool) for v in value
-            ):
-                raise arch.error(name, f"must be a list of integers, got {value!r}")
-            value = tuple(value)
-        else:
-            value = arch.raw(name)
-        kwargs[name] = value
     try:
-        return VGGConfig(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ArtifactError(f"{arch.file}: field 'architecture' is invalid: {exc}") from exc
-
-
-def _vgg_config_to_dict(cfg: VGGConfig) -> dict[str, Any]:
-    out: dict[str, Any] = {"builder": "vgg16_star"}
-    for name, value in dataclasses.asdict(cfg).items():
-        out[name] = list(value) if isinstance(value, tuple) else value
-    return out
+        check_architecture(builder)
+    except ValueError as exc:
+        raise arch.error("builder", f"is '{builder}': {exc}") from None
+    try:
+        return builder, VGGConfig.from_dict({k: v for k, v in arch.data.items() if k != "builder"})
+    except ConfigFieldError as exc:
+        if not exc.field:
+            raise ArtifactError(f"{arch.file}: field 'architecture' is invalid: {exc.problem}") from exc
+        raise arch.error(exc.field, exc.problem) from exc
 
 
 @dataclass(frozen=True)
@@ -200,9 +135,14 @@ class ArtifactConfig:
     preprocessing: str = DEFAULT_PREPROCESSING
     created: str = ""  # ISO-8601 UTC; save_artifact fills it when empty
     format_version: int = CONFIG_FORMAT_VERSION
+    builder: str = DEFAULT_ARCHITECTURE  # models.registry.ARCHITECTURES name; stored as architecture.builder
 
     def __post_init__(self) -> None:
         f = CONFIG_FILE
+        try:
+            check_architecture(self.builder)
+        except ValueError as exc:
+            raise ArtifactError(f"{f}: field 'architecture.builder': {exc}") from None
         if self.input_size == 0:
             object.__setattr__(self, "input_size", self.architecture.input_size)
         object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
@@ -269,7 +209,7 @@ class ArtifactConfig:
             "name": self.name,
             "version": self.version,
             "created": self.created,
-            "architecture": _vgg_config_to_dict(self.architecture),
+            "architecture": {"builder": self.builder, **self.architecture.to_dict()},
             "input": {
                 "size": self.input_size,
                 "mean": list(self.mean),
@@ -288,14 +228,15 @@ class ArtifactConfig:
     @classmethod
     def from_dict(cls, data: Any) -> ArtifactConfig:
         """Parse and validate ``config.json``; errors name the file and the dotted field."""
-        top = _Fields(data, CONFIG_FILE)
+        top = JsonFields(data, CONFIG_FILE)
         inp, classes, serving = top.obj("input"), top.obj("classes"), top.obj("serving")
+        builder, architecture = _architecture_from_dict(top.obj("architecture"))
 
         def triple(key: str) -> tuple[float, float, float]:
             raw = inp.raw(key)
             if not isinstance(raw, list) or len(raw) != 3:
                 raise inp.error(key, f"must be a list of 3 numbers (RGB), got {raw!r}")
-            values = _Fields(dict(enumerate(raw)), CONFIG_FILE, f"input.{key}")
+            values = JsonFields(dict(enumerate(raw)), CONFIG_FILE, f"input.{key}")
             return (values.float_(0), values.float_(1), values.float_(2))  # type: ignore[arg-type]
 
         return cls(
@@ -303,7 +244,8 @@ class ArtifactConfig:
             name=top.str_("name"),
             version=top.str_("version"),
             created=top.raw("created", ""),
-            architecture=_vgg_config_from_dict(top.obj("architecture")),
+            builder=builder,
+            architecture=architecture,
             input_size=inp.int_("size"),
             mean=triple("mean"),
             std=triple("std"),
@@ -398,7 +340,7 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, data: Any) -> Calibration:
-        top = _Fields(data, CALIBRATION_FILE)
+        top = JsonFields(data, CALIBRATION_FILE)
         achieved = top.raw("achieved_referral_rate", None)
         return cls(
             referral_threshold_mi=top.float_("referral_threshold_mi"),
@@ -409,213 +351,3 @@ class Calibration:
             dataset=top.str_("dataset"),
             precision_drift=top.dict_("precision_drift", {}),
         )
-
-
-def _json_bytes(obj: Any) -> bytes:
-    return (json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
-
-
-def _weights_bytes(model: nn.Module, dtype: torch.dtype) -> bytes:
-    """Serialise the state_dict; floating tensors are cast to ``dtype`` (fp32 or fp16)."""
-    tensors = {
-        name: (t.detach().to(dtype) if t.is_floating_point() else t.detach()).cpu().contiguous().clone()
-        for name, t in model.state_dict().items()
-    }
-    # One metadata key only: safetensors writes metadata in hash-map order, and the file bytes must be
-    # deterministic so that the same model always has the same identity.
-    return save_safetensors_bytes(tensors, metadata={"format": "pt"})
-
-
-def save_artifact(
-    directory: str | Path,
-    *,
-    model: nn.Module,
-    config: ArtifactConfig,
-    calibration: Calibration,
-    model_card: str,
-    weights_dtype: torch.dtype = torch.float32,
-    overwrite: bool = False,
-) -> str:
-    """Write an artifact directory atomically and return its sha256 (of ``manifest.json``).
-
-    Files are written to a temporary sibling directory which is renamed into place, so a reader never
-    sees a half-written artifact. An existing non-empty ``directory`` is replaced only with
-    ``overwrite=True``.
-    """
-    if weights_dtype not in WEIGHT_DTYPES:
-        raise ValueError(f"weights_dtype must be torch.float32 or torch.float16, got {weights_dtype}")
-    if not model_card.strip():
-        raise ValueError("model_card is empty; the artifact must state intended use and limitations")
-    target = Path(directory)
-    if target.exists() and any(target.iterdir()) and not overwrite:
-        raise FileExistsError(f"{target} already exists and is not empty; pass overwrite=True to replace it")
-    if not config.created:
-        config = dataclasses.replace(config, created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
-
-    contents = {
-        WEIGHTS_FILE: _weights_bytes(model, weights_dtype),
-        CONFIG_FILE: _json_bytes(config.to_dict()),
-        CALIBRATION_FILE: _json_bytes(calibration.to_dict()),
-        MODEL_CARD_FILE: model_card.encode("utf-8"),
-    }
-    manifest = _json_bytes(
-        {"format": ARTIFACT_FORMAT, "files": {name: _sha256(data) for name, data in contents.items()}}
-    )
-    contents[MANIFEST_FILE] = manifest
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    staging.chmod(0o755)  # mkdtemp makes it 0700: a service running as another user could not read it
-    try:
-        for name, data in contents.items():
-            with open(staging / name, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-        if target.exists():
-            retired = target.with_name(f".{target.name}.old-{os.getpid()}")
-            target.rename(retired)
-            staging.rename(target)
-            shutil.rmtree(retired, ignore_errors=True)
-        else:
-            staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return _sha256(manifest)
-
-
-def replace_calibration(directory: str | Path, calibration: Calibration) -> str:
-    """Rewrite a verified artifact's ``calibration.json`` (e.g. with a measured ``precision_drift``) and its
-    manifest; weights, config and card are untouched. Returns the new sha256 (the identity changes: the
-    decisions the artifact allows changed). Each file is replaced atomically (write + rename).
-    """
-    root = Path(directory)
-    load_artifact(root)  # verify before touching anything
-    _, files = _read_manifest(root)
-    data = _json_bytes(calibration.to_dict())
-    files[CALIBRATION_FILE] = _sha256(data)
-    manifest = _json_bytes({"format": ARTIFACT_FORMAT, "files": files})
-    for name, content in ((CALIBRATION_FILE, data), (MANIFEST_FILE, manifest)):
-        tmp = root / f".{name}.tmp-{os.getpid()}"
-        tmp.write_bytes(content)
-        os.replace(tmp, root / name)
-    return _sha256(manifest)
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """A verified artifact: parsed config, calibration and card; weights are read on demand."""
-
-    config: ArtifactConfig
-    calibration: Calibration
-    model_card: str
-    sha256: str
-    directory: Path
-    files: dict[str, str]  # name -> sha256, from the manifest
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The stored weights as fp32 CPU tensors, re-verified against the manifest as they are read."""
-        data = (self.directory / WEIGHTS_FILE).read_bytes()
-        _verify_hash(WEIGHTS_FILE, data, self.files[WEIGHTS_FILE])
-        tensors = load_safetensors_bytes(data)
-        return {k: (v.float() if v.is_floating_point() else v) for k, v in tensors.items()}
-
-    def build_model(self) -> VGGStar:
-        """The Bayesian VGG-16* with the stored weights (loaded strictly), fp32, eval mode."""
-        model = build_vgg16_star(self.config.architecture)
-        try:
-            model.load_state_dict(self.state_dict(), strict=True)
-        except RuntimeError as exc:
-            raise ArtifactError(
-                f"{WEIGHTS_FILE}: does not match the architecture in {CONFIG_FILE}: {exc}"
-            ) from exc
-        return model.float().eval()
-
-
-def _verify_hash(name: str, data: bytes, expected: str) -> None:
-    got = _sha256(data)
-    if got != expected:
-        raise ArtifactError(
-            f"{name}: sha256 mismatch (expected {expected}, got {got}) — "
-            "the artifact was modified or corrupted"
-        )
-
-
-def _read_manifest(root: Path) -> tuple[bytes, dict[str, str]]:
-    path = root / MANIFEST_FILE
-    if not path.is_file():
-        raise ArtifactError(f"{MANIFEST_FILE}: missing in {root}; this is not a verified artifact directory")
-    raw = path.read_bytes()
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ArtifactError(f"{MANIFEST_FILE}: not valid JSON ({exc})") from exc
-    top = _Fields(data, MANIFEST_FILE)
-    fmt = top.str_("format")
-    if fmt != ARTIFACT_FORMAT:
-        raise top.error("format", f"is '{fmt}'; this code reads '{ARTIFACT_FORMAT}'")
-    files = top.dict_("files")
-    for name, digest in files.items():
-        if Path(name).name != name or name in ("", ".", ".."):
-            raise top.error("files", f"lists '{name}', which is not a plain file name in the artifact")
-        if not isinstance(digest, str) or len(digest) != 64:
-            raise top.error(f"files.{name}", f"must be a sha256 hex digest, got {digest!r}")
-    missing = [name for name in REQUIRED_FILES if name not in files]
-    if missing:
-        raise ArtifactError(f"{MANIFEST_FILE}: does not list required file(s): {', '.join(missing)}")
-    return raw, files
-
-
-def _parse_json(name: str, data: bytes) -> Any:
-    try:
-        return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ArtifactError(f"{name}: not valid JSON ({exc})") from exc
-
-
-def load_artifact(directory: str | Path | None = None) -> Artifact:
-    """Open and verify an artifact directory (default: the embedded one); raises ArtifactError naming
-    the offending file.
-
-    Checks: the directory exists; ``manifest.json`` is present and well formed and lists every required
-    file; every listed file exists and matches its sha256; config and calibration parse and validate.
-    Unlisted files are ignored with a warning.
-    """
-    root = Path(directory) if directory is not None else DEFAULT_ARTIFACT_DIR
-    if not root.is_dir():
-        if root.resolve() == DEFAULT_ARTIFACT_DIR.resolve():
-            raise ArtifactError(
-                f"The embedded default artifact is missing ({root}): it has not been built into this "
-                "checkout. Train and export one (radscreen-train), or point RADSCREEN_MODEL_DIR at an "
-                "artifact directory."
-            )
-        raise ArtifactError(f"Artifact directory {root} does not exist")
-    manifest_bytes, files = _read_manifest(root)
-    contents: dict[str, bytes] = {}
-    for name, expected in files.items():
-        path = root / name
-        if not path.is_file():
-            raise ArtifactError(f"{name}: listed in {MANIFEST_FILE} but missing from {root}")
-        data = path.read_bytes()
-        _verify_hash(name, data, expected)
-        if name != WEIGHTS_FILE:  # the weights are re-read (and re-verified) by Artifact.state_dict
-            contents[name] = data
-    unlisted = sorted(p.name for p in root.iterdir() if p.name not in files and p.name != MANIFEST_FILE)
-    if unlisted:
-        logger.warning("Artifact %s: ignoring files not in the manifest: %s", root, ", ".join(unlisted))
-
-    config = ArtifactConfig.from_dict(_parse_json(CONFIG_FILE, contents[CONFIG_FILE]))
-    calibration = Calibration.from_dict(_parse_json(CALIBRATION_FILE, contents[CALIBRATION_FILE]))
-    try:
-        card = contents[MODEL_CARD_FILE].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ArtifactError(f"{MODEL_CARD_FILE}: not valid UTF-8 ({exc})") from exc
-    return Artifact(
-        config=config,
-        calibration=calibration,
-        model_card=card,
-        sha256=_sha256(manifest_bytes),
-        directory=root,
-        files=dict(files),
-    )
