@@ -28,7 +28,7 @@ from service.inference.scoring import (
     score_payload,
     screening_outcome,
 )
-from tests.service.conftest import encode, fundus_like
+from tests.helpers.images import encode, fundus_like
 
 FP32_TOL = 1e-4  # probability and MI, torch vs onnxruntime vs the reference K-pass loop
 BF16_TOL_P, BF16_TOL_MI = 0.02, 0.005  # bf16 autocast vs fp32 on this model (measured: see docs)
