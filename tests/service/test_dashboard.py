@@ -23,6 +23,8 @@ import pytest
 from tests.helpers.outcomes import OUTCOMES, build_outcome_artifact
 from tests.helpers.service_process import running_service
 
+pytestmark = pytest.mark.browser  # deselect locally with -m "not browser"; CI runs it
+
 CHROMIUM = "/usr/bin/chromium"
 API_KEY = "dashboard-test-key"
 BROWSER_ARGS = [

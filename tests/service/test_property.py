@@ -17,6 +17,8 @@ from tests.helpers.live_server import live_server, settings_for
 
 schemathesis = pytest.importorskip("schemathesis")
 
+pytestmark = pytest.mark.fuzz  # deselect locally with -m "not fuzz"; CI runs it
+
 
 @pytest.fixture(scope="module")
 def base_url(tiny_artifact: Path) -> Iterator[str]:
