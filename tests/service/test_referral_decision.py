@@ -1,6 +1,6 @@
 """The referral decision of ``Scorer.score_batch``: constructed draws in, exactly this answer out.
 
-Every expected value below is a constant worked out by hand from the rule in docs/architecture.md §4
+Every expected value below is a constant worked out by hand from the rules in docs/architecture.md §6
 (never recomputed with the code under test): the draws are chosen probabilities, so p̄, the entropies
 and the MI are known in closed form (H(p) = -p ln p - (1-p) ln(1-p), MI = H(p̄) - mean_s H(p_s)),
 and the label, the refer-to-expert flag, its reasons and the screening outcome follow from the table.
