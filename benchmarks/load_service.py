@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import os
 import platform
 import socket
@@ -34,21 +33,14 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from service.inference.scoring import Scorer, prepare_image
 from service.settings import Settings
-from tests.service.live import live_server, wait_until_ready
-
-
-def fundus_png(seed: int, size: int) -> bytes:
-    from tests.service.conftest import fundus_like
-
-    buf = io.BytesIO()
-    Image.fromarray(fundus_like(seed, size=size)).save(buf, format="PNG")
-    return buf.getvalue()
+from tests.helpers.artifacts import build_tiny_artifact
+from tests.helpers.images import encode, fundus_like
+from tests.helpers.live_server import live_server, wait_until_ready
 
 
 def percentiles(latencies: list[float]) -> str:
@@ -141,10 +133,8 @@ def main(argv: list[str] | None = None) -> None:
 
             model_dir = Path(DEFAULT_ARTIFACT_DIR)
         else:
-            from tests.service.conftest import build_tiny_artifact
-
             model_dir = build_tiny_artifact(Path(tmp) / "tiny")
-        images = [fundus_png(i, args.image_size) for i in range(64)]
+        images = [encode(fundus_like(i, size=args.image_size)) for i in range(64)]
         import torch
 
         print(

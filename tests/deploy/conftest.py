@@ -1,47 +1,14 @@
-"""Shared helpers for the deploy checks: repository paths and the metric names of docs/contracts.md."""
+"""Fixtures of the deploy checks: promtool and a running Docker engine (helpers: tests.helpers.deploy)."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy"
-HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
-
-
-def contract_metrics() -> dict[str, str]:
-    """``{metric name: type}`` from the "Service metrics" table of docs/contracts.md."""
-    text = (ROOT / "docs" / "contracts.md").read_text(encoding="utf-8")
-    rows = re.findall(r"^\|\s*`(radscreen_[a-z0-9_]+)`\s*\|\s*([a-z]+)", text, flags=re.MULTILINE)
-    assert rows, "docs/contracts.md has no 'Service metrics' table of `radscreen_*` names"
-    return dict(rows)
-
-
-def exposed_series_names() -> set[str]:
-    """Every series name the contract metrics expose (histograms add _bucket/_sum/_count)."""
-    names: set[str] = set()
-    for name, kind in contract_metrics().items():
-        names.add(name)
-        if kind == "histogram":
-            names.update(name + suffix for suffix in HISTOGRAM_SUFFIXES)
-    return names
-
-
-def prometheus_tool(name: str) -> str:
-    """Path of ``name`` (promtool, prometheus) from the Debian package `prometheus`; skip the test if absent.
-
-    The package is installed by scripts/install-system-deps.sh; without it these checks cannot run.
-    """
-    path = shutil.which(name)
-    if path is None:
-        pytest.skip(f"{name} not installed: run scripts/install-system-deps.sh (Debian package prometheus)")
-    return path
+from tests.helpers.deploy import ROOT, prometheus_tool
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from tests.deploy.conftest import DEPLOY, ROOT
+from tests.helpers.deploy import DEPLOY, ROOT
 
 COMPOSE = ROOT / "docker-compose.yml"
 GPU_OVERRIDE = DEPLOY / "docker-compose.gpu.yml"

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.deploy.conftest import DEPLOY, ROOT
+from tests.helpers.deploy import DEPLOY, ROOT
 
 
 def instructions(name: str) -> list[tuple[str, str]]:

@@ -11,15 +11,10 @@ from typing import Any
 
 import yaml
 
-from tests.deploy.conftest import DEPLOY, exposed_series_names
+from tests.helpers.deploy import DEPLOY, exposed_series_names, metric_names
 
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "radscreen.json"
 PROVISIONING = DEPLOY / "grafana" / "provisioning"
-PROMQL_WORDS = {
-    "sum", "avg", "max", "min", "count", "rate", "increase", "irate", "histogram_quantile", "abs",
-    "clamp_min", "clamp_max", "and", "or", "unless", "by", "without", "on", "ignoring", "group_left",
-    "group_right", "offset", "bool", "time", "vector", "scalar", "topk", "bottomk", "delta", "deriv",
-}
 
 
 def dashboard() -> dict[str, Any]:
@@ -29,17 +24,6 @@ def dashboard() -> dict[str, Any]:
 def queries() -> list[tuple[str, str]]:
     """``(panel title, expr)`` for every target of every panel."""
     return [(p["title"], t["expr"]) for p in dashboard()["panels"] for t in p.get("targets", [])]
-
-
-def metric_names(expr: str) -> set[str]:
-    """Series names an expression selects: strip strings, matchers, ranges and grouping clauses first."""
-    text = re.sub(r'"[^"]*"', "", expr)
-    text = re.sub(r"\{[^}]*\}", "", text)
-    text = re.sub(r"\[[^\]]*\]", "", text)
-    text = re.sub(r"(?<![A-Za-z0-9_:])\d+(\.\d+)?([eE][-+]?\d+)?", "", text)  # numbers such as 1e-9
-    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
-    words = set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", text))
-    return {w for w in words if w not in PROMQL_WORDS}
 
 
 def recording_rules() -> set[str]:

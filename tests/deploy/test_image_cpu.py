@@ -26,9 +26,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.deploy.conftest import ROOT
-from tests.deploy.live_service import free_port, fundus_png
-from tests.helpers.processes import running_process, wait_until_ready
+from tests.helpers.deploy import ROOT
+from tests.helpers.images import fundus_png
+from tests.helpers.processes import free_port, running_process, wait_until_ready
 
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(3000)]
 

@@ -8,8 +8,7 @@ import subprocess
 
 import yaml
 
-from tests.deploy.conftest import DEPLOY, exposed_series_names
-from tests.deploy.test_grafana_dashboard import metric_names
+from tests.helpers.deploy import DEPLOY, exposed_series_names, metric_names
 
 PROM = DEPLOY / "prometheus"
 

@@ -15,9 +15,11 @@ import httpx
 import pytest
 import yaml
 
-from tests.deploy.conftest import DEPLOY, prometheus_tool
-from tests.deploy.live_service import blank_png, build_artifact, free_port, fundus_png, running_service
-from tests.helpers.processes import running_process, wait_until_ready
+from tests.helpers.artifacts import build_e2e_artifact
+from tests.helpers.deploy import DEPLOY, prometheus_tool
+from tests.helpers.images import blank_png, fundus_png
+from tests.helpers.processes import free_port, running_process, wait_until_ready
+from tests.helpers.service_process import running_service
 
 SCRAPE_INTERVAL_S = 1
 DEADLINE_S = 60.0
@@ -71,7 +73,7 @@ def wait_for(base: str, promql: str, ready: Any) -> list[dict[str, Any]]:
 
 
 def test_prometheus_scrapes_the_service_and_evaluates_our_rules(prometheus_binary: str, tmp_path: Path) -> None:
-    model_dir = build_artifact(tmp_path / "artifact")
+    model_dir = build_e2e_artifact(tmp_path / "artifact")
     with running_service(model_dir, tmp_path / "service.log") as service:
         images = [fundus_png(seed=0), fundus_png(seed=1), blank_png()]
         for i, png in enumerate(images):

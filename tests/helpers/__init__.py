@@ -1,1 +1,5 @@
-"""Shared test scaffolding: tiny model artifacts and subprocess readiness, used across test folders."""
+"""The one shared place for test scaffolding (plain functions, no fixtures), used by tests and benchmarks.
+
+conftest.py files hold fixtures only; test modules and benchmarks/*.py import helpers from here, never
+from a conftest.py or another test module. Not shipped: the wheel packages models, training and service.
+"""

@@ -72,3 +72,19 @@ def build_tiny_artifact(
     save_artifact(directory, model=model, config=config, calibration=calibration, model_card=model_card,
                   overwrite=True)
     return directory
+
+
+def build_e2e_artifact(directory: Path, *, referral_threshold_mi: float = 0.002, seed: int = 0) -> Path:
+    """The tiny artifact of the end-to-end service tests (tests.helpers.service_process), named tiny-radial-e2e.
+
+    A threshold far below the network's typical MI (~1e-3 at rho_init -2.5) makes every gradable image
+    "uncertain", so tests can see the referral path deterministically.
+    """
+    return build_tiny_artifact(
+        directory,
+        name="tiny-radial-e2e",
+        intended_use="End-to-end tests only: an untrained tiny network with no clinical meaning.",
+        referral_threshold_mi=referral_threshold_mi,
+        seed=seed,
+        model_card="# Tiny e2e model\n\nUntrained; for tests only.\n",
+    )

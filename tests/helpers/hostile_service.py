@@ -20,9 +20,7 @@ from typing import Any
 
 import httpx
 
-from tests.helpers.processes import running_process, wait_until_ready
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.processes import ROOT, free_port, running_process, wait_until_ready
 
 
 @dataclass(frozen=True)
@@ -80,12 +78,6 @@ def reset_peak_rss(pid: int) -> bool:
     except OSError:
         return False
     return True
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager

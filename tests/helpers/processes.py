@@ -1,11 +1,13 @@
-"""Servers started as subprocesses in tests: start with a log file, wait for readiness, always stop.
+"""Servers started as subprocesses in tests: a free port, start with a log file, wait for readiness, always stop.
 
-Used by the end-to-end service (tests/deploy/live_service.py) and the Prometheus scrape test.
+Used by the end-to-end service (tests.helpers.service_process), the hostile-input service
+(tests.helpers.hostile_service) and the Prometheus scrape test.
 """
 
 from __future__ import annotations
 
 import contextlib
+import socket
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -13,7 +15,15 @@ from pathlib import Path
 
 import httpx
 
+ROOT = Path(__file__).resolve().parents[2]  # the repository: the working directory of the servers
 LOG_TAIL_CHARS = 3000
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the server binds it next)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager

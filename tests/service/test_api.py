@@ -15,21 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.inference.scoring import ImageScore, PreparedImage, Scorer
 from service.inference.spec import ScorerSpec
 from service.settings import Settings
-from tests.service.conftest import encode, fundus_like
-from tests.service.live import live_server, wait_until_ready
+from tests.helpers.images import encode, fundus_like
+from tests.helpers.live_server import live_server, settings_for, wait_until_ready
 
 VOLATILE = ("request_id", "timing_ms")
-
-
-def settings_for(artifact: Path, **overrides: Any) -> Settings:
-    base: dict[str, Any] = {
-        "model_dir": artifact,
-        "max_batch_size": 8,
-        "max_wait_ms": 30.0,
-        "max_upload_bytes": 256 * 1024,
-        "device": "cpu",
-    }
-    return Settings(**{**base, **overrides})
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.service.conftest import encode, fundus_like
-from tests.service.live import live_server
-from tests.service.test_api import settings_for
-from tests.service.test_imaging import png_header_claiming
+from tests.helpers.hostile import png_claiming
+from tests.helpers.images import encode, fundus_like
+from tests.helpers.live_server import live_server, settings_for
 
 PROBLEM = "application/problem+json"
 LIMIT = 256 * 1024
@@ -59,7 +58,7 @@ def test_empty_random_and_truncated(server: str) -> None:
 
 def test_size_limits(server: str) -> None:
     _assert_problem(_raw(server, encode(np.zeros((1, 1, 3), np.uint8))), 400, "image-too-small", "1x1")
-    _assert_problem(_raw(server, png_header_claiming(30000, 30000)), 413, "image-too-large", "pixels")
+    _assert_problem(_raw(server, png_claiming(30000, 30000)), 413, "image-too-large", "pixels")
     big = np.random.default_rng(0).integers(0, 255, (400, 400, 3)).astype(np.uint8)  # ~480 KB PNG of noise
     data = encode(big)
     assert len(data) > LIMIT
@@ -81,7 +80,7 @@ def test_formats_that_must_work(server: str) -> None:
     sixteen = fundus[..., 0].astype(np.uint16) * 257  # 16-bit grayscale PNG
     r = _raw(server, encode(sixteen))
     assert r.status_code == 200 and r.json()["quality"]["gradable"] is False  # grey: not a fundus colour
-    pal = Image.fromarray(fundus).convert("P", palette=Image.ADAPTIVE)
+    pal = Image.fromarray(fundus).convert("P", palette=Image.Palette.ADAPTIVE)
     buf = io.BytesIO()
     pal.save(buf, format="PNG")
     r = _raw(server, buf.getvalue())

@@ -1,6 +1,6 @@
 """The clinician page in a real browser (Debian chromium driven by Playwright) against a real service.
 
-The service runs with an API key and a tiny artifact calibrated (tests/service/outcomes.py) so that each
+The service runs with an API key and a tiny artifact calibrated (tests/helpers/outcomes.py) so that each
 of the four screening outcomes occurs for one generated image: every outcome is checked on the single
 view and in the batch table (headline words and colour class), and the FHIR download is checked to reuse
 the result on screen. Screenshots go to a temp dir and, when $RADSCREEN_SCREENSHOT_DIR is set, there too
@@ -20,8 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.deploy.live_service import running_service
-from tests.service.outcomes import OUTCOMES, build_outcome_artifact
+from tests.helpers.outcomes import OUTCOMES, build_outcome_artifact
+from tests.helpers.service_process import running_service
+
+pytestmark = pytest.mark.browser  # deselect locally with -m "not browser"; CI runs it
 
 CHROMIUM = "/usr/bin/chromium"
 API_KEY = "dashboard-test-key"

@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.deploy.live_service import blank_png, fundus_png, running_service
-from tests.service.outcomes import OUTCOMES, build_outcome_artifact
+from tests.helpers.images import blank_png, fundus_png
+from tests.helpers.outcomes import OUTCOMES, build_outcome_artifact
+from tests.helpers.service_process import running_service
 
 pytest.importorskip("fhir.resources.R4B", reason="fhir.resources (dev extra) validates the FHIR output")
 from fhir.resources.R4B.bundle import Bundle

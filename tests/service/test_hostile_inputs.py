@@ -31,7 +31,7 @@ from tests.helpers.hostile_service import (
     stalled_upload,
     trickled_upload,
 )
-from tests.service.conftest import encode, fundus_like
+from tests.helpers.images import encode, fundus_like
 
 PROBLEM = "application/problem+json"
 MAX_PIXELS = 4_000_000

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import io
-import struct
-import zlib
 
 import numpy as np
 import pytest
@@ -12,6 +10,7 @@ from PIL import Image
 
 from service.errors import IMAGE_PROBLEM_STATUS
 from service.inference.imaging import ImageRejected, decode_rgb, fov_square, open_image
+from tests.helpers.hostile import png_claiming
 
 LIMITS = {"max_pixels": 10_000_000, "max_bytes": 5_000_000}
 
@@ -33,16 +32,6 @@ def _rejected(data: bytes, **limits: int) -> ImageRejected:
     return info.value
 
 
-def png_header_claiming(width: int, height: int) -> bytes:
-    """A tiny valid-looking PNG whose IHDR claims ``width x height`` (no real pixel data)."""
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    chunk = b"IHDR" + ihdr
-    body = struct.pack(">I", len(ihdr)) + chunk + struct.pack(">I", zlib.crc32(chunk))
-    idat = zlib.compress(b"\x00" * 64)
-    body += struct.pack(">I", len(idat)) + b"IDAT" + idat + struct.pack(">I", zlib.crc32(b"IDAT" + idat))
-    return b"\x89PNG\r\n\x1a\n" + body
-
-
 def test_sixteen_bit_grayscale_is_scaled_not_clipped() -> None:
     arr = np.full((32, 32), 32768, np.uint16)  # half of the 16-bit range
     rgb = decode_rgb(_save(Image.fromarray(arr), "PNG"), **LIMITS)
@@ -56,7 +45,7 @@ def test_alpha_is_composited_on_black_and_palette_expanded() -> None:
     rgba[..., 3] = 128  # half transparent red
     rgb = decode_rgb(_save(Image.fromarray(rgba), "PNG"), **LIMITS)
     assert abs(int(rgb[0, 0, 0]) - 100) <= 1 and rgb[0, 0, 1] == 0
-    pal = Image.fromarray(np.full((32, 32, 3), (10, 200, 30), np.uint8)).convert("P", palette=Image.ADAPTIVE)
+    pal = Image.fromarray(np.full((32, 32, 3), (10, 200, 30), np.uint8)).convert("P", palette=Image.Palette.ADAPTIVE)
     rgb = decode_rgb(_save(pal, "PNG"), **LIMITS)
     assert tuple(rgb[5, 5]) == pytest.approx((10, 200, 30), abs=2)
 
@@ -87,12 +76,12 @@ def test_other_formats_decode(fmt: str) -> None:
 
 
 def test_pixel_limit_is_checked_from_the_header_before_decoding() -> None:
-    data = png_header_claiming(30000, 30000)  # 900 Mpx claimed in < 200 bytes
+    data = png_claiming(30000, 30000)  # 900 Mpx claimed in < 200 bytes
     assert len(data) < 200
     err = _rejected(data)
     assert (_status(err), err.problem_type) == (413, "image-too-large")
     assert "decompression bomb" in err.detail
-    err = _rejected(png_header_claiming(5000, 4000))  # below Pillow's guard, above ours
+    err = _rejected(png_claiming(5000, 4000))  # below Pillow's guard, above ours
     assert (_status(err), err.problem_type) == (413, "image-too-large")
     assert "5000x4000 = 20000000 pixels" in err.detail
 
@@ -116,7 +105,7 @@ def test_refusals_are_specific() -> None:
 
 
 def test_open_image_reads_no_pixels() -> None:
-    img = open_image(png_header_claiming(640, 480), max_pixels=10**7, max_bytes=10**6)
+    img = open_image(png_claiming(640, 480), max_pixels=10**7, max_bytes=10**6)
     assert img.size == (640, 480)
 
 

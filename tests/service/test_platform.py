@@ -23,8 +23,8 @@ from service.inference.platform import (
 from service.inference.scoring import Scorer
 from service.settings import Settings
 from tests.helpers.artifacts import build_tiny_artifact
-from tests.service.conftest import encode, fundus_like
-from tests.service.live import live_server
+from tests.helpers.images import encode, fundus_like
+from tests.helpers.live_server import live_server
 
 AMD_AVX2 = """processor\t: 0
 vendor_id\t: AuthenticAMD

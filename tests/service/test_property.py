@@ -13,10 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.service.live import live_server
-from tests.service.test_api import settings_for
+from tests.helpers.live_server import live_server, settings_for
 
 schemathesis = pytest.importorskip("schemathesis")
+
+pytestmark = pytest.mark.fuzz  # deselect locally with -m "not fuzz"; CI runs it
 
 
 @pytest.fixture(scope="module")

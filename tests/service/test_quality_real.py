@@ -17,7 +17,7 @@ from PIL import Image, ImageDraw
 from models.fov import fit_fov_circle
 from service.inference.imaging import fov_square
 from service.inference.quality import assess_quality
-from tests.service.degradations import DEGRADATIONS
+from tests.helpers.degradations import DEGRADATIONS
 
 IDRID = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "idrid-lesion-54"
 pytestmark = pytest.mark.skipif(not IDRID.is_dir(), reason=f"real photographs not found at {IDRID}")

@@ -1,4 +1,6 @@
-"""The shared inference path: backends agree, batching does not change answers, referral logic.
+"""The shared inference path: backends agree, batching does not change answers, outcome precedence.
+
+The referral decision of ``Scorer.score_batch`` on constructed draws is in test_referral_decision.py.
 
 Measured on the tiny test artifact (64 px, width 4, rho_init -2.5 so the draws differ visibly).
 """
@@ -26,7 +28,7 @@ from service.inference.scoring import (
     score_payload,
     screening_outcome,
 )
-from tests.service.conftest import encode, fundus_like
+from tests.helpers.images import encode, fundus_like
 
 FP32_TOL = 1e-4  # probability and MI, torch vs onnxruntime vs the reference K-pass loop
 BF16_TOL_P, BF16_TOL_MI = 0.02, 0.005  # bf16 autocast vs fp32 on this model (measured: see docs)
@@ -96,8 +98,9 @@ CAL = ScorerCalibration(referral_threshold_mi=1e-6, decision_threshold=0.5, targ
         # gradable and uncertain: a human grader reviews it, whatever the probability says
         (True, 2e-6, 0.99, "grader_review_uncertain"),
         (True, 2e-6, 0.01, "grader_review_uncertain"),
-        # MI exactly at the threshold is not above it
+        # MI exactly at the threshold is not above it: the probability decides
         (True, 1e-6, 0.99, "refer_referable_dr"),
+        (True, 1e-6, 0.4999, "no_referable_dr"),
         # confident: the probability threshold decides; p == threshold is referable
         (True, 5e-7, 0.5, "refer_referable_dr"),
         (True, 0.0, 0.4999, "no_referable_dr"),
@@ -116,43 +119,12 @@ def test_outcome_text_names_the_action_and_only_one_outcome_says_no_referable() 
     assert [o for o, text in OUTCOME_TEXT.items() if "No referable" in text] == [ScreeningOutcome.NO_REFERABLE_DR]
 
 
-def _with_thresholds(scorer: Scorer, *, mi: float, decision: float) -> Scorer:
-    cal = ScorerCalibration(referral_threshold_mi=mi, decision_threshold=decision, target_referral_rate=0.2,
-                            dataset="constructed")
-    return Scorer(backend=scorer.backend, pipeline=scorer.pipeline, model_identity=scorer.model_identity,
-                  calibration=cal)
-
-
-def test_scored_images_get_the_expected_outcome_and_payload(scorer: Scorer, images: list) -> None:
-    """The same pixels under constructed thresholds land in each of the four outcomes."""
-    bad = QualityReport(gradable=False, score=0.2, issues=["blurred"])
-    ungradable = PreparedImage(images[0].pixels, bad, 1.0)
-    [ref] = scorer.score_batch([images[0]])
-    p, mi = ref.probability, ref.mutual_information
-    assert mi > 0.0 and 0.0 < p < 1.0
-    cases = {
-        "grader_review_uncertain": _with_thresholds(scorer, mi=mi / 2, decision=p / 2),
-        "refer_referable_dr": _with_thresholds(scorer, mi=mi * 2, decision=p / 2),
-        "no_referable_dr": _with_thresholds(scorer, mi=mi * 2, decision=min(1.0, p * 1.5 + 0.01)),
-    }
-    for expected, s in cases.items():
-        good, poor = s.score_batch([images[0], ungradable])
-        assert good.outcome.value == expected
-        assert poor.outcome is ScreeningOutcome.RETAKE_UNGRADABLE  # the same pixels, not gradable
-        assert good.probability == pytest.approx(poor.probability)  # the net sees the same pixels
-        body = score_payload(good, s)
-        assert body["outcome"] == expected and body["outcome_reason"] == OUTCOME_TEXT[ScreeningOutcome(expected)]
-    uncertain = cases["grader_review_uncertain"].score_batch([images[0]])[0]
-    assert uncertain.refer_to_expert is True and uncertain.referral_reasons == ["uncertain"]
-    confident = cases["refer_referable_dr"].score_batch([images[0], ungradable])
-    assert confident[0].refer_to_expert is False and confident[0].referral_reasons == []
-    assert confident[0].label == "referable"  # refer_to_expert false, yet a referral: the outcome says so
-    assert confident[1].refer_to_expert is True and confident[1].referral_reasons == ["image_quality"]
-
-
 def test_payload_fields(scorer: Scorer, images: list) -> None:
+    """An ungradable image is scored by the network like any other, but its outcome is a retake."""
     bad = QualityReport(gradable=False, score=0.2, issues=["blurred"])
-    [poor] = scorer.score_batch([PreparedImage(images[0].pixels, bad, 1.0)])
+    good, poor = scorer.score_batch([images[0], PreparedImage(images[0].pixels, bad, 1.0)])
+    assert poor.probability == pytest.approx(good.probability)  # the same pixels, the same network answer
+    assert poor.refer_to_expert is True and "image_quality" in poor.referral_reasons
     assert 0.0 <= poor.mutual_information <= poor.predictive_entropy <= np.log(2) + 1e-12
     assert poor.predictive_entropy == pytest.approx(poor.expected_entropy + poor.mutual_information)
     body = score_payload(poor, scorer)

@@ -130,6 +130,7 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrainConfig, Path]
     return cfg, out
 
 
+@pytest.mark.training
 def test_history_logs_the_schedule_the_rho_budget_and_the_models_sigma(fitted: tuple[TrainConfig, Path]) -> None:
     _, out = fitted
     history = json.loads((out / "history.json").read_text())
@@ -149,6 +150,7 @@ def test_history_logs_the_schedule_the_rho_budget_and_the_models_sigma(fitted: t
     assert (out / CURVES_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.training
 def test_best_epoch_has_the_lowest_validation_nll(fitted: tuple[TrainConfig, Path]) -> None:
     _, out = fitted
     history = json.loads((out / "history.json").read_text())
@@ -171,6 +173,7 @@ def test_card_flags_sigma_limited_by_the_optimiser(ratio: float, flagged: bool) 
     assert "amsgrad True" in text and "selected by the lowest validation NLL" in text
 
 
+@pytest.mark.training
 def test_fp16_artifact_states_its_rounding_in_the_card(fitted: tuple[TrainConfig, Path], tmp_path: Path) -> None:
     from dataclasses import replace
 

@@ -44,6 +44,7 @@ def _final_state(out: Path) -> dict[str, torch.Tensor]:
     return ckpt["model"]  # type: ignore[no-any-return]
 
 
+@pytest.mark.training
 def test_resume_after_interruption_matches_an_uninterrupted_run(tiny_data: Path, tmp_path: Path) -> None:
     full_cfg = _config(tiny_data, tmp_path / "full")
     data = prepare_data(full_cfg)
@@ -68,6 +69,7 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(tiny_data: Path,
     assert hist_a[1]["train_kl"] > 0 and hist_a[0]["train_kl"] == 0
 
 
+@pytest.mark.training
 def test_first_epoch_trains_only_the_means(tiny_data: Path, tmp_path: Path) -> None:
     cfg = _config(tiny_data, tmp_path / "run", epochs=1)
     torch.manual_seed(cfg.seed)
@@ -81,6 +83,7 @@ def test_first_epoch_trains_only_the_means(tiny_data: Path, tmp_path: Path) -> N
     assert any(not torch.equal(after[k], initial[k]) for k in mu_keys)
 
 
+@pytest.mark.training
 def test_resume_refuses_changed_settings(tiny_data: Path, tmp_path: Path) -> None:
     cfg = _config(tiny_data, tmp_path / "run", epochs=1)
     Trainer(cfg, progress=False).fit()
@@ -88,6 +91,7 @@ def test_resume_refuses_changed_settings(tiny_data: Path, tmp_path: Path) -> Non
         Trainer(_config(tiny_data, tmp_path / "run", epochs=2, lr=5e-2), progress=False).fit()
 
 
+@pytest.mark.training
 def test_cli_fit_evaluate_export_round_trip(tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                             ) -> None:
     art = tmp_path / "artifact"
@@ -120,6 +124,7 @@ def test_cli_fit_evaluate_export_round_trip(tiny_data: Path, tmp_path: Path, cap
     assert 0 < graph.stat().st_size < 1_000_000
 
 
+@pytest.mark.training
 def test_baseline_family_is_evaluated_without_a_serving_artifact(tiny_data: Path, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"

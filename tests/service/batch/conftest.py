@@ -1,5 +1,7 @@
 """Fixtures for the batch-job tests: tiny real artifacts (width 4, 64 px) and folders of real images.
 
+The two private functions below only serve these fixtures; shared helpers live in tests/helpers.
+
 The artifacts are built with ``models.artifact.save_artifact`` once per session; two seeds give two
 models with different sha256 for the "refuse to mix models" tests.
 """
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     from service.inference.scoring import Scorer
 
 
-def make_tiny_artifact(directory: Path, *, seed: int) -> Path:
+def _batch_artifact(directory: Path, *, seed: int) -> Path:
     """Save an untrained tiny radial VGG-16* artifact; the MI threshold refers part of the images."""
     return build_tiny_artifact(
         directory,
@@ -38,12 +40,12 @@ def make_tiny_artifact(directory: Path, *, seed: int) -> Path:
 
 @pytest.fixture(scope="session")
 def batch_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_artifact(tmp_path_factory.mktemp("batch-artifact") / "tiny", seed=0)
+    return _batch_artifact(tmp_path_factory.mktemp("batch-artifact") / "tiny", seed=0)
 
 
 @pytest.fixture(scope="session")
 def other_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_artifact(tmp_path_factory.mktemp("batch-artifact-2") / "tiny", seed=1)
+    return _batch_artifact(tmp_path_factory.mktemp("batch-artifact-2") / "tiny", seed=1)
 
 
 @pytest.fixture(scope="session")
@@ -53,7 +55,7 @@ def batch_scorer(batch_artifact: Path) -> Scorer:
     return Scorer.from_artifact(batch_artifact, device="cpu")
 
 
-def fundus_png(path: Path, seed: int, size: int = 80) -> Path:
+def _write_fundus_png(path: Path, seed: int, size: int = 80) -> Path:
     """Write a fundus-looking PNG (red textured disc on black; every 5th one dark = ungradable)."""
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:size, 0:size]
@@ -75,7 +77,7 @@ def make_folder(tmp_path: Path) -> Callable[..., Path]:
     def make(n: int, *, corrupt: bool = True, name: str = "images") -> Path:
         root = tmp_path / name
         for i in range(n):
-            fundus_png(root / ("sub" if i % 3 == 0 else ".") / f"eye{i:03d}.png", seed=i)
+            _write_fundus_png(root / ("sub" if i % 3 == 0 else ".") / f"eye{i:03d}.png", seed=i)
         if corrupt:
             (root / "corrupt.jpg").write_bytes(b"\xff\xd8\xff\xe0" + b"\x00garbage" * 8)
         (root / "notes.txt").write_text("not an image; ignored by folder discovery\n")

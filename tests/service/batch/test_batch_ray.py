@@ -20,6 +20,8 @@ from service.inference.spec import ScorerSpec
 ray: Any = pytest.importorskip("ray", reason="Ray is not installed (pip install 'radial-screen[ray]')")
 pytest.importorskip("ray.data", reason="Ray Data is not installed (pip install 'radial-screen[ray]')")
 
+pytestmark = pytest.mark.ray  # starts a local Ray instance; deselect locally with -m "not ray"; CI runs it
+
 REPO = Path(__file__).resolve().parents[3]
 
 

@@ -1,4 +1,8 @@
-"""A real uvicorn server on 127.0.0.1 (random free port) running in a background thread."""
+"""A real uvicorn server on 127.0.0.1 (random free port) running in a background thread of the test process.
+
+For tests that pass ``Settings`` or a ``scorer_factory`` directly (tests/service) and for
+benchmarks/load_service.py ``--in-process``; ``tests.helpers.service_process`` starts a separate process.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
@@ -14,6 +20,18 @@ import uvicorn
 from service.app import create_app
 from service.model_host import ScorerFactory
 from service.settings import Settings
+
+
+def settings_for(artifact: Path, **overrides: Any) -> Settings:
+    """Service settings for the tests: ``artifact``, CPU, batches of 8, 256 KiB uploads, then ``overrides``."""
+    base: dict[str, Any] = {
+        "model_dir": artifact,
+        "max_batch_size": 8,
+        "max_wait_ms": 30.0,
+        "max_upload_bytes": 256 * 1024,
+        "device": "cpu",
+    }
+    return Settings(**{**base, **overrides})
 
 
 @contextmanager
@@ -47,6 +65,7 @@ def live_server(
 
 
 def wait_until_ready(base: str, timeout: float = 60.0) -> None:
+    """Poll ``{base}/readyz`` until it answers 200 (the model is loaded); raise after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if httpx.get(f"{base}/readyz").status_code == 200:

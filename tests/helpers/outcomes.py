@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from tests.deploy.live_service import blank_png, build_artifact, fundus_png
-from tests.helpers.artifacts import build_tiny_artifact
+from tests.helpers.artifacts import build_e2e_artifact, build_tiny_artifact
+from tests.helpers.images import blank_png, fundus_png
 
 OUTCOMES = ("refer_referable_dr", "grader_review_uncertain", "retake_ungradable", "no_referable_dr")
 CANDIDATE_SEEDS = range(6)
@@ -43,7 +43,7 @@ def _between(hi: float, lo: float) -> float:
 def build_outcome_artifact(directory: Path) -> tuple[Path, dict[str, bytes]]:
     """Save the calibrated tiny artifact in ``directory``; return it and one PNG per outcome."""
     images = {seed: fundus_png(seed=seed) for seed in CANDIDATE_SEEDS}
-    build_artifact(directory)  # provisional thresholds; only the weights matter for the scores
+    build_e2e_artifact(directory)  # provisional thresholds; only the weights matter for the scores
     scores = _scores(directory, images)
     by_mi = sorted(scores, key=lambda k: scores[k][1], reverse=True)
     uncertain, rest = by_mi[0], by_mi[1:]
