@@ -7,12 +7,13 @@
 #                       (scripts/docker-daemon.sh starts the daemon; the package's service is not needed)
 #   debootstrap      -> the local Debian base image of that test (scripts/docker-base.sh), where base
 #                       images cannot be pulled
+#   curl             -> the README and docs/integration.md curl lines, run as written by a test
 # Tolerant: does nothing when everything is already installed, and never fails the caller when apt is
 # unavailable (the tests then skip with a reason naming the missing binary).
 set -uo pipefail
 
-packages=(prometheus chromium chromium-driver docker.io debootstrap)
-binaries=(promtool chromium chromedriver dockerd debootstrap)
+packages=(prometheus chromium chromium-driver docker.io debootstrap curl)
+binaries=(promtool chromium chromedriver dockerd debootstrap curl)
 
 missing=()
 for i in "${!packages[@]}"; do
