@@ -82,7 +82,11 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.add_argument("--grad-sd-samples", type=int, default=d.grad_sd_samples,
                    help="gradient estimates per epoch for the NLL-gradient SD diagnostic (0: off)")
     r.add_argument("--precision", choices=("fp32", "bf16"), default=d.precision, help="autocast during training")
-    r.add_argument("--seed", type=int, default=d.seed, help="seed of the split, data order, augmentation and draws")
+    r.add_argument("--seed", type=int, default=d.seed,
+                   help="seed of the weights, data order and augmentation (and of the split unless --split-seed)")
+    r.add_argument("--split-seed", type=int, default=d.split_seed,
+                   help="seed of the patient-level split (default: --seed); fix it to train ensemble members "
+                        "or seed replicates on the same split")
     v = p.add_argument_group("validation and serving")
     v.add_argument("--eval-samples", type=int, default=d.eval_samples, help="serving draws per image per epoch")
     v.add_argument("--draw-seed", type=int, default=d.draw_seed, help="seed of the artifact's fixed serving draws")
@@ -159,7 +163,7 @@ def _fit(args: argparse.Namespace) -> int:
         rho_init=args.rho_init, prior=_parse_prior(args.prior), epochs=args.epochs, nll_epochs=args.nll_epochs,
         batch_size=args.batch_size, lr=args.lr, train_samples=args.train_samples, eval_samples=args.eval_samples,
         max_steps_per_epoch=args.max_steps_per_epoch, checkpoint_every=args.checkpoint_every,
-        precision=args.precision, seed=args.seed, draw_seed=args.draw_seed,
+        precision=args.precision, seed=args.seed, split_seed=args.split_seed, draw_seed=args.draw_seed,
         target_referral_rate=args.target_referral_rate, split=tuple(args.split),
         gradable_only=not args.include_ungradable,
         augment=not args.no_augment, workers=args.workers, device=args.device, rho_lr=args.rho_lr,

@@ -46,7 +46,8 @@ class TrainConfig:
     augment: bool = True
     preprocessing: str = FOV_LOCAL_MEAN  # models.preprocessing contract; stored in the artifact
     precision: Literal["fp32", "bf16"] = "fp32"
-    seed: int = 0
+    seed: int = 0  # weights, data order, augmentation (and the split unless split_seed is set)
+    split_seed: int | None = None  # seed of the patient-level split (None: the same as seed, as before)
     draw_seed: int = 20260
     mc_samples: int = 16  # serving draws stored in the artifact
     target_referral_rate: float = 0.2
@@ -83,6 +84,11 @@ class TrainConfig:
             raise ValueError(f"learning rates must be > 0, got lr={self.lr}, rho_lr={self.rho_lr}.")
         if self.grad_sd_samples == 1 or self.grad_sd_samples < 0:
             raise ValueError(f"grad_sd_samples must be 0 (off) or >= 2, got {self.grad_sd_samples}.")
+
+    @property
+    def effective_split_seed(self) -> int:
+        """The split's seed: ``split_seed``, or ``seed`` when unset (so runs made before it existed reproduce)."""
+        return self.seed if self.split_seed is None else self.split_seed
 
     @property
     def effective_rho_lr(self) -> float:

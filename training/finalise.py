@@ -6,6 +6,7 @@ import json
 import logging
 import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,9 @@ from safetensors.torch import load_file
 from models.artifact import ArtifactConfig, Calibration, save_artifact
 from models.vgg import VGGStar, count_parameters
 from training.config import TrainConfig
+from training.data.manifest import ManifestRow
 from training.evaluation import EvaluationReport, evaluate_predictions, write_report
+from training.evaluation.ensemble import DRAWS_FILENAME, save_draws
 from training.loop import BEST_WEIGHTS, PreparedData, build_model, iterate_history, prepare_data
 from training.model_card import SYNTHETIC_USE, render_model_card
 from training.predict import mc_probabilities
@@ -43,6 +46,11 @@ def _dataset_description(config: TrainConfig) -> tuple[str, bool, str | None]:
         return (f"synthetic fundus generator {meta.get('generator', '?')}, seed {meta.get('seed')}, "
                 f"{meta.get('n_images')} images at {meta.get('size')} px", True, command)
     return f"{config.layout} manifest at {config.data}", config.layout == "synthetic", None
+
+
+def image_ids(rows: Sequence[ManifestRow]) -> list[str]:
+    """One id per image for saved draws: the file name (unique within a data set's image folder)."""
+    return [row.path.name for row in rows]
 
 
 def mean_posterior_sigma(model: torch.nn.Module) -> float | None:
@@ -73,6 +81,8 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
                                       target_referral_rate=config.target_referral_rate,
                                       referral_threshold_mi=threshold)
         write_report(report, run_dir / f"eval_{split}")
+        # the per-draw probabilities, so ensembles and method − method comparisons need no re-scoring
+        save_draws(run_dir / f"eval_{split}" / DRAWS_FILENAME, probs, labels, image_ids(dataset.rows))
         return report
 
     val = evaluate("val", None)

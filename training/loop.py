@@ -100,7 +100,7 @@ def prepare_data(config: TrainConfig) -> PreparedData:
     rows = read_rows(config)
     if rows.skipped:
         log.warning("%d manifest rows skipped: %s", len(rows.skipped), rows.skipped[:3])
-    split = split_by_patient(rows, config.split, seed=config.seed)
+    split = split_by_patient(rows, config.split, seed=config.effective_split_seed)
     if not split.train or not split.val:
         raise ValueError(f"{config.data}: too few images for a train/validation split ({len(rows)} rows).")
     pre = config.preprocessing

@@ -14,6 +14,8 @@ from models.draws import materialise_draws
 from training.cli import main as train_main
 from training.config import TrainConfig
 from training.elbo import elbo_loss
+from training.evaluation import evaluate_predictions
+from training.evaluation.ensemble import DRAWS_FILENAME, load_draws
 from training.loop import Trainer, prepare_data
 from training.synthetic.dataset import generate_dataset
 
@@ -111,6 +113,12 @@ def test_cli_fit_evaluate_export_round_trip(tiny_data: Path, tmp_path: Path, cap
     model = artifact.build_model()
     net = materialise_draws(model, k=16, seed=artifact.config.draw_seed)
     assert net(torch.zeros(1, 3, 32, 32)).shape == (16, 1, 1)
+    # The run kept the test draws its report was computed from: re-evaluating them gives the same numbers.
+    draws = load_draws(tmp_path / "run" / "eval_test" / DRAWS_FILENAME)
+    saved = json.loads((tmp_path / "run" / "eval_test" / "evaluation.json").read_text())
+    assert draws.probs.shape == (16, saved["n_images"]) and len(draws.ids) == saved["n_images"]
+    assert all(i.endswith(".jpeg") for i in draws.ids)
+    assert evaluate_predictions(draws.probs, draws.labels, n_bootstrap=0).auc == pytest.approx(saved["auc"])
 
     out = tmp_path / "eval"
     assert train_main(["evaluate", "--artifact", str(art), "--data", str(tiny_data), "--out", str(out),

@@ -1,0 +1,43 @@
+"""Real photographs scored by training code see exactly the pixels the service would feed the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.preprocessing import FOV_LOCAL_MEAN, LEGACY
+from service.inference.imaging import ImagePipeline
+from service.inference.scoring import QUALITY_DECODE_SIDE, prepare_image
+from training.data.photos import SERVING_DECODE_SIDE, PhotoDataset, list_photos, serving_square
+
+IDRID = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "idrid-lesion-54"
+needs_idrid = pytest.mark.skipif(not IDRID.is_dir(), reason=f"real photographs not found at {IDRID}")
+
+
+def test_decode_side_mirrors_the_service() -> None:
+    assert SERVING_DECODE_SIDE == QUALITY_DECODE_SIDE
+
+
+@needs_idrid
+@pytest.mark.parametrize("size", [64, 128])
+def test_serving_square_equals_the_service_pixels(size: int) -> None:
+    for path in list_photos(IDRID)[:2]:
+        ours = serving_square(path, size)  # uint8 [size, size, 3]
+        pipeline = ImagePipeline(size=size, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), preprocessing=FOV_LOCAL_MEAN)
+        theirs = prepare_image(path.read_bytes(), pipeline).pixels  # float32 [3, size, size] = x / 255
+        assert ours.shape == (size, size, 3)
+        np.testing.assert_array_equal(ours, np.rint(theirs.transpose(1, 2, 0) * 255.0).astype(np.uint8))
+
+
+@needs_idrid
+def test_photo_dataset_items_and_legacy_refused() -> None:
+    paths = list_photos(IDRID)
+    assert len(paths) == 54 and all(p.suffix == ".jpg" for p in paths)
+    ds = PhotoDataset(paths[:1], size=32)
+    image, label, index = ds[0]
+    assert image.shape == (3, 32, 32) and float(label) == 0.0 and index == 0
+    assert float(image.min()) >= 0.0 and float(image.max()) <= 1.0
+    with pytest.raises(ValueError, match="fov-local-mean/1"):
+        serving_square(paths[0], 32, LEGACY)
