@@ -42,6 +42,9 @@ from models.fov import FovCircle, fit_fov_circle
 
 LEGACY = "decode to RGB, resize to size x size (bilinear), scale to [0, 1], normalise each channel: (x - mean) / std"
 FOV_LOCAL_MEAN = "fov-local-mean/1"
+# JPEGs are decoded at a reduced DCT scale of at least 2 x max(model side, this): large enough for the
+# quality gate's compression check and FOV fit; shared by the service and training.data.photos
+DECODE_SIDE = 512
 PREPROCESSINGS: tuple[str, ...] = (LEGACY, FOV_LOCAL_MEAN)
 BY_NAME: dict[str, str] = {"legacy": LEGACY, FOV_LOCAL_MEAN: FOV_LOCAL_MEAN}  # short names (CLI choices)
 RIM_FRACTION = 0.97  # beyond this share of the radius the local-mean output is set to grey

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from models.fov import fit_fov_circle
-from models.preprocessing import FOV_LOCAL_MEAN, preprocess_fundus
+from models.preprocessing import DECODE_SIDE, FOV_LOCAL_MEAN, preprocess_fundus
 from models.uncertainty import binary_uncertainty
 from service.inference.backends import Backend, make_backend, resolve_device
 from service.inference.imaging import ImagePipeline, ImageRejected, decode_rgb, fov_square, resize_square
@@ -53,7 +53,6 @@ logger = logging.getLogger(__name__)
 
 REASON_UNCERTAIN = "uncertain"
 REASON_QUALITY = "image_quality"
-QUALITY_DECODE_SIDE = 512  # JPEGs are decoded at >= 2x this (libjpeg DCT scaling), see decode_rgb
 
 
 class ScreeningOutcome(StrEnum):
@@ -115,7 +114,7 @@ def prepare_image(data: bytes, pipeline: ImagePipeline) -> PreparedImage:
     """
     start = time.perf_counter()
     # decode large enough for the compression check (JPEG block grid) and the FOV fit
-    target = max(pipeline.size, QUALITY_DECODE_SIDE)
+    target = max(pipeline.size, DECODE_SIDE)
     rgb = decode_rgb(data, max_pixels=pipeline.max_pixels, max_bytes=pipeline.max_bytes, target=target)
     circle = fit_fov_circle(rgb)
     quality = assess_quality(rgb, circle)

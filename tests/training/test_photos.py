@@ -9,15 +9,11 @@ import pytest
 
 from models.preprocessing import FOV_LOCAL_MEAN, LEGACY
 from service.inference.imaging import ImagePipeline
-from service.inference.scoring import QUALITY_DECODE_SIDE, prepare_image
-from training.data.photos import SERVING_DECODE_SIDE, PhotoDataset, list_photos, serving_square
+from service.inference.scoring import prepare_image
+from training.data.photos import PhotoDataset, list_photos, serving_square
 
 IDRID = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "idrid-lesion-54"
 needs_idrid = pytest.mark.skipif(not IDRID.is_dir(), reason=f"real photographs not found at {IDRID}")
-
-
-def test_decode_side_mirrors_the_service() -> None:
-    assert SERVING_DECODE_SIDE == QUALITY_DECODE_SIDE
 
 
 @needs_idrid

@@ -1,7 +1,7 @@
 """Unlabelled photographs decoded and preprocessed exactly as the service does, without importing the service.
 
 The service (``service.inference.imaging.decode_rgb`` + ``service.inference.scoring.prepare_image``)
-decodes a JPEG at a reduced DCT scale of at least twice ``max(size, QUALITY_DECODE_SIDE)`` (``draft``; the
+decodes a JPEG at a reduced DCT scale of at least twice ``max(size, models.preprocessing.DECODE_SIDE)`` (``draft``; the
 quality gate needs >= 1,024 px), applies the EXIF orientation, converts to 8-bit RGB and, for
 ``fov-local-mean/1`` artifacts, runs ``models.preprocessing.preprocess_fundus`` with the FOV circle fitted
 on that same decoded frame. ``serving_square`` repeats those steps with the shared
@@ -23,13 +23,10 @@ import torch
 from PIL import Image, ImageOps
 from torch.utils.data import Dataset
 
-from models.preprocessing import FOV_LOCAL_MEAN, check_preprocessing, preprocess_fundus
+from models.preprocessing import DECODE_SIDE, FOV_LOCAL_MEAN, check_preprocessing, preprocess_fundus
 from training.data.dataset import ImageLoadError, to_tensor
 
 PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png")
-# the service's QUALITY_DECODE_SIDE (service.inference.scoring), mirrored: training may not import service;
-# tests/training/test_photos.py holds the two equal and the pixels identical to the service's
-SERVING_DECODE_SIDE = 512
 
 
 def serving_square(path: Path | str, size: int, preprocessing: str = FOV_LOCAL_MEAN) -> np.ndarray:
@@ -39,7 +36,7 @@ def serving_square(path: Path | str, size: int, preprocessing: str = FOV_LOCAL_M
     try:
         with Image.open(path) as raw:
             if raw.format in ("JPEG", "MPO"):
-                side = 2 * max(size, SERVING_DECODE_SIDE)  # as service decode_rgb(target=max(size, 512))
+                side = 2 * max(size, DECODE_SIDE)  # as the service's decode_rgb(target=max(size, DECODE_SIDE))
                 raw.draft("RGB", (side, side))
             raw.load()
             rgb = np.asarray((ImageOps.exif_transpose(raw) or raw).convert("RGB"), dtype=np.uint8)  # [H, W, 3]
