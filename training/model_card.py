@@ -100,9 +100,7 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
             lines.append("- AUC after referring by MI: " + ", ".join(
                 f"{_pct(float(k))} -> {_num(v)}" for k, v in sorted(at.items())))
     if history:
-        last = history[-1]
-        lines += ["", "## Training log (last epoch)",
-                  "- " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in last.items())]
+        lines += ["", "## Training log (last epoch)", *last_epoch_lines(history[-1])]
     lines += ["", "## Limitations",
               "- Synthetic images differ from real fundus photographs in countless ways; performance on real "
               "data is unknown." if synthetic else "- See the dataset description for population and camera mix.",
@@ -136,4 +134,28 @@ def recipe_lines(config: TrainConfig, history: list[dict[str, Any]], best_epoch:
                      f"{row['sigma/all/q05']:.3g}–{row['sigma/all/q95']:.3g}); KL/N {row['kl_per_example']:.4g} nat; "
                      f"validation NLL {row['val_nll']:.4f}. Per-layer σ, NLL, KL/N and the NLL-gradient SD per epoch: "
                      "history.csv and training_curves.png in the run directory.")
+    return lines
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def last_epoch_lines(row: dict[str, Any]) -> list[str]:
+    """The last epoch's log as a readable table: scalar fields, then σ per layer (mean, 5–95 %) in one table.
+
+    The per-layer keys ``sigma/<layer>/<stat>`` of the history become one row per layer instead of a
+    single line of every statistic of every layer.
+    """
+    scalars = [(k, v) for k, v in row.items() if not k.startswith("sigma/") and v is not None]
+    layers: dict[str, dict[str, Any]] = {}
+    for key, value in row.items():
+        if key.startswith("sigma/") and key.count("/") == 2:
+            _, layer, stat = key.split("/")
+            layers.setdefault(layer, {})[stat] = value
+    lines = ["", "| field | value |", "| --- | --- |", *(f"| {k} | {_fmt(v)} |" for k, v in scalars)]
+    if layers:
+        lines += ["", "| layer | σ mean | σ 5 % | σ 50 % | σ 95 % |", "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {'all weights' if layer == 'all' else layer} | " + " | ".join(_fmt(stats.get(q, "-")) for q in ("mean", "q05", "q50", "q95")) + " |"
+                  for layer, stats in layers.items()]
     return lines

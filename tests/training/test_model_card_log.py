@@ -1,0 +1,31 @@
+"""The model card's last-epoch log is a table: scalars one per row, σ one row per layer."""
+
+from __future__ import annotations
+
+from training.model_card import last_epoch_lines
+
+
+def test_last_epoch_log_is_a_scalar_table_and_a_per_layer_sigma_table() -> None:
+    row = {"epoch": 3, "phase": "elbo", "train_nll": 0.54971, "grad_sd_rho": None,
+           "sigma/features.0/mean": 0.0213, "sigma/features.0/q05": 0.02129, "sigma/features.0/q50": 0.02131,
+           "sigma/features.0/q95": 0.02132, "sigma/head/mean": 0.02128, "sigma/head/q05": 0.02123,
+           "sigma/head/q50": 0.0213, "sigma/head/q95": 0.02132, "sigma/all/mean": 0.0213}
+    assert last_epoch_lines(row) == [
+        "",
+        "| field | value |",
+        "| --- | --- |",
+        "| epoch | 3 |",
+        "| phase | elbo |",
+        "| train_nll | 0.5497 |",
+        "",
+        "| layer | σ mean | σ 5 % | σ 50 % | σ 95 % |",
+        "| --- | --- | --- | --- | --- |",
+        "| features.0 | 0.0213 | 0.02129 | 0.02131 | 0.02132 |",
+        "| head | 0.02128 | 0.02123 | 0.0213 | 0.02132 |",
+        "| all weights | 0.0213 | - | - | - |",
+    ]
+
+
+def test_a_row_without_sigma_has_no_layer_table() -> None:
+    assert last_epoch_lines({"epoch": 1, "train_nll": 0.7}) == [
+        "", "| field | value |", "| --- | --- |", "| epoch | 1 |", "| train_nll | 0.7 |"]
