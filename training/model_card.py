@@ -156,6 +156,8 @@ def last_epoch_lines(row: dict[str, Any]) -> list[str]:
     lines = ["", "| field | value |", "| --- | --- |", *(f"| {k} | {_fmt(v)} |" for k, v in scalars)]
     if layers:
         lines += ["", "| layer | σ mean | σ 5 % | σ 50 % | σ 95 % |", "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {'all weights' if layer == 'all' else layer} | " + " | ".join(_fmt(stats.get(q, "-")) for q in ("mean", "q05", "q50", "q95")) + " |"
-                  for layer, stats in layers.items()]
+        for layer, stats in layers.items():
+            name = "all weights" if layer == "all" else layer
+            cells = " | ".join(_fmt(stats.get(q, "-")) for q in ("mean", "q05", "q50", "q95"))
+            lines.append(f"| {name} | {cells} |")
     return lines
