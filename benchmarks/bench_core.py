@@ -38,11 +38,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from models.cpu import detect_cpu
 from models.draws import DrawnNetwork, materialise_draws
 from models.onnx_backend import OnnxDrawnSession
 from models.uncertainty import binary_uncertainty_from_logits
 from models.vgg import VGGConfig, VGGStar, build_vgg16_star, mc_logits
-from service.inference.platform import detect_cpu
 
 MODES = ("naive-loop", "bayes-mc", "drawn-grouped", "drawn-loop", "onnx", "onnx-loop")
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

@@ -38,9 +38,9 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import load_artifact
+from models.cpu import detect_cpu
 from models.draws import materialise_draws
 from service.inference.backends import make_backend
-from service.inference.platform import detect_cpu
 from service.inference.scoring import ImagePipeline, prepare_image
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "idrid-lesion-54"

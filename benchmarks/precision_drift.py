@@ -28,7 +28,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import load_artifact, replace_calibration
-from service.inference.platform import detect_cpu
+from models.cpu import detect_cpu
 from service.inference.scoring import ImageScore, PreparedImage, Scorer, prepare_image
 from training.synthetic.render import render_fundus
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from models.preprocessing import BY_NAME as PREPROCESSING_BY_NAME
 from models.preprocessing import FOV_LOCAL_MEAN
-from training.config import LAYOUTS, OPTIMIZERS, SCHEDULES, SELECT_BY, TrainConfig
+from training.config import LAYOUTS, OPTIMIZERS, PRECISIONS, SCHEDULES, SELECT_BY, TrainConfig
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -81,7 +81,12 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="the best epoch minimises this validation score")
     r.add_argument("--grad-sd-samples", type=int, default=d.grad_sd_samples,
                    help="gradient estimates per epoch for the NLL-gradient SD diagnostic (0: off)")
-    r.add_argument("--precision", choices=("fp32", "bf16"), default=d.precision, help="autocast during training")
+    r.add_argument("--precision", choices=PRECISIONS, default=d.precision,
+                   help="autocast during training: auto = bf16 only where the device runs it natively (CUDA "
+                        "with bf16, a CPU with AVX-512-BF16/AMX), else fp32; bf16 where it would be emulated "
+                        "(~70x slower) is refused")
+    r.add_argument("--native-bf16", choices=("detect", "yes", "no"), default="detect",
+                   help="override the CPU's native-bf16 detection (as RADSCREEN_NATIVE_BF16 does for the service)")
     r.add_argument("--seed", type=int, default=d.seed,
                    help="seed of the weights, data order and augmentation (and of the split unless --split-seed)")
     r.add_argument("--split-seed", type=int, default=d.split_seed,
@@ -152,28 +157,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _fit(args: argparse.Namespace) -> int:
     from training.finalise import finalise_run, summary_lines
+    from models.cpu import detect_cpu
     from training.loop import Trainer, prepare_data
 
     out = Path(args.out)
     if args.restart and out.exists():
         shutil.rmtree(out)
-    config = TrainConfig(
-        data=args.data, layout=args.layout, out=args.out, artifact=args.artifact, name=args.name,
-        version=args.version, model=args.model, width=args.width, input_size=args.input_size,
-        rho_init=args.rho_init, prior=_parse_prior(args.prior), epochs=args.epochs, nll_epochs=args.nll_epochs,
-        batch_size=args.batch_size, lr=args.lr, train_samples=args.train_samples, eval_samples=args.eval_samples,
-        max_steps_per_epoch=args.max_steps_per_epoch, checkpoint_every=args.checkpoint_every,
-        precision=args.precision, seed=args.seed, split_seed=args.split_seed, draw_seed=args.draw_seed,
-        target_referral_rate=args.target_referral_rate, split=tuple(args.split),
-        gradable_only=not args.include_ungradable,
-        augment=not args.no_augment, workers=args.workers, device=args.device, rho_lr=args.rho_lr,
-        optimizer=args.optimizer, amsgrad=not args.no_amsgrad, weight_decay=args.weight_decay,
-        lr_schedule=args.lr_schedule, lr_step_epochs=args.lr_step_epochs, lr_gamma=args.lr_gamma,
-        select_by=args.select_by, grad_sd_samples=args.grad_sd_samples, weights_dtype=args.weights_dtype,
-        preprocessing=PREPROCESSING_BY_NAME[args.preprocessing])
+    try:  # a setting the config or this machine cannot honour is a message, not a traceback
+        config = TrainConfig(
+            data=args.data, layout=args.layout, out=args.out, artifact=args.artifact, name=args.name,
+            version=args.version, model=args.model, width=args.width, input_size=args.input_size,
+            rho_init=args.rho_init, prior=_parse_prior(args.prior), epochs=args.epochs, nll_epochs=args.nll_epochs,
+            batch_size=args.batch_size, lr=args.lr, train_samples=args.train_samples, eval_samples=args.eval_samples,
+            max_steps_per_epoch=args.max_steps_per_epoch, checkpoint_every=args.checkpoint_every,
+            precision=args.precision, seed=args.seed, split_seed=args.split_seed, draw_seed=args.draw_seed,
+            target_referral_rate=args.target_referral_rate, split=tuple(args.split),
+            gradable_only=not args.include_ungradable,
+            augment=not args.no_augment, workers=args.workers, device=args.device, rho_lr=args.rho_lr,
+            optimizer=args.optimizer, amsgrad=not args.no_amsgrad, weight_decay=args.weight_decay,
+            lr_schedule=args.lr_schedule, lr_step_epochs=args.lr_step_epochs, lr_gamma=args.lr_gamma,
+            select_by=args.select_by, grad_sd_samples=args.grad_sd_samples, weights_dtype=args.weights_dtype,
+            preprocessing=PREPROCESSING_BY_NAME[args.preprocessing])
+        trainer = Trainer(config, progress=not args.no_progress, cpu=detect_cpu(override=args.native_bf16))
+    except ValueError as exc:
+        raise SystemExit(f"fit: {exc}") from None
+    config = trainer.config  # precision 'auto' resolved: the card names what ran
     started = time.monotonic()
     data = prepare_data(config)
-    state = Trainer(config, progress=not args.no_progress).fit(data, stop_after_steps=args.stop_after_steps)
+    state = trainer.fit(data, stop_after_steps=args.stop_after_steps)
     elapsed = time.monotonic() - started
     if state.epoch < config.epochs:
         print(f"stopped at epoch {state.epoch + 1} step {state.step_in_epoch} (step budget); rerun to continue")

@@ -18,6 +18,8 @@ SCHEDULES: tuple[str, ...] = ("constant", "cosine", "step")
 SelectBy = Literal["val_nll", "val_elbo"]
 SELECT_BY: tuple[str, ...] = ("val_nll", "val_elbo")
 WeightsDtype = Literal["fp32", "fp16"]
+Precision = Literal["auto", "fp32", "bf16"]
+PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class TrainConfig:
     gradable_only: bool = True  # ungradable images are the quality gate's job, not the classifier's
     augment: bool = True
     preprocessing: str = FOV_LOCAL_MEAN  # models.preprocessing contract; stored in the artifact
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Precision = "fp32"  # autocast; "auto" = bf16 where the device runs it natively (models.cpu)
     seed: int = 0  # weights, data order, augmentation (and the split unless split_seed is set)
     split_seed: int | None = None  # seed of the patient-level split (None: the same as seed, as before)
     draw_seed: int = 20260
@@ -77,6 +79,7 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         for name, value, valid in (("optimizer", self.optimizer, OPTIMIZERS), ("lr_schedule", self.lr_schedule,
                                    SCHEDULES), ("select_by", self.select_by, SELECT_BY),
+                                   ("precision", self.precision, PRECISIONS),
                                    ("weights_dtype", self.weights_dtype, ("fp32", "fp16"))):
             if value not in valid:
                 raise ValueError(f"Unknown {name} {value!r}; expected one of: {', '.join(valid)}.")

@@ -19,9 +19,9 @@ import math
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -32,6 +32,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from models.cpu import CpuCapability, detect_cpu
 from models.kl import bayesian_layers, kl_divergence
 from models.priors import Prior, prior_from_config
 from models.registry import create_model
@@ -60,6 +61,31 @@ def resolve_device(device: str) -> torch.device:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {device} was requested but no CUDA device is available; use auto or cpu.")
     return torch.device(device)
+
+
+def resolve_precision(requested: str, device: torch.device, *,
+                      cpu: CpuCapability | None = None) -> Literal["fp32", "bf16"]:
+    """The autocast precision a run trains in: ``fp32``, or ``bf16`` only where ``device`` runs it natively.
+
+    ``auto`` -> bf16 on a CUDA device with bf16 or a CPU with AVX-512-BF16/AMX (``models.cpu``), else fp32.
+    An explicit ``bf16`` where it would be emulated is refused: oneDNN's emulation on an AVX2-only CPU ran
+    the network ~70x slower than fp32 (docs/benchmarks.md), which turns an hour's run into days with no
+    message. ``cpu`` is injected by tests; default: this machine.
+    """
+    if requested == "fp32":
+        return "fp32"
+    if device.type == "cuda":
+        native, where = torch.cuda.is_bf16_supported(), torch.cuda.get_device_name(device)
+    else:
+        capability = cpu or detect_cpu()
+        native, where = capability.native_bf16, capability.summary()
+    if native:
+        return "bf16"
+    if requested == "auto":
+        return "fp32"
+    raise ValueError(f"--precision bf16 was requested but {where} has no native bf16: autocast would be "
+                     "emulated (measured ~70x slower than fp32 on an AVX2-only CPU, docs/benchmarks.md). "
+                     "Use --precision fp32, or auto to take bf16 only where it is native.")
 
 
 def derived_seed(*parts: int) -> int:
@@ -131,11 +157,12 @@ def validation_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, float
 class Trainer:
     """Fits one model into ``config.out``; ``fit()`` resumes from the checkpoint there if one exists."""
 
-    def __init__(self, config: TrainConfig, *, progress: bool = True) -> None:
-        self.config = config
+    def __init__(self, config: TrainConfig, *, progress: bool = True, cpu: CpuCapability | None = None) -> None:
+        self.device = resolve_device(config.device)
+        # "auto" is resolved once, here, so config.json, the resume check and the card name what ran
+        self.config = replace(config, precision=resolve_precision(config.precision, self.device, cpu=cpu))
         self.run_dir = Path(config.out)
         self.progress = progress
-        self.device = resolve_device(config.device)
 
     def _check_resume(self, ckpt: dict[str, Any]) -> None:
         saved = TrainConfig.from_dict(ckpt["config"]).resume_key()

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from models.cpu import detect_cpu
 from training.config import TrainConfig
 from training.diagnostics import OPTIMISER_LIMIT
 
@@ -27,7 +28,8 @@ def _num(v: Any) -> str:
 
 
 def machine_description() -> str:
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({torch.get_num_threads()} threads)"
+    device = (torch.cuda.get_device_name(0) if torch.cuda.is_available()
+              else f"CPU {detect_cpu().summary()}, {torch.get_num_threads()} threads")
     return f"{platform.machine()} {platform.system()}, {device}, torch {torch.__version__}"
 
 
@@ -67,7 +69,7 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         f"- Command: `{command}`",
         f"- Objective: {config.nll_epochs} NLL-only epoch(s) on the means, then the full ELBO "
         f"(mean NLL + KL / N_train, no KL down-weighting); batch {config.batch_size}, "
-        f"{config.train_samples} MC sample(s) per step, {config.epochs} epochs"
+        f"{config.train_samples} MC sample(s) per step, {config.precision} autocast, {config.epochs} epochs"
         + (f" of at most {config.max_steps_per_epoch} steps" if config.max_steps_per_epoch else "") + ".",
         *recipe_lines(config, history, best_epoch),
         f"- Machine: {machine_description()}; wall time {train_seconds / 60:.1f} min.",

@@ -25,12 +25,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from models.cpu import CpuCapability, detect_cpu
 from models.fov import fit_fov_circle
 from models.preprocessing import DECODE_SIDE, FOV_LOCAL_MEAN, preprocess_fundus
 from models.uncertainty import binary_uncertainty
 from service.inference.backends import Backend, make_backend, resolve_device
 from service.inference.imaging import ImagePipeline, ImageRejected, decode_rgb, fov_square, resize_square
-from service.inference.platform import CpuCapability, PrecisionChoice, choose_backend, choose_precision, detect_cpu
+from service.inference.platform import PrecisionChoice, choose_backend, choose_precision
 from service.inference.quality import QualityReport, assess_quality
 
 __all__ = [

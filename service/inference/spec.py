@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
+from models.cpu import NativeBf16Setting
+
 if TYPE_CHECKING:
     from service.inference.scoring import Scorer
 
@@ -31,7 +33,6 @@ BackendSetting = Literal["auto", "torch", "onnxruntime"]
 DeviceSetting = Literal["auto", "cpu", "cuda"]
 PrecisionSetting = Literal["auto", "fp32", "bf16", "fp16"]
 StrategySetting = Literal["auto", "grouped", "loop"]
-NativeBf16Setting = Literal["detect", "yes", "no"]  # override of the CPU's native-bf16 detection
 
 DEFAULT_MAX_PIXELS = 40_000_000
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
@@ -85,11 +86,11 @@ class ScorerSpec:
     def load(self) -> Scorer:
         """Load and verify the artifact and build the scorer on this machine.
 
-        The CPU is detected here (``service.inference.platform.detect_cpu``, ``native_bf16`` overriding)
+        The CPU is detected here (``models.cpu.detect_cpu``, ``native_bf16`` overriding)
         and every ``auto`` resolved from it; an explicit bf16 the CPU cannot run natively raises
         ``PrecisionUnavailableError``, a missing or tampered artifact ``models.artifact.ArtifactError``.
         """
-        from service.inference.platform import detect_cpu
+        from models.cpu import detect_cpu
         from service.inference.scoring import Scorer
 
         return Scorer.from_artifact(

@@ -12,14 +12,8 @@ import httpx
 import pytest
 
 from models.artifact import Calibration, load_artifact, replace_calibration
-from service.inference.platform import (
-    CpuCapability,
-    PrecisionUnavailableError,
-    choose_precision,
-    choose_strategy,
-    detect_cpu,
-    parse_cpuinfo,
-)
+from models.cpu import CpuCapability, detect_cpu, parse_cpuinfo
+from service.inference.platform import PrecisionUnavailableError, choose_precision, choose_strategy
 from service.inference.scoring import Scorer
 from service.settings import Settings
 from tests.helpers.artifacts import build_tiny_artifact

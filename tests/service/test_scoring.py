@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from models.artifact import load_artifact
+from models.cpu import detect_cpu
 from models.sampling import seeded
 from models.vgg import mc_logits
-from service.inference.platform import detect_cpu
 from service.inference.scoring import (
     OUTCOME_TEXT,
     PreparedImage,

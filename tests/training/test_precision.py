@@ -1,0 +1,82 @@
+"""Training precision follows the machine: ``--precision auto`` takes bf16 only where it is native, and an
+explicit bf16 where oneDNN would emulate it (~70x slower, docs/benchmarks.md) is refused with a message.
+The CPU is injected (models.cpu.detect_cpu) so both kinds are exercised on whatever machine runs the tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from models.cpu import detect_cpu
+from training.cli import main as train_main
+from training.config import TrainConfig
+from training.loop import Trainer, resolve_precision
+from training.synthetic.dataset import generate_dataset
+
+AVX2_ONLY = detect_cpu(cpuinfo="model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx fma avx2\n", isa="AVX2")
+AMX = detect_cpu(cpuinfo="model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: avx2 avx512f avx512_bf16 "
+                         "amx_bf16 amx_tile\n", isa="AVX512")
+CPU = torch.device("cpu")
+
+
+def test_auto_takes_bf16_only_where_it_is_native() -> None:
+    assert resolve_precision("auto", CPU, cpu=AVX2_ONLY) == "fp32"
+    assert resolve_precision("auto", CPU, cpu=AMX) == "bf16"
+    assert resolve_precision("bf16", CPU, cpu=AMX) == "bf16"
+    assert resolve_precision("fp32", CPU, cpu=AMX) == "fp32"  # an explicit fp32 is never upgraded
+
+
+def test_explicit_bf16_on_an_emulating_cpu_is_refused_with_the_fix() -> None:
+    with pytest.raises(ValueError, match=r"AMD EPYC .*no native bf16.*--precision fp32, or auto"):
+        resolve_precision("bf16", CPU, cpu=AVX2_ONLY)
+
+
+def test_the_config_rejects_an_unknown_precision() -> None:
+    with pytest.raises(ValueError, match="Unknown precision 'fp16'"):
+        TrainConfig(data="d", out="o", precision="fp16")  # type: ignore[arg-type]
+
+
+def test_the_trainer_records_the_resolved_precision(tmp_path: Path) -> None:
+    """'auto' is resolved once, so config.json, the resume check and the card name what actually ran."""
+    cfg = TrainConfig(data=str(tmp_path), out=str(tmp_path / "run"), precision="auto", device="cpu")
+    assert Trainer(cfg, progress=False, cpu=AVX2_ONLY).config.precision == "fp32"
+    assert Trainer(cfg, progress=False, cpu=AMX).config.precision == "bf16"
+    with pytest.raises(ValueError, match="no native bf16"):
+        Trainer(TrainConfig(data="d", out="o", precision="bf16", device="cpu"), progress=False, cpu=AVX2_ONLY)
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("synth")
+    generate_dataset(root, n_images=24, seed=3, size=64, ungradable_fraction=0.0)
+    return root
+
+
+def _fit(data: Path, out: Path, *extra: str) -> list[str]:
+    return ["fit", "--data", str(data), "--out", str(out), "--width", "2", "--input-size", "32", "--epochs", "2",
+            "--batch-size", "8", "--device", "cpu", "--no-progress", "--stop-after-steps", "1", *extra]
+
+
+def test_fit_cli_refuses_emulated_bf16_before_any_work(tiny_data: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as exc:
+        train_main(_fit(tiny_data, out, "--precision", "bf16", "--native-bf16", "no"))
+    message = str(exc.value.code)
+    assert message.startswith("fit: --precision bf16 was requested but ") and "no native bf16" in message
+    assert "Traceback" not in capsys.readouterr().err
+    assert not out.exists()  # refused before the run directory was made
+
+
+def test_fit_cli_auto_writes_the_chosen_precision(tiny_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert train_main(_fit(tiny_data, out, "--precision", "auto", "--native-bf16", "no")) == 0
+    assert json.loads((out / "config.json").read_text())["precision"] == "fp32"
+
+
+def test_fit_cli_config_errors_are_messages_not_tracebacks(tiny_data: Path, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"^fit: nll_epochs \(1\) cannot exceed epochs \(0\)\.$"):
+        train_main(_fit(tiny_data, tmp_path / "run", "--epochs", "0"))
