@@ -80,3 +80,13 @@ def test_fit_cli_auto_writes_the_chosen_precision(tiny_data: Path, tmp_path: Pat
 def test_fit_cli_config_errors_are_messages_not_tracebacks(tiny_data: Path, tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"^fit: nll_epochs \(1\) cannot exceed epochs \(0\)\.$"):
         train_main(_fit(tiny_data, tmp_path / "run", "--epochs", "0"))
+
+
+def test_a_resume_where_auto_resolves_otherwise_is_refused(tiny_data: Path, tmp_path: Path) -> None:
+    """A run started in bf16 (an AMX machine) is not continued in fp32 (an AVX2 machine): the numerics
+    would change mid-run, so the resume check names the difference instead."""
+    cfg = TrainConfig(data=str(tiny_data), out=str(tmp_path / "run"), width=2, input_size=32, epochs=2,
+                      batch_size=8, eval_samples=2, mc_samples=4, precision="auto", device="cpu")
+    Trainer(cfg, progress=False, cpu=AMX).fit(stop_after_steps=1)
+    with pytest.raises(ValueError, match=r"different settings \{'precision': \('bf16', 'fp32'\)\}"):
+        Trainer(cfg, progress=False, cpu=AVX2_ONLY).fit()
