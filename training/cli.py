@@ -156,8 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    from training.finalise import finalise_run, summary_lines
     from models.cpu import detect_cpu
+    from training.finalise import finalise_run, summary_lines
     from training.loop import Trainer, prepare_data
 
     out = Path(args.out)

@@ -12,6 +12,8 @@ The scorer is described once, by the job's :class:`~service.inference.spec.Score
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,6 +37,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RunnerKind = Literal["local", "ray"]  # what runs the scoring loop (CLI --runner, formerly --engine)
+
+# the modules whose code decides a row: decode and limits, quality gate, preprocessing, the network and its
+# draws, the uncertainty maths, the decision and the row itself. A resume after any of them changed (an
+# upgrade between a kill and a rerun) is refused rather than mixing two versions in one results file.
+SCORING_CODE = ("models.fov", "models.preprocessing", "models.layers", "models.vgg", "models.draws",
+                "models.onnx_backend", "models.uncertainty", "service.inference.imaging",
+                "service.inference.quality", "service.inference.scoring", "service.inference.backends",
+                "service.inference.partition", "service.batch.rows")
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,25 @@ def runtime_summary(scorer: Scorer) -> dict[str, Any]:
     """How the machine shaped this run (the summary's ``runtime`` field): backend, device, CPU
     capability, precision and strategy with the reason for each choice."""
     return {"backend": scorer.backend.name, "device": scorer.backend.device, **scorer.runtime}
+
+
+def scoring_code_digest() -> str:
+    """sha256 (16 hex digits) over the source of :data:`SCORING_CODE`, as installed."""
+    digest = hashlib.sha256()
+    for name in SCORING_CODE:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            raise RuntimeError(f"cannot locate the source of {name} for the scoring-code digest")
+        digest.update(name.encode() + b"\0" + Path(spec.origin).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def scoring_settings(scorer: Scorer) -> dict[str, Any]:
+    """What, beside the model, shapes a row's numbers: recorded in the parts folder and checked on resume."""
+    return {"mc_samples": scorer.model_identity.mc_samples, "precision": scorer.precision,
+            "backend": scorer.backend.name, "device": str(scorer.backend.device),
+            "strategy": scorer.runtime.get("strategy"), "max_pixels": scorer.pipeline.max_pixels,
+            "max_upload_bytes": scorer.pipeline.max_bytes, "scoring_code": scoring_code_digest()}
 
 
 def log_runtime(runtime: dict[str, Any]) -> None:
@@ -131,7 +160,7 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
     _check_existing_output(cfg.output, parts_dir, sha, cfg.restart)
 
     with PartStore.open(parts_dir, model_sha256=sha, input_description=source.description,
-                        restart=cfg.restart) as store:
+                        scoring=scoring_settings(scorer), restart=cfg.restart) as store:
         done = store.done_ids
         todo = [it for it in source.items if it.error is None and it.id not in done]
         n_done = sum(1 for it in source.items if it.error is None) - len(todo)

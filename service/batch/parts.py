@@ -6,8 +6,10 @@ either exists whole or not at all, whatever moment the process is killed. The pa
 of done ids: the set of done ids is exactly the union of the ids in the parts, with no second file that
 could disagree.
 
-``_job.json`` records the model sha256 and the input the parts came from; reopening the folder with a
-different model or input is refused (unless the caller restarts), so results of two models never mix.
+``_job.json`` records the model sha256, the input the parts came from and the scoring settings that shape
+a row's numbers (K, precision, backend, device, strategy, upload limits and a digest of the scoring code);
+reopening the folder with a different model, input or settings is refused (unless the caller restarts),
+so results of two models, two precisions or two quality-gate versions never mix in one file.
 A ``.lock`` file held with ``flock`` keeps two jobs from writing the same folder at once (the kernel
 releases it when a killed process dies).
 """
@@ -21,9 +23,9 @@ import re
 import shutil
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from models.atomic import atomic_write_bytes, stale_temporaries
 from service.batch.rows import Row
@@ -59,8 +61,9 @@ class PartStore:
 
     @classmethod
     def open(cls, directory: Path, *, model_sha256: str, input_description: str,
-             restart: bool = False) -> PartStore:
-        """Open (or create) the parts folder for a job, refusing one that belongs to another model/input."""
+             scoring: Mapping[str, Any] | None = None, restart: bool = False) -> PartStore:
+        """Open (or create) the parts folder for a job, refusing one that belongs to another model/input or
+        was scored with other ``scoring`` settings (JSON values; compared key by key)."""
         if restart and directory.exists():
             shutil.rmtree(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -73,20 +76,22 @@ class PartStore:
                 f"another batch job is writing to {directory}; wait for it to finish"
             ) from None
         try:
-            index, next_part = cls._prepare(directory, model_sha256, input_description)
+            index, next_part = cls._prepare(directory, model_sha256, input_description, dict(scoring or {}))
         except BaseException:
             lock_fh.close()
             raise
         return cls(directory, lock_fh, index, next_part, model_sha256)
 
     @staticmethod
-    def _prepare(directory: Path, model_sha256: str, input_description: str) -> tuple[dict[str, int], int]:
+    def _prepare(directory: Path, model_sha256: str, input_description: str,
+                 scoring: dict[str, Any]) -> tuple[dict[str, int], int]:
         """Check/write ``_job.json``, drop stale temporaries, and index the ids in existing parts."""
         for stale in stale_temporaries(directory):
             stale.unlink()  # a temporary from a killed run: never renamed, so never counted
         parts = sorted((int(m.group(1)), p) for p in directory.iterdir() if (m := PART_RE.match(p.name)))
         meta_path = directory / META_NAME
-        wanted = {"format_version": FORMAT_VERSION, "model_sha256": model_sha256, "input": input_description}
+        wanted = {"format_version": FORMAT_VERSION, "model_sha256": model_sha256, "input": input_description,
+                  "scoring": scoring}
         if meta_path.exists():
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
             if meta.get("model_sha256") != model_sha256:
@@ -99,6 +104,16 @@ class PartStore:
                 raise PartStoreError(
                     f"{directory} holds results for another input ({meta.get('input')}); pass --restart to "
                     "discard them, or write to another --output"
+                )
+            before = meta.get("scoring", {})
+            changed = sorted(k for k in before.keys() | scoring.keys() if before.get(k) != scoring.get(k))
+            if changed:
+                diff = "; ".join(f"{k} {before.get(k, '(not recorded)')} -> {scoring.get(k, '(not set)')}"
+                                 for k in changed)
+                raise PartStoreError(
+                    f"{directory} holds results scored with other settings ({diff}); refusing to mix them in "
+                    "one file. Rerun with the settings of the first run, pass --restart to discard those "
+                    "results, or write to another --output"
                 )
         elif parts:
             raise PartStoreError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from service.batch.cli import main
-from service.batch.job import BatchJobConfig, parts_dir_for, run_job
+from service.batch.job import BatchJobConfig, parts_dir_for, run_job, scoring_code_digest
 from service.batch.output import read_output
 from service.batch.parts import PartStoreError
 from service.batch.rows import scored_row
@@ -117,6 +118,32 @@ def test_a_different_model_is_refused_unless_restart(
     assert main([*args, "--model-dir", str(other_artifact), "--restart"]) == 0
     other_sha = Scorer.from_artifact(other_artifact, device="cpu").model_identity.sha256
     assert {r["model_sha256"] for r in read_output(out)} == {other_sha}
+
+
+def test_a_resume_with_other_scoring_settings_or_code_is_refused(
+    make_folder: Callable[..., Path], batch_artifact: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Killed, then rerun with another K, or after an upgrade changed the scoring code: the parts folder
+    says what differs and nothing is mixed into the results file."""
+    folder = make_folder(2, corrupt=False)
+    out = tmp_path / "r.csv"
+    args = ["score", "--input", str(folder), "--output", str(out), "--device", "cpu", "--no-progress",
+            "--model-dir", str(batch_artifact)]
+    assert main(args) == 0
+    first = out.read_bytes()
+    job = json.loads((parts_dir_for(out) / "_job.json").read_text())
+    assert job["scoring"]["scoring_code"] == scoring_code_digest() and job["scoring"]["precision"] == "fp32"
+    k = job["scoring"]["mc_samples"]
+    capsys.readouterr()
+    assert main([*args, "--mc-samples", str(k + 1)]) == 2
+    assert f"mc_samples {k} -> {k + 1}" in capsys.readouterr().err and out.read_bytes() == first
+
+    (parts_dir_for(out) / "_job.json").write_text(json.dumps(
+        {**job, "scoring": {**job["scoring"], "scoring_code": "0" * 16}}))  # as if written by another version
+    assert main(args) == 2
+    assert f"scoring_code {'0' * 16} -> {scoring_code_digest()}" in capsys.readouterr().err
+    assert out.read_bytes() == first
+    assert main([*args, "--restart"]) == 0 and out.read_bytes() == first  # same settings, same file
 
 
 def test_missing_manifest_column_is_a_clear_cli_error(tmp_path: Path, batch_artifact: Path,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from service.batch.inputs import discover
-from service.batch.job import BatchJobConfig, parts_dir_for, run_job
+from service.batch.job import BatchJobConfig, parts_dir_for, run_job, scoring_settings
 from service.batch.output import read_output
 from service.batch.parts import PartStore
 from service.batch.rows import FLOAT_COLUMNS
@@ -49,7 +49,7 @@ def test_ray_runner_matches_local_runner_and_skips_done_rows(
     out = tmp_path / "ray.csv"
     source = discover(folder)
     with PartStore.open(parts_dir_for(out), model_sha256=batch_scorer.model_identity.sha256,
-                        input_description=source.description) as store:
+                        input_description=source.description, scoring=scoring_settings(batch_scorer)) as store:
         store.write_part(local[:3])
     result = run_job(BatchJobConfig(input=folder, output=out, runner="ray", **kw), scorer=batch_scorer)
     rows = list(read_output(out))

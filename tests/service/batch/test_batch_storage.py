@@ -82,6 +82,23 @@ def test_other_model_other_input_and_concurrent_jobs_are_refused(tmp_path: Path)
         assert store.done_ids == frozenset()
 
 
+def test_other_scoring_settings_are_refused_by_name(tmp_path: Path) -> None:
+    """K, precision or the scoring code changed between a kill and a rerun: refused, never mixed."""
+    parts = tmp_path / "p"
+    first = {"mc_samples": 16, "precision": "fp32", "scoring_code": "abc"}
+    with PartStore.open(parts, model_sha256=SHA, input_description="folder:/x", scoring=first) as store:
+        store.write_part(sample_rows()[:1])
+    with PartStore.open(parts, model_sha256=SHA, input_description="folder:/x", scoring=dict(first)) as store:
+        assert len(store.done_ids) == 1  # the same settings resume
+    with pytest.raises(PartStoreError, match=r"other settings \(mc_samples 16 -> 32; precision fp32 -> bf16\); "
+                                             r"refusing to mix.*--restart"):
+        PartStore.open(parts, model_sha256=SHA, input_description="folder:/x",
+                       scoring={**first, "mc_samples": 32, "precision": "bf16"})
+    with pytest.raises(PartStoreError, match=r"scoring_code abc -> \(not set\)"):
+        PartStore.open(parts, model_sha256=SHA, input_description="folder:/x", scoring={"mc_samples": 16,
+                                                                                        "precision": "fp32"})
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
 def test_writers_round_trip_every_column_exactly(tmp_path: Path, suffix: str) -> None:
     path = tmp_path / f"results{suffix}"
