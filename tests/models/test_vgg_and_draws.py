@@ -9,7 +9,7 @@ from models.draws import materialise_draws
 from models.layers import BayesConv2d
 from models.registry import MODEL_BUILDERS, create_model
 from models.sampling import seeded, use_means
-from models.vgg import ConfigFieldError, VGGConfig, build_vgg16_star, count_parameters, mc_logits
+from models.vgg import ConfigFieldError, VGGConfig, VGGStar, build_vgg16_star, count_parameters, mc_logits
 
 
 def test_vgg16_star_has_the_papers_parameter_count() -> None:
@@ -76,12 +76,12 @@ def test_mc_dropout_samples_differ_and_seed_reproduces() -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_radial() -> torch.nn.Module:
+def tiny_radial() -> VGGStar:
     torch.manual_seed(0)
     return build_vgg16_star(width=4, input_size=64, rho_init=-2.0).eval()
 
 
-def test_drawn_network_equals_seeded_16_sample_forward(tiny_radial: torch.nn.Module) -> None:
+def test_drawn_network_equals_seeded_16_sample_forward(tiny_radial: VGGStar) -> None:
     x = torch.randn(3, 3, 64, 64)
     net = materialise_draws(tiny_radial, k=16, seed=123)
     with torch.no_grad(), seeded(tiny_radial, 123):
@@ -93,7 +93,7 @@ def test_drawn_network_equals_seeded_16_sample_forward(tiny_radial: torch.nn.Mod
     assert out[:, 0].std() > 1e-3  # the 16 draws are genuinely different networks
 
 
-def test_grouped_draws_equal_16_separate_forward_passes(tiny_radial: torch.nn.Module) -> None:
+def test_grouped_draws_equal_16_separate_forward_passes(tiny_radial: VGGStar) -> None:
     x = torch.randn(2, 3, 64, 64)
     net = materialise_draws(tiny_radial, k=16, seed=9, strategy="grouped")
     with torch.no_grad():
@@ -102,12 +102,12 @@ def test_grouped_draws_equal_16_separate_forward_passes(tiny_radial: torch.nn.Mo
     assert torch.allclose(grouped, separate, atol=1e-5, rtol=1e-5)
 
 
-def test_draws_are_fixed_by_the_seed(tiny_radial: torch.nn.Module) -> None:
+def test_draws_are_fixed_by_the_seed(tiny_radial: VGGStar) -> None:
     a = materialise_draws(tiny_radial, k=4, seed=5)
     b = materialise_draws(tiny_radial, k=4, seed=5)
     c = materialise_draws(tiny_radial, k=4, seed=6)
-    assert torch.equal(a.conv0_weight, b.conv0_weight)
-    assert not torch.equal(a.conv0_weight, c.conv0_weight)
+    assert torch.equal(a.get_buffer("conv0_weight"), b.get_buffer("conv0_weight"))
+    assert not torch.equal(a.get_buffer("conv0_weight"), c.get_buffer("conv0_weight"))
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
         assert torch.equal(a(x), b(x))

@@ -43,7 +43,7 @@ def _config(data: Path, out: Path, **kw: object) -> TrainConfig:
 
 def _final_state(out: Path) -> dict[str, torch.Tensor]:
     ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
-    return ckpt["model"]  # type: ignore[no-any-return]
+    return ckpt["model"]
 
 
 @pytest.mark.training
