@@ -155,7 +155,8 @@ def run_all(scale: Scale, data: Path, runs_dir: Path, photos: PhotoDataset) -> N
         resumed = (out / "checkpoint.pt").is_file()
         print(f"{run.name}: fitting ({'resuming' if resumed else 'new'})", flush=True)
         started = time.monotonic()
-        train_main(fit_argv(run, data, out, scale))
+        if train_main(fit_argv(run, data, out, scale)) != 0:
+            raise SystemExit(f"{run.name}: radscreen-train fit failed (its message is above)")
         fit_seconds = time.monotonic() - started
         score_photos(out, photos)
         done.write_text(json.dumps({"fit_seconds": fit_seconds, "resumed": resumed,

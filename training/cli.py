@@ -160,28 +160,26 @@ def _fit(args: argparse.Namespace) -> int:
     from training.finalise import finalise_run, summary_lines
     from training.loop import Trainer, prepare_data
 
-    out = Path(args.out)
-    if args.restart and out.exists():
-        shutil.rmtree(out)
-    try:  # a setting the config or this machine cannot honour is a message, not a traceback
-        config = TrainConfig(
-            data=args.data, layout=args.layout, out=args.out, artifact=args.artifact, name=args.name,
-            version=args.version, model=args.model, width=args.width, input_size=args.input_size,
-            rho_init=args.rho_init, prior=_parse_prior(args.prior), epochs=args.epochs, nll_epochs=args.nll_epochs,
-            batch_size=args.batch_size, lr=args.lr, train_samples=args.train_samples, eval_samples=args.eval_samples,
-            max_steps_per_epoch=args.max_steps_per_epoch, checkpoint_every=args.checkpoint_every,
-            precision=args.precision, seed=args.seed, split_seed=args.split_seed, draw_seed=args.draw_seed,
-            target_referral_rate=args.target_referral_rate, split=tuple(args.split),
-            gradable_only=not args.include_ungradable,
-            augment=not args.no_augment, workers=args.workers, device=args.device, rho_lr=args.rho_lr,
-            optimizer=args.optimizer, amsgrad=not args.no_amsgrad, weight_decay=args.weight_decay,
-            lr_schedule=args.lr_schedule, lr_step_epochs=args.lr_step_epochs, lr_gamma=args.lr_gamma,
-            select_by=args.select_by, grad_sd_samples=args.grad_sd_samples, weights_dtype=args.weights_dtype,
-            preprocessing=PREPROCESSING_BY_NAME[args.preprocessing])
-        trainer = Trainer(config, progress=not args.no_progress, cpu=detect_cpu(override=args.native_bf16))
-    except ValueError as exc:
-        raise SystemExit(f"fit: {exc}") from None
+    config = TrainConfig(
+        data=args.data, layout=args.layout, out=args.out, artifact=args.artifact, name=args.name,
+        version=args.version, model=args.model, width=args.width, input_size=args.input_size,
+        rho_init=args.rho_init, prior=_parse_prior(args.prior), epochs=args.epochs, nll_epochs=args.nll_epochs,
+        batch_size=args.batch_size, lr=args.lr, train_samples=args.train_samples, eval_samples=args.eval_samples,
+        max_steps_per_epoch=args.max_steps_per_epoch, checkpoint_every=args.checkpoint_every,
+        precision=args.precision, seed=args.seed, split_seed=args.split_seed, draw_seed=args.draw_seed,
+        target_referral_rate=args.target_referral_rate, split=tuple(args.split),
+        gradable_only=not args.include_ungradable,
+        augment=not args.no_augment, workers=args.workers, device=args.device, rho_lr=args.rho_lr,
+        optimizer=args.optimizer, amsgrad=not args.no_amsgrad, weight_decay=args.weight_decay,
+        lr_schedule=args.lr_schedule, lr_step_epochs=args.lr_step_epochs, lr_gamma=args.lr_gamma,
+        select_by=args.select_by, grad_sd_samples=args.grad_sd_samples, weights_dtype=args.weights_dtype,
+        preprocessing=PREPROCESSING_BY_NAME[args.preprocessing])
+    # before any data is read: a precision this machine cannot run natively stops here
+    trainer = Trainer(config, progress=not args.no_progress, cpu=detect_cpu(override=args.native_bf16))
     config = trainer.config  # precision 'auto' resolved: the card names what ran
+    out = Path(args.out)
+    if args.restart and out.exists():  # only once the settings are known to be good
+        shutil.rmtree(out)
     started = time.monotonic()
     data = prepare_data(config)
     state = trainer.fit(data, stop_after_steps=args.stop_after_steps)
@@ -259,7 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     handlers = {"synth": _synth, "fit": _fit, "evaluate": _evaluate, "export": _export}
-    return handlers[args.command](args)
+    try:
+        return handlers[args.command](args)
+    except (ValueError, OSError) as exc:  # settings, manifests, artifacts, unreadable images, this machine
+        if args.verbose:
+            raise
+        print(f"radscreen-train {args.command}: {exc} (rerun with -v for the traceback)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -63,11 +63,10 @@ def _fit(data: Path, out: Path, *extra: str) -> list[str]:
 def test_fit_cli_refuses_emulated_bf16_before_any_work(tiny_data: Path, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
-    with pytest.raises(SystemExit) as exc:
-        train_main(_fit(tiny_data, out, "--precision", "bf16", "--native-bf16", "no"))
-    message = str(exc.value.code)
-    assert message.startswith("fit: --precision bf16 was requested but ") and "no native bf16" in message
-    assert "Traceback" not in capsys.readouterr().err
+    assert train_main(_fit(tiny_data, out, "--precision", "bf16", "--native-bf16", "no")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("radscreen-train fit: --precision bf16 was requested but ") and "no native bf16" in err
+    assert "Traceback" not in err
     assert not out.exists()  # refused before the run directory was made
 
 
@@ -77,9 +76,28 @@ def test_fit_cli_auto_writes_the_chosen_precision(tiny_data: Path, tmp_path: Pat
     assert json.loads((out / "config.json").read_text())["precision"] == "fp32"
 
 
-def test_fit_cli_config_errors_are_messages_not_tracebacks(tiny_data: Path, tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match=r"^fit: nll_epochs \(1\) cannot exceed epochs \(0\)\.$"):
-        train_main(_fit(tiny_data, tmp_path / "run", "--epochs", "0"))
+def test_cli_user_errors_are_one_line_messages_not_tracebacks(tiny_data: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad setting, a missing manifest or artifact: exit 2 and one line naming the problem; -v re-raises."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "keep.txt").write_text("an earlier run")
+    cases = [
+        (_fit(tiny_data, run, "--epochs", "0", "--restart"), "fit: nll_epochs (1) cannot exceed epochs (0)."),
+        (_fit(tmp_path / "nowhere", tmp_path / "run2"), "fit: " + str(tmp_path / "nowhere" / "trainLabels.csv")
+         + ": manifest file not found"),
+        (["evaluate", "--artifact", str(tmp_path / "none"), "--data", str(tiny_data), "--out", str(tmp_path / "e")],
+         f"evaluate: Artifact directory {tmp_path / 'none'} does not exist"),
+        (["export", "--artifact", str(tmp_path / "none"), "--out", str(tmp_path / "g.onnx")],
+         f"export: Artifact directory {tmp_path / 'none'} does not exist"),
+    ]
+    for argv, message in cases:
+        assert train_main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err == f"radscreen-train {message} (rerun with -v for the traceback)\n", err
+    assert (run / "keep.txt").exists()  # --restart with a bad setting deleted nothing
+    with pytest.raises(ValueError, match="cannot exceed epochs"):
+        train_main(["-v", *_fit(tiny_data, run, "--epochs", "0")])
 
 
 def test_a_resume_where_auto_resolves_otherwise_is_refused(tiny_data: Path, tmp_path: Path) -> None:

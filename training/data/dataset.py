@@ -26,7 +26,7 @@ from models.preprocessing import LEGACY, check_preprocessing, preprocess_fundus
 from training.data.manifest import ManifestRow
 
 
-class ImageLoadError(RuntimeError):
+class ImageLoadError(OSError):
     """An image that cannot be decoded; the message names the file (one-argument form for DataLoader)."""
 
 
