@@ -175,7 +175,9 @@ def test_predict_returns_exactly_the_local_services_numbers(
     cpu_image: str, healthy: Container, tmp_path: Path
 ) -> None:
     settings = _image_settings(cpu_image)
-    assert settings["RADSCREEN_DEVICE"] == "cpu" and settings["RADSCREEN_BACKEND"] == "torch"
+    assert settings["RADSCREEN_DEVICE"] == "cpu" and settings["RADSCREEN_BACKEND"] == "auto"
+    runtime = httpx.get(f"{healthy.base_url}/v1/model", timeout=30).json()["runtime"]
+    assert (runtime["backend"], runtime["precision"]) == ("onnxruntime", "fp32")  # the fastest fp32 CPU path
     images = [fundus_png(seed, size=320) for seed in (3, 11)]
     from_image = [_predict(healthy.base_url, image) for image in images]
     with _local_service(settings, tmp_path) as local_url:
