@@ -14,6 +14,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # Lower-case suffixes treated as images when scanning a folder (and tried for extension-less
 # manifest entries, e.g. the EyePACS ``image`` column "10_left" for ``10_left.jpeg``).
@@ -24,6 +25,7 @@ DEFAULT_PATH_COLUMNS: tuple[str, ...] = ("image", "path")
 DUPLICATE_ID = "duplicate-id"
 PATH_OUTSIDE_ROOT = "path-outside-input-root"
 MISSING_PATH = "missing-path"
+MALFORMED_ROW = "malformed-csv-row"  # an unbalanced quote or an unquoted comma: the row cannot be trusted
 NOT_AN_IMAGE = "not-an-image"
 
 
@@ -139,6 +141,19 @@ def _resolve_entry(root: Path, value: str) -> Path:
     return candidate
 
 
+def _malformed(row: dict[Any, Any], line: int, last_line: int, n_columns: int) -> str:
+    """Why a parsed CSV record cannot be trusted ("" if it can): a quoted field running over several lines
+    (an unbalanced quote swallows the rows after it) or more cells than the header (an unquoted comma)."""
+    if last_line > line:
+        return (f"a quoted field opened on line {line} runs to line {last_line}, so lines {line}-{last_line} "
+                "were read as one row (an unbalanced quote?)")
+    extra = row.get(None)
+    if extra:
+        return (f"line {line} has {n_columns + len(extra)} cells but the header has {n_columns} "
+                "(an unquoted comma in a path or id?)")
+    return ""
+
+
 def discover_manifest(manifest: Path, *, path_column: str | None = None, id_column: str | None = None,
                       image_root: Path | None = None) -> InputSource:
     """Rows of a CSV manifest in file order.
@@ -160,14 +175,25 @@ def discover_manifest(manifest: Path, *, path_column: str | None = None, id_colu
         reader.fieldnames = fieldnames
         pcol = _pick_column(fieldnames, path_column, DEFAULT_PATH_COLUMNS, manifest, "path")
         icol = _pick_column(fieldnames, id_column, (), manifest, "id") if id_column else pcol
-        rows = list(reader)
+        # (row, first line, last line): a record spans several lines only inside quotes, and the reader
+        # skips blank lines, so the line numbers come from the reader, not from the row count
+        rows: list[tuple[dict[Any, Any], int, int]] = []
+        for row in reader:
+            # a quote still open at the end of the file keeps the last line's own newline: not a line more
+            newlines = sum(v.rstrip("\r\n").count("\n") for v in row.values() if isinstance(v, str))
+            rows.append((row, reader.line_num - newlines, reader.line_num))
 
     items: list[InputItem] = []
     first_line: dict[str, int] = {}
-    for index, row in enumerate(rows):
-        line = index + 2  # 1-based, after the header line
+    for index, (row, line, last_line) in enumerate(rows):
         value = (row.get(pcol) or "").strip()
         item_id = (row.get(icol) or "").strip() or value
+        problem = _malformed(row, line, last_line, len(fieldnames))
+        if problem:
+            err = RowError(MALFORMED_ROW, f"{problem} in {manifest.name}; the row is not scored")
+            items.append(InputItem(index, item_id if item_id and "\n" not in item_id else f"line-{line}", value,
+                                   None, err))
+            continue
         if not value:
             err = RowError(MISSING_PATH, f"empty {pcol!r} cell on line {line} of {manifest.name}")
             items.append(InputItem(index, item_id or f"line-{line}", value, None, err))

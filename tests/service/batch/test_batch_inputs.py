@@ -9,6 +9,7 @@ import pytest
 
 from service.batch.inputs import (
     DUPLICATE_ID,
+    MALFORMED_ROW,
     MISSING_PATH,
     NOT_AN_IMAGE,
     PATH_OUTSIDE_ROOT,
@@ -117,3 +118,38 @@ def test_duplicates_escapes_and_empty_cells_become_error_rows(tmp_path: Path) ->
     assert items[4].error is not None and "line 6 duplicates line 2" in items[4].error.detail
     assert items[1].error is not None and "line 3" in items[1].error.detail
     assert items[4].error.text().startswith("duplicate-id: ")
+
+
+def test_broken_csv_rows_are_named_by_their_real_lines_and_never_swallow_rows_silently(tmp_path: Path) -> None:
+    """An unbalanced quote makes the csv module read every following line into one field, and a blank
+    line shifts any line count made from the row index: both are reported against the file's own lines."""
+    root = tmp_path / "data"
+    for name in ("a.png", "b.png", "c.png", "d.png"):
+        _touch(root / name)
+    manifest = root / "m.csv"
+    manifest.write_text(
+        "id,image\n"
+        "p1,a.png\n"             # line 2: ok
+        "\n"                     # line 3: blank (skipped by the reader)
+        "p1,b.png\n"             # line 4: duplicate of line 2 -- reported as line 4, not 3
+        "p2,b.png,extra\n"       # line 5: one cell too many (an unquoted comma)
+        "p3,c.png\n"             # line 6: ok
+        'p4,"d.png\n'            # line 7: the quote never closes ...
+        "p5,a.png\n"             # line 8: ... so this line is swallowed into p4's path
+    )
+    items = discover_manifest(manifest, id_column="id").items
+    kinds = [it.error.kind if it.error else None for it in items]
+    assert kinds == [None, DUPLICATE_ID, MALFORMED_ROW, None, MALFORMED_ROW]
+    assert [it.id for it in items] == ["p1", "p1", "p2", "p3", "p4"]
+    details = [it.error.detail if it.error else "" for it in items]
+    assert "line 4 duplicates line 2" in details[1]
+    assert details[2] == ("line 5 has 3 cells but the header has 2 (an unquoted comma in a path or id?) in m.csv; "
+                          "the row is not scored")
+    assert details[4] == ("a quoted field opened on line 7 runs to line 8, so lines 7-8 were read as one row "
+                          "(an unbalanced quote?) in m.csv; the row is not scored")
+    assert items[3].file == root / "c.png"
+    # a quote that closes further down swallows the lines between, and is named the same way
+    manifest.write_text('id,image\np1,"a.png\np2,b.png\np3,c".png\np4,d.png\n')
+    items = discover_manifest(manifest, id_column="id").items
+    assert [(it.id, it.error.kind if it.error else None) for it in items] == [("p1", MALFORMED_ROW), ("p4", None)]
+    assert items[0].error is not None and "opened on line 2 runs to line 4, so lines 2-4" in items[0].error.detail
