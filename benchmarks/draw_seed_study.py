@@ -5,7 +5,8 @@ Another seed is another equally valid set of draws; if the mutual information (M
 of images referred as uncertain changes a lot between seeds, K is too small for the decision it drives.
 
 For each K in ``--k`` and each of ``--seeds`` draw seeds this materialises the K draws, scores the same
-images (synthetic renders from the current generator, through the artifact's own preprocessing) and
+images (synthetic renders from the current generator, or with ``--photos`` real photographs, through the
+artifact's own preprocessing) and
 prints, per K, over all pairs of seeds:
 
 - Spearman correlation of MI between the two seeds (ranking stability);
@@ -22,7 +23,6 @@ Example (figures in docs/science.md, "Draw seed and K")::
 from __future__ import annotations
 
 import argparse
-import io
 import itertools
 import platform
 import sys
@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 from scipy.stats import spearmanr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -40,18 +39,7 @@ from models.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
 from models.draws import materialise_draws
 from models.uncertainty import binary_uncertainty_from_logits
 from service.inference.scoring import Scorer, prepare_image
-from training.synthetic.render import render_fundus
-
-
-def render_images(n: int, size: int, seed: int) -> list[bytes]:
-    """``n`` synthetic JPEGs, grades cycling 0..4, deterministic from ``seed``."""
-    out = []
-    for i in range(n):
-        pixels, _ = render_fundus(np.random.default_rng([seed, i]), i % 5, size=size)
-        buf = io.BytesIO()
-        Image.fromarray(pixels).save(buf, format="JPEG", quality=92)
-        out.append(buf.getvalue())
-    return out
+from tests.helpers.images import synthetic_jpegs
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:
@@ -83,7 +71,9 @@ def score(model: torch.nn.Module, x: torch.Tensor, k: int, seed: int, batch: int
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", type=Path, default=DEFAULT_ARTIFACT_DIR, help="artifact directory")
-    p.add_argument("--images", type=int, default=48, help="synthetic images scored")
+    p.add_argument("--images", type=int, default=48, help="images scored (at most this many with --photos)")
+    p.add_argument("--photos", type=Path, default=None,
+                   help="score the .jpg photographs in this folder instead of synthetic renders")
     p.add_argument("--image-size", type=int, default=512, help="rendered image side, px")
     p.add_argument("--image-seed", type=int, default=2028, help="seed of the rendered images")
     p.add_argument("--k", type=int, nargs="+", default=[16, 32, 64], help="draws per image to compare")
@@ -99,11 +89,18 @@ def main(argv: list[str] | None = None) -> None:
     model = artifact.build_model().eval()
     cal = artifact.calibration
     scorer = Scorer.from_artifact(args.model_dir, backend="torch", device="cpu")  # for its preprocessing contract
-    prepared = [prepare_image(b, scorer.pipeline) for b in render_images(args.images, args.image_size, args.image_seed)]
+    if args.photos is not None:  # real photographs, e.g. ../shared/data/idrid-lesion-54
+        images = [f.read_bytes() for f in sorted(args.photos.glob("*.jpg"))[: args.images]]
+        if not images:
+            raise SystemExit(f"--photos {args.photos}: no .jpg files")
+    else:
+        images = synthetic_jpegs(args.images, args.image_size, args.image_seed)
+    prepared = [prepare_image(b, scorer.pipeline) for b in images]
     x = torch.from_numpy(np.stack([pi.pixels for pi in prepared]))  # [N, 3, S, S]
     base = artifact.config.draw_seed
-    print(f"model {artifact.config.name} {artifact.config.version} sha256 {artifact.sha256[:12]}; "
-          f"{args.images} synthetic images ({args.image_size} px, seed {args.image_seed}); "
+    source = (f"{len(images)} photographs from {args.photos}" if args.photos is not None
+              else f"{len(images)} synthetic images ({args.image_size} px, seed {args.image_seed})")
+    print(f"model {artifact.config.name} {artifact.config.version} sha256 {artifact.sha256[:12]}; {source}; "
           f"MI threshold {cal.referral_threshold_mi:.3g} nat, decision threshold {cal.decision_threshold}")
     print(f"machine: {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}")
     print("| K | seed pairs | Spearman MI (min / mean) | Jaccard referred @ threshold (min / mean) | "

@@ -17,30 +17,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import load_artifact, replace_calibration
 from models.cpu import detect_cpu
 from service.inference.scoring import ImageScore, PreparedImage, Scorer, prepare_image
-from training.synthetic.render import render_fundus
-
-
-def images(n: int, size: int, seed: int) -> list[bytes]:
-    out = []
-    for i in range(n):
-        pixels, _ = render_fundus(np.random.default_rng([seed, i]), i % 5, size=size)
-        buf = io.BytesIO()
-        Image.fromarray(pixels).save(buf, format="JPEG", quality=92)
-        out.append(buf.getvalue())
-    return out
+from tests.helpers.images import synthetic_jpegs
 
 
 def score_all(scorer: Scorer, prepared: list[PreparedImage], batch: int) -> tuple[list[ImageScore], float]:
@@ -65,7 +53,7 @@ def main() -> None:
     cpu = detect_cpu(override="yes" if args.emulated_bf16 else "detect")
     print(f"CPU: {cpu.summary()}")
     reference = Scorer.from_artifact(args.model_dir, backend="torch", precision="fp32", strategy="loop")
-    prepared = [prepare_image(b, reference.pipeline) for b in images(args.images, args.image_size, args.seed)]
+    prepared = [prepare_image(b, reference.pipeline) for b in synthetic_jpegs(args.images, args.image_size, args.seed)]
     ref, ref_s = score_all(reference, prepared, args.batch)
     thr = reference.calibration.referral_threshold_mi
     print(f"model {reference.model_identity.name} {reference.model_identity.sha256[:12]}, "

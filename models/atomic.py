@@ -28,22 +28,22 @@ from pathlib import Path
 _TEMP_NAME = re.compile(r"^\..+\.[0-9a-f]{12}\.tmp$")  # .<target name>.<12 hex>.tmp
 
 
-def fsync_file(path: Path) -> None:
-    """Flush a written file's data to disk (fsync acts on the inode, so a fresh descriptor suffices)."""
-    fd = os.open(path, os.O_RDONLY)
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)  # fsync acts on the inode, so a fresh read-only descriptor suffices
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    """Flush a written file's data to disk."""
+    _fsync(path)
 
 
 def fsync_dir(directory: Path) -> None:
     """Flush a folder's entries: a rename is durable only once its folder is synced."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync(directory)
 
 
 @contextlib.contextmanager

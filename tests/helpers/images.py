@@ -6,6 +6,7 @@ upload the same kind of images the tests do. All seeded, all small.
 - :func:`fundus_like`: red textured disc on black, ``uint8 [size, size, 3]``; milliseconds to make.
 - :func:`fundus_png`: ``training.synthetic``'s renderer (grade 1, gradable) as PNG bytes; the quality gate's
   thresholds were set on this generator, so these always pass the gate.
+- :func:`synthetic_jpegs`: ``n`` renders of the generator, grades cycling 0..4, as JPEG bytes (benchmarks).
 - :func:`blank_png`: a uniform frame with no field of view (the gate refuses it: ``retake_ungradable``).
 """
 
@@ -43,6 +44,15 @@ def fundus_png(seed: int, size: int = 256) -> bytes:
 
     image, _ = render_fundus(np.random.default_rng(seed), 1, size=size, gradable=True, eye="left")  # [H, W, 3]
     return encode(image)
+
+
+def synthetic_jpegs(n: int, size: int, seed: int) -> list[bytes]:
+    """``n`` generated fundus photographs (training.synthetic, grades cycling 0..4, image ``i`` from the
+    generator ``[seed, i]``) as quality-92 JPEG bytes."""
+    from training.synthetic.render import render_fundus
+
+    return [encode(render_fundus(np.random.default_rng([seed, i]), i % 5, size=size)[0], "JPEG", quality=92)
+            for i in range(n)]
 
 
 def blank_png(size: int = 128, value: int = 0) -> bytes:

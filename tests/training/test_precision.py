@@ -14,7 +14,6 @@ from models.cpu import detect_cpu
 from training.cli import main as train_main
 from training.config import TrainConfig
 from training.loop import Trainer, resolve_precision
-from training.synthetic.dataset import generate_dataset
 
 AVX2_ONLY = detect_cpu(cpuinfo="model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx fma avx2\n", isa="AVX2")
 AMX = detect_cpu(cpuinfo="model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: avx2 avx512f avx512_bf16 "
@@ -46,13 +45,6 @@ def test_the_trainer_records_the_resolved_precision(tmp_path: Path) -> None:
     assert Trainer(cfg, progress=False, cpu=AMX).config.precision == "bf16"
     with pytest.raises(ValueError, match="no native bf16"):
         Trainer(TrainConfig(data="d", out="o", precision="bf16", device="cpu"), progress=False, cpu=AVX2_ONLY)
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("synth")
-    generate_dataset(root, n_images=24, seed=3, size=64, ungradable_fraction=0.0)
-    return root
 
 
 def _fit(data: Path, out: Path, *extra: str) -> list[str]:

@@ -6,7 +6,6 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-import pytest
 import torch
 
 from training.cli import main as train_main
@@ -14,14 +13,6 @@ from training.config import TrainConfig
 from training.data.manifest import ManifestRow
 from training.data.splits import split_by_patient
 from training.loop import Trainer, prepare_data, read_rows
-from training.synthetic.dataset import generate_dataset
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("synth")
-    generate_dataset(root, n_images=48, seed=11, size=32, ungradable_fraction=0.0)
-    return root
 
 
 def _config(data: Path, out: Path, **kw: object) -> TrainConfig:
@@ -66,8 +57,8 @@ def test_without_split_seed_the_split_follows_the_seed_as_before(tiny_data: Path
 
 def test_cli_records_the_split_seed(tiny_data: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    train_main(["fit", "--data", str(tiny_data), "--out", str(out), "--width", "2", "--input-size", "32",
-                "--epochs", "1", "--batch-size", "8", "--seed", "5", "--split-seed", "2", "--stop-after-steps", "1",
-                "--grad-sd-samples", "0", "--no-progress"])
+    assert train_main(["fit", "--data", str(tiny_data), "--out", str(out), "--width", "2", "--input-size", "32",
+                       "--epochs", "1", "--batch-size", "8", "--seed", "5", "--split-seed", "2",
+                       "--stop-after-steps", "1", "--grad-sd-samples", "0", "--no-progress"]) == 0
     saved = json.loads((out / "config.json").read_text())
     assert (saved["seed"], saved["split_seed"]) == (5, 2)

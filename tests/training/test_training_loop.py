@@ -17,20 +17,12 @@ from training.elbo import elbo_loss
 from training.evaluation import evaluate_predictions
 from training.evaluation.ensemble import DRAWS_FILENAME, load_draws
 from training.loop import Trainer, prepare_data
-from training.synthetic.dataset import generate_dataset
 
 
 def test_elbo_is_mean_nll_plus_kl_over_n() -> None:
     assert elbo_loss(torch.tensor(0.7), torch.tensor(300.0), 1000).item() == pytest.approx(0.7 + 0.3)
     with pytest.raises(ValueError, match="n_train must be >= 1"):
         elbo_loss(torch.tensor(0.0), torch.tensor(0.0), 0)
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("synth")
-    generate_dataset(root, n_images=48, seed=7, size=64, ungradable_fraction=0.0)
-    return root
 
 
 def _config(data: Path, out: Path, **kw: object) -> TrainConfig:
