@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from tests.helpers.deploy import ROOT
-from tests.helpers.images import fundus_png
+from tests.helpers.images import IDRID, fundus_png
 from tests.helpers.processes import free_port, running_process, wait_until_ready
 
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(3000)]
@@ -164,8 +164,8 @@ def _local_service(settings: dict[str, str], workdir: Path) -> Iterator[str]:
         yield base
 
 
-def _predict(base_url: str, image: bytes) -> dict[str, Any]:
-    response = httpx.post(f"{base_url}/predict", files={"image": ("fundus.png", image, "image/png")}, timeout=120)
+def _predict(base_url: str, image: bytes, name: str = "fundus.png", mime: str = "image/png") -> dict[str, Any]:
+    response = httpx.post(f"{base_url}/predict", files={"image": (name, image, mime)}, timeout=120)
     assert response.status_code == 200, response.text
     body = dict(response.json())
     return {k: v for k, v in body.items() if k not in PER_REQUEST_FIELDS}
@@ -178,10 +178,12 @@ def test_predict_returns_exactly_the_local_services_numbers(
     assert settings["RADSCREEN_DEVICE"] == "cpu" and settings["RADSCREEN_BACKEND"] == "auto"
     runtime = httpx.get(f"{healthy.base_url}/v1/model", timeout=30).json()["runtime"]
     assert (runtime["backend"], runtime["precision"]) == ("onnxruntime", "fp32")  # the fastest fp32 CPU path
-    images = [fundus_png(seed, size=320) for seed in (3, 11)]
-    from_image = [_predict(healthy.base_url, image) for image in images]
+    # two generated images and one real photograph (IDRiD, JPEG)
+    images = [(fundus_png(seed, size=320), "fundus.png", "image/png") for seed in (3, 11)]
+    images.append(((IDRID / "IDRiD_01.jpg").read_bytes(), "IDRiD_01.jpg", "image/jpeg"))
+    from_image = [_predict(healthy.base_url, *image) for image in images]
     with _local_service(settings, tmp_path) as local_url:
-        from_local = [_predict(local_url, image) for image in images]
+        from_local = [_predict(local_url, *image) for image in images]
     for got, expected in zip(from_image, from_local, strict=True):
         assert got["model"]["name"] == expected["model"]["name"]
         assert got["diagnosis"]["referable_dr_probability"] == expected["diagnosis"]["referable_dr_probability"]

@@ -7,15 +7,20 @@ upload the same kind of images the tests do. All seeded, all small.
 - :func:`fundus_png`: ``training.synthetic``'s renderer (grade 1, gradable) as PNG bytes; the quality gate's
   thresholds were set on this generator, so these always pass the gate.
 - :func:`synthetic_jpegs`: ``n`` renders of the generator, grades cycling 0..4, as JPEG bytes (benchmarks).
+- :data:`IDRID`: the folder of real photographs the tests read (never copied into the project).
 - :func:`blank_png`: a uniform frame with no field of view (the gate refuses it: ``retake_ungradable``).
 """
 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+# the real photographs (54 IDRiD images, CC BY 4.0): ../shared/data beside the checkout, as in CI
+IDRID = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "idrid-lesion-54"
 
 
 def fundus_like(seed: int, size: int = 96) -> np.ndarray:

@@ -19,9 +19,9 @@ from models.fov import fit_fov_circle
 from models.preprocessing import FOV_LOCAL_MEAN, LEGACY, crop_to_fov, disc_mask, preprocess_fundus
 from service.inference.imaging import ImagePipeline, fov_square, resize_square
 from service.inference.scoring import prepare_image
+from tests.helpers.images import IDRID
 from training.data.dataset import load_image
 
-IDRID = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "idrid-lesion-54"
 SIZE = 256
 
 

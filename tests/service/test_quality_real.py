@@ -8,7 +8,6 @@ every common width, each degradation rejected *for its reason* in >= 95 % of the
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,8 +17,8 @@ from models.fov import fit_fov_circle
 from service.inference.imaging import fov_square
 from service.inference.quality import assess_quality
 from tests.helpers.degradations import DEGRADATIONS
+from tests.helpers.images import IDRID
 
-IDRID = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "idrid-lesion-54"
 pytestmark = pytest.mark.skipif(not IDRID.is_dir(), reason=f"real photographs not found at {IDRID}")
 
 

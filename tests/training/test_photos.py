@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from models.preprocessing import FOV_LOCAL_MEAN, LEGACY
 from service.inference.imaging import ImagePipeline
 from service.inference.scoring import prepare_image
+from tests.helpers.images import IDRID
 from training.data.photos import PhotoDataset, list_photos, serving_square
 
-IDRID = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "idrid-lesion-54"
 needs_idrid = pytest.mark.skipif(not IDRID.is_dir(), reason=f"real photographs not found at {IDRID}")
 
 

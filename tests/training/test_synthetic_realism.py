@@ -8,17 +8,16 @@ Porwal et al. 2018) and skips, saying why, only when that folder is absent. The 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 from scipy import ndimage
 
+from tests.helpers.images import IDRID
 from training.synthetic import FRAME_FORMATS, FRAME_SHARES, plan_image, render_fundus, render_image
 from training.synthetic.fundus import fov_mask, frame_shape, sample_geometry
 
-IDRID = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "idrid-lesion-54"
 WIDTH = 240
 # FOV radius as a share of the frame height, per format (documented in training/synthetic/fundus.py)
 RADIUS_OVER_HEIGHT = {"3:2": (0.57, 0.63), "4:3": (0.53, 0.58), "square_notch": (0.44, 0.47)}
