@@ -85,6 +85,7 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         f"- MI referral threshold {val_summary.get('referral_threshold_mi', float('nan')):.3g} nat for a target "
         f"referral rate of {_pct(val_summary.get('target_referral_rate'))} "
         f"(achieved {_pct(val_summary.get('achieved_referral_rate'))}).",
+        *mi_scale_lines(val.get("mi_quantiles")),
     ]
     for key, label in (("auc_at_referral", "AUC"), ("accuracy_at_referral", "accuracy")):
         at = val.get(key, {})
@@ -96,7 +97,7 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         lines += ["", "## Held-out test split",
                   f"- AUC {tv.get('auc', float('nan')):.3f}, accuracy {_pct(tv.get('accuracy'))}, "
                   f"ECE {tv.get('ece', float('nan')):.3f}; referral rate at the validation threshold "
-                  f"{_pct(test_summary.get('achieved_referral_rate'))}."]
+                  f"{_pct(test_summary.get('achieved_referral_rate'))}.", *mi_scale_lines(tv.get("mi_quantiles"))]
         at = tv.get("auc_at_referral", {})
         if at:
             lines.append("- AUC after referring by MI: " + ", ".join(
@@ -137,6 +138,16 @@ def recipe_lines(config: TrainConfig, history: list[dict[str, Any]], best_epoch:
                      f"validation NLL {row['val_nll']:.4f}. Per-layer σ, NLL, KL/N and the NLL-gradient SD per epoch: "
                      "history.csv and training_curves.png in the run directory.")
     return lines
+
+
+def mi_scale_lines(quantiles: dict[str, float] | None) -> list[str]:
+    """The MI scale of an evaluation (quantiles in nats), or nothing for reports that predate it."""
+    if not quantiles or "0.5" not in quantiles:
+        return []
+    q = quantiles
+    return [f"- MI scale: median {q['0.5']:.3g} nat (quartiles {q.get('0.25', float('nan')):.3g}–"
+            f"{q.get('0.75', float('nan')):.3g}, 5–95 %: {q.get('0.05', float('nan')):.3g}–"
+            f"{q.get('0.95', float('nan')):.3g}); values are comparable only within this artifact."]
 
 
 def _fmt(value: Any) -> str:

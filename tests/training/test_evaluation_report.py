@@ -100,6 +100,26 @@ def test_calibration_summary_is_the_artifact_subset(toy_report: EvaluationReport
     json.dumps(s, allow_nan=False)
 
 
+def test_the_mi_scale_is_the_quantiles_of_the_per_image_mi() -> None:
+    """The artifact states its MI scale: quantiles of MI = H[p̄] − mean_s H[p_s], recomputed here by hand."""
+    mc, y = _toy(300, seed=5)
+    r = evaluate_predictions(mc, y, n_bootstrap=0, seed=0)
+
+    def h(p: np.ndarray) -> np.ndarray:
+        return -(p * np.log(p) + (1 - p) * np.log(1 - p))
+
+    mi = h(mc.mean(axis=0)) - h(mc).mean(axis=0)  # [N]
+    assert list(r.mi_quantiles) == ["0.05", "0.25", "0.5", "0.75", "0.95"]
+    for key, value in r.mi_quantiles.items():
+        assert value == pytest.approx(np.quantile(mi, float(key)), rel=1e-9, abs=1e-15)
+    assert r.mi_quantiles["0.05"] < r.mi_quantiles["0.5"] < r.mi_quantiles["0.95"]
+    assert r.calibration_summary()["validation"]["mi_quantiles"] == r.mi_quantiles
+    old = r.to_dict()
+    del old["mi_quantiles"]  # a report written before the field: read back without a scale, not refused
+    back = EvaluationReport.from_dict(old)
+    assert back.mi_quantiles == {} and "mi_quantiles" not in back.calibration_summary()["validation"]
+
+
 def test_a_validation_threshold_applied_to_test_data_reports_its_rate() -> None:
     mc_val, y_val = _toy(800, seed=5)
     mc_test, y_test = _toy(800, seed=6)

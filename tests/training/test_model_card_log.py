@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from training.model_card import last_epoch_lines
+from training.model_card import last_epoch_lines, mi_scale_lines
 
 
 def test_last_epoch_log_is_a_scalar_table_and_a_per_layer_sigma_table() -> None:
@@ -29,3 +29,10 @@ def test_last_epoch_log_is_a_scalar_table_and_a_per_layer_sigma_table() -> None:
 def test_a_row_without_sigma_has_no_layer_table() -> None:
     assert last_epoch_lines({"epoch": 1, "train_nll": 0.7}) == [
         "", "| field | value |", "| --- | --- |", "| epoch | 1 |", "| train_nll | 0.7 |"]
+
+
+def test_mi_scale_line_states_median_quartiles_and_range() -> None:
+    q = {"0.05": 1.2e-5, "0.25": 4e-5, "0.5": 8.04e-5, "0.75": 1.5e-4, "0.95": 6.1e-4}
+    assert mi_scale_lines(q) == ["- MI scale: median 8.04e-05 nat (quartiles 4e-05–0.00015, 5–95 %: "
+                                 "1.2e-05–0.00061); values are comparable only within this artifact."]
+    assert mi_scale_lines(None) == [] and mi_scale_lines({}) == []

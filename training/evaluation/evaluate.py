@@ -25,7 +25,7 @@ from sklearn.metrics import accuracy_score, roc_auc_score
 from training.evaluation.calibration import reliability_bins
 from training.evaluation.paired import strategy_differences
 from training.evaluation.referral import DEFAULT_FRACTIONS, STRATEGIES, referral_curve, retained_metrics
-from training.evaluation.report import SUMMARY_FRACTIONS, EvaluationReport, MIHistogram
+from training.evaluation.report import MI_QUANTILES, SUMMARY_FRACTIONS, EvaluationReport, MIHistogram, fraction_key
 from training.evaluation.threshold import ReferralThreshold, mi_referral_threshold, referral_rate
 from training.evaluation.uncertainty import McUncertainty, mc_uncertainty
 
@@ -151,6 +151,8 @@ def evaluate_predictions(
         n_bootstrap=int(n_bootstrap),
         seed=int(seed),
         paired_differences=paired,
+        mi_quantiles={fraction_key(q): float(v) for q, v in zip(MI_QUANTILES, np.quantile(mi, MI_QUANTILES),
+                                                                  strict=True)},
     )
 
 

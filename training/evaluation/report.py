@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, cast
 
 from training.evaluation.calibration import ReliabilityBins
@@ -19,6 +19,7 @@ from training.evaluation.referral import ReferralCurve, Strategy
 from training.evaluation.threshold import ReferralThreshold
 
 SUMMARY_FRACTIONS: tuple[float, ...] = (0.1, 0.2, 0.3)
+MI_QUANTILES: tuple[float, ...] = (0.05, 0.25, 0.5, 0.75, 0.95)  # the MI scale reported with every evaluation
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class EvaluationReport:
     seed: int
     # MI − random and MI − entropy on the same resamples (paired bootstrap, 95 % percentile intervals)
     paired_differences: tuple[PairedDifference, ...] = ()
+    # the MI scale: quantiles of the per-image MI in nats, keys "0.05" ... "0.95" (MI_QUANTILES)
+    mi_quantiles: Mapping[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: tuples become lists, fraction keys become strings, NaN becomes ``None``."""
@@ -76,6 +79,8 @@ class EvaluationReport:
                 out[name] = {s: asdict(c) for s, c in value.items()}
             elif name == "paired_differences":
                 out[name] = [asdict(d) for d in value]
+            elif name == "mi_quantiles":
+                out[name] = dict(value)
             elif name in ("auc_at_referral", "accuracy_at_referral"):
                 out[name] = {fraction_key(f): v for f, v in value.items()}
             elif hasattr(value, "__dataclass_fields__"):
@@ -134,6 +139,7 @@ class EvaluationReport:
                 n_bootstrap=int(data["n_bootstrap"]),
                 seed=int(data["seed"]),
                 paired_differences=tuple(_paired_from_dict(d) for d in data.get("paired_differences", [])),
+                mi_quantiles={str(k): _f(v) for k, v in data.get("mi_quantiles", {}).items()},
             )
         except KeyError as exc:
             raise ValueError(f"Evaluation report is missing the field {exc.args[0]!r}") from exc
@@ -152,6 +158,7 @@ class EvaluationReport:
                 "ece": self.ece,
                 "auc_at_referral": {fraction_key(f): v for f, v in self.auc_at_referral.items()},
                 "accuracy_at_referral": {fraction_key(f): v for f, v in self.accuracy_at_referral.items()},
+                **({"mi_quantiles": dict(self.mi_quantiles)} if self.mi_quantiles else {}),
             },
         }
         return cast(dict[str, Any], _json_safe(summary))
