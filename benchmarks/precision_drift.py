@@ -58,6 +58,9 @@ def main() -> None:
     thr = reference.calibration.referral_threshold_mi
     print(f"model {reference.model_identity.name} {reference.model_identity.sha256[:12]}, "
           f"{len(prepared)} images, MI referral threshold {thr:.3g} nat")
+    ref_mi = np.array([r.mutual_information for r in ref])
+    print(f"fp32 MI over these images: median {np.median(ref_mi):.3g} nat, 5-95 % "
+          f"[{np.percentile(ref_mi, 5):.3g}, {np.percentile(ref_mi, 95):.3g}] (compare with |dMI| below)")
     print(f"{'mode':<22}{'s/img':>8}{'max|dp|':>11}{'mean|dp|':>11}{'max|dMI|':>11}{'mean|dMI|':>11}"
           f"{'label flips':>13}{'referral flips':>16}")
     print(f"{'torch fp32 (ref)':<22}{ref_s:>8.3f}")
