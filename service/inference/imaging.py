@@ -25,12 +25,12 @@ Rules, in the order they are applied:
 6. Normalisation to 8-bit RGB: EXIF orientation applied; 16-bit and 32-bit integer images scaled by
    their container range (65535), not clipped; float images scaled to [0, 1]; alpha composited on
    black (the fundus background); palette, grayscale, CMYK, YCbCr, LAB converted.
-7. Geometry, for artifacts with the *legacy* preprocessing contract (the embedded default model;
-   ``fov_square``): square images are kept as they are (that model's preprocessing is "resize to
-   size x size", and its training renders were square); wide/tall camera frames have their dark
-   margins trimmed along the long axis (down to a square at most) and are padded with black to a
-   centred square, so the field of view (FOV) is never cut or distorted. Then a bilinear resize to
-   the artifact's input size. Artifacts with ``fov-local-mean/1`` use
+7. Geometry, for artifacts with the *legacy* preprocessing contract (models trained before the shared
+   preprocessing, e.g. the first default model 0.1.0; ``fov_square``): square images are kept as they
+   are (that contract's preprocessing is "resize to size x size", and its training renders were
+   square); wide/tall camera frames have their dark margins trimmed along the long axis (down to a
+   square at most) and are padded with black to a centred square, so the field of view (FOV) is never
+   cut or distorted. Then a bilinear resize to the artifact's input size. Artifacts with ``fov-local-mean/1`` use
    ``models.preprocessing.preprocess_fundus`` instead (crop to the fitted FOV circle), see
    ``service.inference.scoring.prepare_image``.
 """

@@ -110,7 +110,7 @@ def prepare_image(data: bytes, pipeline: ImagePipeline) -> PreparedImage:
     The FOV circle is fitted once on the decoded frame and used by both the quality gate and,
     for artifacts with the ``fov-local-mean/1`` contract, the preprocessing
     (``models.preprocessing.preprocess_fundus``, the very function training used). Artifacts with
-    the legacy contract (the embedded default model) get exactly what they were trained with:
+    the legacy contract (models trained before it, e.g. default model 0.1.0) get exactly what they were trained with:
     ``fov_square`` + resize.
     """
     start = time.perf_counter()
@@ -240,7 +240,7 @@ class Scorer:
         if precision != "fp32" and precision not in cal.allowed_precisions():
             logger.warning(
                 "precision=%s: reduced precision shifts the mutual information; with a narrow posterior the "
-                "shift can exceed the MI referral threshold (%.3g nat) and flip referrals (the embedded model: "
+                "shift can exceed the MI referral threshold (%.3g nat) and flip referrals (default model 0.1.0: "
                 "bf16 flipped 10 of 32, docs/benchmarks.md). Measure with benchmarks/precision_drift.py first.",
                 precision,
                 cal.referral_threshold_mi,

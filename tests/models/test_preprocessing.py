@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from models.artifact import DEFAULT_ARTIFACT_DIR, ArtifactConfig, ArtifactError, load_artifact
+from models.artifact import DEFAULT_ARTIFACT_DIR, ArtifactConfig, ArtifactError
 from models.fov import fit_fov_circle
 from models.preprocessing import FOV_LOCAL_MEAN, LEGACY, crop_to_fov, disc_mask, preprocess_fundus
 from service.inference.imaging import ImagePipeline, fov_square, resize_square
@@ -124,16 +124,14 @@ def test_service_and_training_run_the_same_function(tmp_path: Path) -> None:
     assert np.allclose(prepared.pixels, pipeline.normalise(expected))
 
 
-def test_legacy_contract_is_unchanged_for_the_default_model() -> None:
-    art = load_artifact(DEFAULT_ARTIFACT_DIR)
-    assert art.config.preprocessing == LEGACY
-    cfg = art.config
-    pipeline = ImagePipeline(size=cfg.input_size, mean=cfg.mean, std=cfg.std, preprocessing=cfg.preprocessing)
+def test_legacy_contract_is_unchanged() -> None:
+    """Artifacts written before the shared preprocessing (``legacy``) still get pad-to-square + resize."""
+    pipeline = ImagePipeline(size=SIZE, mean=(0.4, 0.3, 0.2), std=(0.2, 0.2, 0.1), preprocessing=LEGACY)
     img = disc_image(450, 300, 225, 150, 170)
     buf = io.BytesIO()
     Image.fromarray(img).save(buf, format="PNG")
     prepared = prepare_image(buf.getvalue(), pipeline)
-    assert np.array_equal(prepared.pixels, pipeline.normalise(resize_square(fov_square(img), cfg.input_size)))
+    assert np.array_equal(prepared.pixels, pipeline.normalise(resize_square(fov_square(img), SIZE)))
 
 
 def test_artifact_field_missing_means_legacy_and_unknown_is_refused() -> None:

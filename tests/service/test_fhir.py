@@ -27,7 +27,7 @@ SHA = "ab12cd34ef56" + "0" * 52
 
 
 def response(**overrides: Any) -> dict[str, Any]:
-    """A /v1/predict response (refer_referable_dr, MI on the embedded model's 1e-6 nat scale), with
+    """A /v1/predict response (refer_referable_dr, MI on a narrow posterior's 1e-6 nat scale), with
     overrides merged in at the top level."""
     body: dict[str, Any] = {
         "request_id": "req-0001",

@@ -1,5 +1,5 @@
 """Metrics of the screening outcome: a counter per outcome, and MI histogram buckets on the scale of the
-artifact's calibrated threshold (the embedded model's is ~1e-6 nat, far below any fixed 1e-3 bucket)."""
+artifact's calibrated threshold (the embedded model's is ~1e-4 nat, far below any fixed 1e-2 bucket)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ and the batch job run: decode with PIL, apply the EXIF orientation, convert to R
 
 - ``FOV_LOCAL_MEAN`` (new runs): ``models.preprocessing.preprocess_fundus``: crop to the fitted FOV
   circle, resize, local-mean subtraction inside the FOV;
-- ``LEGACY`` (the embedded default model's): pad to a square with black (centred), resize to
-  ``size`` x ``size`` (bicubic).
+- ``LEGACY`` (models trained before the shared preprocessing, e.g. default model 0.1.0): pad to a square
+  with black (centred), resize to ``size`` x ``size`` (bicubic).
 
 Then scale to [0, 1]. Channel normalisation is *not* done here: it runs after augmentation, on the
 training device (``augment.normalise``), with the statistics from ``channel_stats``.

@@ -8,9 +8,9 @@ on that same decoded frame. ``serving_square`` repeats those steps with the shar
 ``models`` code, so a model's uncertainty on real photographs (the out-of-distribution check) is measured
 on the pixels it would see in production. Training may not import ``service`` (import-linter contract).
 
-The legacy contract (``fov_square`` + resize, the embedded default model's) is not reproduced here: the
-models this is for are new ``fov-local-mean/1`` runs, and a legacy request is refused rather than
-approximated.
+The legacy contract (``fov_square`` + resize, of models trained before it such as default model 0.1.0) is
+not reproduced here: the models this is for are new ``fov-local-mean/1`` runs, and a legacy request is
+refused rather than approximated.
 """
 
 from __future__ import annotations
