@@ -120,7 +120,8 @@ def naive_loop(model: VGGStar, k: int) -> Callable[[torch.Tensor], torch.Tensor]
 def loop_twin(grouped: DrawnNetwork) -> DrawnNetwork:
     """The same draws (shared tensors) run one pass per draw: ``drawn-loop`` and the fp32 reference."""
     return DrawnNetwork(grouped.plan, grouped.convs, grouped.linears, activation=grouped.activation,
-                        negative_slope=grouped.negative_slope, strategy="loop").eval()
+                        negative_slope=grouped.negative_slope, strategy="loop",
+                        head_draws=grouped.head_draws).eval()
 
 
 def build_runners(

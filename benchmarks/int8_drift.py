@@ -39,7 +39,8 @@ DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "idrid-l
 def first_draws(net: DrawnNetwork, k: int) -> DrawnNetwork:
     convs = [DrawnConv(c.weight[:k].clone(), c.bias[:k].clone(), c.stride, c.padding) for c in net.convs]
     lins = [DrawnLinear(lin.weight[:k].clone(), lin.bias[:k].clone()) for lin in net.linears]
-    return DrawnNetwork(net.plan, convs, lins, activation=net.activation, negative_slope=net.negative_slope)
+    return DrawnNetwork(net.plan, convs, lins, activation=net.activation, negative_slope=net.negative_slope,
+                        head_draws=net.head_draws)
 
 
 def inlined_graph(net: DrawnNetwork) -> onnx.ModelProto:

@@ -51,7 +51,7 @@ from training.evaluation.ensemble import (  # noqa: E402
 )
 from training.evaluation.ood import ood_auroc  # noqa: E402
 from training.loop import BEST_WEIGHTS, build_model  # noqa: E402
-from training.predict import mc_probabilities  # noqa: E402
+from training.predict import is_bayesian, mc_probabilities  # noqa: E402
 from training.synthetic.dataset import generate_dataset  # noqa: E402
 
 IDRID = ROOT / ".." / "shared" / "data" / "idrid-lesion-54"  # the shared/ folder beside the checkout
@@ -139,7 +139,7 @@ def score_photos(run_dir: Path, photos: PhotoDataset) -> SavedDraws:
     model = build_model(cfg)
     model.load_state_dict(load_file(str(run_dir / BEST_WEIGHTS)))
     probs, _ = mc_probabilities(model, photos, mean=stats["mean"], std=stats["std"], samples=cfg.mc_samples,
-                                seed=cfg.draw_seed)  # [S, 54]
+                                seed=cfg.draw_seed, head_draws=cfg.head_draws if is_bayesian(model) else 1)  # [S, 54]
     path = save_draws(run_dir / "ood_idrid" / DRAWS_FILENAME, probs, np.zeros(probs.shape[1], np.int64),
                       [p.name for p in photos.paths])
     return load_draws(path)

@@ -12,6 +12,16 @@ Execution strategies (same numbers, different speed — see ``benchmarks/bench_c
   the first convolution needs no input replication (one conv with K·out filters on ``[B, C, H, W]``).
 * ``"loop"``: K sequential passes, one per draw — the reference "16-pass loop" with fixed weights.
 
+**Head draws** (``head_draws = M``, default 1): the final linear layer's posterior is drawn M times per
+network draw, so the K expensive passes through the convolutions yield K·M logits per image, each from
+a complete posterior sample (convolution draw k with head draw (k, m); the radial posterior factorises over
+layers, so every pair is a draw from q).  The head is a 736 → 1 matrix at full width: its M draws cost a
+few kFLOP per image.  The point is the variance of the MI estimate, not its cost: one radial head draw is
+a single random direction and radius in a 737-dimensional space that every image shares, so at K = 16
+the scale of MI moved by a factor 2–4 between draw seeds of default model 0.2.0, and M = 64 head draws
+per network draw cut that to about 1.4 (docs/science.md §7(e)).  Output axis 0 is then ordered draw-major:
+index ``k·M + m``.  With ``M = 1`` the draws and the graph are exactly those of the plain K-draw network.
+
 ``plan`` lists the operations in order — ``("conv", i)``, ``("act",)``, ``("pool",)``, ``("gpool",)``,
 ``("linear", i)`` — so other backends (ONNX) can rebuild the same graph from the tensors.
 """
@@ -46,13 +56,22 @@ class DrawnLinear:
 
 
 class DrawnNetwork(nn.Module):
-    """K fixed draws of a Bayesian VGG-16*: ``forward(x [B, C, H, W]) -> logits [K, B, O]``."""
+    """K fixed draws of a Bayesian VGG-16*: ``forward(x [B, C, H, W]) -> logits [K·M, B, O]``.
+
+    ``head_draws`` (M) is how many draws of the last linear layer each of the K network draws carries: its
+    :class:`DrawnLinear` then holds ``[K, M·O, in]`` (draw m of network draw k in rows ``m·O … m·O + O − 1``).
+    """
 
     def __init__(self, plan: list[Op], convs: list[DrawnConv], linears: list[DrawnLinear], *,
-                 activation: str, negative_slope: float, strategy: str = "grouped") -> None:
+                 activation: str, negative_slope: float, strategy: str = "grouped", head_draws: int = 1) -> None:
         super().__init__()
+        if head_draws < 1 or linears[-1].weight.shape[1] % head_draws:
+            raise ValueError(f"head_draws must be >= 1 and divide the last layer's {linears[-1].weight.shape[1]} "
+                             f"rows, got {head_draws}.")
         self.plan = plan
         self.k = convs[0].weight.shape[0]
+        self.head_draws = head_draws
+        self.num_outputs = linears[-1].weight.shape[1] // head_draws
         self.activation = activation
         self.negative_slope = negative_slope
         self.strategy: Strategy = check_strategy(strategy)
@@ -83,12 +102,27 @@ class DrawnNetwork(nn.Module):
     def _act(self, x: Tensor) -> Tensor:
         return F.leaky_relu(x, self.negative_slope) if self.activation == "leaky_relu" else F.relu(x)
 
+    @property
+    def total_draws(self) -> int:
+        """K·M: the logits per image (complete posterior samples) that one forward returns."""
+        return self.k * self.head_draws
+
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() != 4:
             raise ValueError(f"DrawnNetwork expects images [B, C, H, W], got shape {tuple(x.shape)}.")
         if self.strategy == "loop":
-            return torch.stack([self._forward_one(x, d) for d in range(self.k)])
-        return self._forward_grouped(x)
+            h = torch.stack([self._forward_one(x, d) for d in range(self.k)])
+        else:
+            h = self._forward_grouped(x)
+        return self.split_head_draws(h)
+
+    def split_head_draws(self, h: Tensor) -> Tensor:
+        """``[K, B, M·O]`` -> ``[K·M, B, O]``, draw-major (index k·M + m)."""
+        if self.head_draws == 1:
+            return h
+        k, b = h.shape[0], h.shape[1]
+        return h.reshape(k, b, self.head_draws, self.num_outputs).transpose(1, 2).reshape(
+            k * self.head_draws, b, self.num_outputs)
 
     def _forward_grouped(self, x: Tensor) -> Tensor:
         k, b = self.k, x.shape[0]
@@ -113,7 +147,7 @@ class DrawnNetwork(nn.Module):
                 i = op[1]  # type: ignore[misc]
                 w, bias = getattr(self, f"linear{i}_weight"), getattr(self, f"linear{i}_bias")
                 h = torch.baddbmm(bias.unsqueeze(1).to(h.dtype), h, w.transpose(1, 2).to(h.dtype))
-        return h  # [K, B, O]
+        return h  # [K, B, M·O]
 
     def _forward_one(self, x: Tensor, d: int) -> Tensor:
         """Draw ``d`` alone — one ordinary deterministic forward pass."""
@@ -136,19 +170,24 @@ class DrawnNetwork(nn.Module):
                 i = op[1]  # type: ignore[misc]
                 h = F.linear(h, getattr(self, f"linear{i}_weight")[d].to(h.dtype),
                              getattr(self, f"linear{i}_bias")[d].to(h.dtype))
-        return h  # [B, O]
+        return h  # [B, M·O]
 
 
 @torch.no_grad()
-def materialise_draws(model: VGGStar, *, k: int = 16, seed: int, strategy: str = "grouped") -> DrawnNetwork:
+def materialise_draws(model: VGGStar, *, k: int = 16, seed: int, strategy: str = "grouped",
+                      head_draws: int = 1) -> DrawnNetwork:
     """Draw ``k`` weight sets from ``model``'s posterior with ``seed`` and build the fixed network.
 
     The draws are made on the CPU generator in forward order, so they are identical across devices.
+    ``head_draws`` (M) draws of the last linear layer are made per network draw, after the convolutions'
+    draws, as one ``sample_parameters(k·M)`` call: with M = 1 this is exactly the plain K-draw network.
     """
     if not model.config.is_bayesian:
         raise ValueError(f"materialise_draws needs a Bayesian model (radial/gaussian), got {model.config.layer!r}.")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}.")
+    if head_draws < 1:
+        raise ValueError(f"head_draws must be >= 1, got {head_draws}.")
     plan: list[Op] = []
     convs: list[DrawnConv] = []
     linears: list[DrawnLinear] = []
@@ -168,12 +207,13 @@ def materialise_draws(model: VGGStar, *, k: int = 16, seed: int, strategy: str =
         head = model.head
         if not isinstance(head, BayesLinear):
             raise TypeError(f"materialise_draws: unsupported head {type(head).__name__}.")
-        w, b = head.sample_parameters(k)
+        w, b = head.sample_parameters(k * head_draws)  # [K·M, O, in], [K·M, O], draw-major
         plan.append(("linear", 0))
-        linears.append(DrawnLinear(w.detach().clone(), b.detach().clone()))
+        linears.append(DrawnLinear(w.detach().reshape(k, -1, w.shape[-1]).clone(),
+                                   b.detach().reshape(k, -1).clone()))
         for m in model.modules():  # the draws must not linger as 'last samples' for a KL term
             if isinstance(m, BayesConv2d | BayesLinear):
                 m.last_sample = {}
     cfg = model.config
     return DrawnNetwork(plan, convs, linears, activation=cfg.activation, negative_slope=cfg.negative_slope,
-                        strategy=strategy).eval()
+                        strategy=strategy, head_draws=head_draws).eval()

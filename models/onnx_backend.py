@@ -8,7 +8,9 @@ torch strategy:
 * LeakyRelu / Relu, MaxPool 2×2;
 * global pooling: ReduceMean and ReduceMax over H, W, reshaped to ``[B, K, C]``, concatenated (mean first,
   as :class:`models.layers.GlobalMeanMaxPool`) and transposed to ``[K, B, 2C]``;
-* each linear layer is one batched MatMul ``[K, B, F] @ [K, F, O] + [K, 1, O]``; output logits ``[K, B, O]``.
+* each linear layer is one batched MatMul ``[K, B, F] @ [K, F, O] + [K, 1, O]``; output logits ``[K, B, O]``;
+* with M head draws per network draw (:class:`models.draws.DrawnNetwork`) the last MatMul has M·O outputs
+  and a Reshape–Transpose–Reshape tail turns ``[K, B, M·O]`` into ``[K·M, B, O]`` (draw-major, as torch).
 
 ``strategy="loop"`` instead unrolls K independent branches of ordinary convolutions (one per draw, each
 with its own weights) and stacks their logits; on CPU, where grouped convolutions are slow at full width,
@@ -176,33 +178,41 @@ def build_onnx_graph(net: DrawnNetwork, strategy: str = "grouped") -> onnx.Model
     """
     k = net.k
     in_channels = net.convs[0].weight.shape[2]
-    num_outputs = net.linears[-1].weight.shape[1]
+    num_outputs = net.num_outputs
     inits = [_external_initializer(name, shape) for name, shape in weight_shapes(net, strategy).items()]
+    m = net.head_draws
+    stacked = OUTPUT_NAME if m == 1 else "logits_stacked"  # [K, B, M·O]
     if strategy == "grouped":
         inits.append(helper.make_tensor("gpool.shape", TensorProto.INT64, [3], [0, k, -1]))
         nodes, last = _plan_nodes(net, strategy, None)
-        nodes.append(helper.make_node("Identity", [last], [OUTPUT_NAME]))
+        nodes.append(helper.make_node("Identity", [last], [stacked]))
     else:
         inits.append(helper.make_tensor("stack.axes", TensorProto.INT64, [1], [0]))
         nodes, lasts = [], []
         for d in range(k):
             branch, last = _plan_nodes(net, strategy, d)
             nodes += branch
-            nodes.append(helper.make_node("Unsqueeze", [last, "stack.axes"], [f"{last}_1"]))  # [1, B, O]
+            nodes.append(helper.make_node("Unsqueeze", [last, "stack.axes"], [f"{last}_1"]))  # [1, B, M·O]
             lasts.append(f"{last}_1")
-        nodes.append(helper.make_node("Concat", lasts, [OUTPUT_NAME], axis=0))  # [K, B, O]
+        nodes.append(helper.make_node("Concat", lasts, [stacked], axis=0))  # [K, B, M·O]
+    if m > 1:  # [K, B, M·O] -> [K, B, M, O] -> [K, M, B, O] -> [K·M, B, O]
+        inits += [helper.make_tensor("heads.split", TensorProto.INT64, [4], [k, -1, m, num_outputs]),
+                  helper.make_tensor("heads.merge", TensorProto.INT64, [3], [k * m, -1, num_outputs])]
+        nodes += [helper.make_node("Reshape", [stacked, "heads.split"], ["logits_split"]),
+                  helper.make_node("Transpose", ["logits_split"], ["logits_major"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Reshape", ["logits_major", "heads.merge"], [OUTPUT_NAME])]
 
     graph = helper.make_graph(
         nodes,
         f"radscreen_drawn_network_{strategy}",
         [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["batch", in_channels, "h", "w"])],
-        [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [k, "batch", num_outputs])],
+        [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [k * m, "batch", num_outputs])],
         initializer=inits,
     )
     model = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION,
         producer_name="radial-screen",
-        doc_string=f"{k} fixed posterior draws ({strategy}); weights injected at load",
+        doc_string=f"{k} fixed posterior draws x {m} head draws ({strategy}); weights injected at load",
     )
     _check_graph(model)
     return model
@@ -238,8 +248,8 @@ def _load_graph(graph: onnx.ModelProto | str | Path, net: DrawnNetwork, strategy
     if declared != expected:
         wrong = sorted(set(declared.items()) ^ set(expected.items()))
         raise ValueError(
-            f"ONNX graph does not fit this DrawnNetwork (K={net.k}): mismatched weights {wrong[:4]}; "
-            "export the graph from the same artifact, K and strategy"
+            f"ONNX graph does not fit this DrawnNetwork (K={net.k}, M={net.head_draws}): mismatched weights "
+            f"{wrong[:4]}; export the graph from the same artifact, K and strategy"
         )
     return model
 
@@ -296,7 +306,7 @@ class OnnxDrawnSession:
         return list(self.session.get_providers())
 
     def run(self, images: np.ndarray) -> np.ndarray:
-        """Logits ``[K, B, O]`` for float32 images ``[B, C, H, W]`` (already normalised)."""
+        """Logits ``[K·M, B, O]`` for float32 images ``[B, C, H, W]`` (already normalised)."""
         if images.dtype != np.float32:
             raise TypeError(f"OnnxDrawnSession.run expects float32 images, got {images.dtype}")
         if images.ndim != 4 or images.shape[1] != self.in_channels:

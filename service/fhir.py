@@ -151,7 +151,11 @@ def _device(model: dict[str, Any]) -> dict[str, Any]:
             {
                 "type": _code("mc-samples", "Fixed posterior draws per prediction"),
                 "valueQuantity": [{"value": int(model["mc_samples"]), "unit": "draws"}],
-            }
+            },
+            {
+                "type": _code("head-draws", "Draws of the final layer per posterior draw"),
+                "valueQuantity": [{"value": int(model.get("head_draws", 1)), "unit": "draws"}],
+            },
         ]
     if not device["identifier"]:
         del device["identifier"]

@@ -43,7 +43,14 @@ class ModelIdentity(BaseModel):
     name: str
     version: str
     sha256: str = Field(description="sha256 of the artifact's manifest.json: the model's identity.")
-    mc_samples: int = Field(description="Fixed posterior draws K averaged per image.")
+    mc_samples: int = Field(description="Fixed posterior draws K averaged per image (forward passes).")
+    head_draws: int = Field(
+        default=1,
+        description=(
+            "Draws of the final linear layer per network draw: the probability and uncertainty average "
+            "mc_samples x head_draws complete posterior samples (the extra head draws steady the MI estimate)."
+        ),
+    )
     training_data: str = Field(description="'synthetic' or 'real: <description>'.")
     intended_use: str
 

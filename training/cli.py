@@ -95,6 +95,9 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v = p.add_argument_group("validation and serving")
     v.add_argument("--eval-samples", type=int, default=d.eval_samples, help="serving draws per image per epoch")
     v.add_argument("--draw-seed", type=int, default=d.draw_seed, help="seed of the artifact's fixed serving draws")
+    v.add_argument("--head-draws", type=int, default=d.head_draws,
+                   help="draws of the last layer per serving draw: steadies the MI estimate at no real cost "
+                        "(docs/science.md §7(e)); 1 = the plain K draws")
     v.add_argument("--target-referral-rate", type=float, default=d.target_referral_rate,
                    help="share of validation images the MI threshold refers")
     x = p.add_argument_group("run control")
@@ -167,7 +170,7 @@ def _fit(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, lr=args.lr, train_samples=args.train_samples, eval_samples=args.eval_samples,
         max_steps_per_epoch=args.max_steps_per_epoch, checkpoint_every=args.checkpoint_every,
         precision=args.precision, seed=args.seed, split_seed=args.split_seed, draw_seed=args.draw_seed,
-        target_referral_rate=args.target_referral_rate, split=tuple(args.split),
+        target_referral_rate=args.target_referral_rate, split=tuple(args.split), head_draws=args.head_draws,
         gradable_only=not args.include_ungradable,
         augment=not args.no_augment, workers=args.workers, device=args.device, rho_lr=args.rho_lr,
         optimizer=args.optimizer, amsgrad=not args.no_amsgrad, weight_decay=args.weight_decay,
@@ -209,7 +212,8 @@ def _evaluate(args: argparse.Namespace) -> int:
                                  gradable_only=not args.include_ungradable))
     dataset = ManifestDataset(list(rows), size=cfg.input_size, preprocessing=cfg.preprocessing)
     probs, labels = mc_probabilities(artifact.build_model(), dataset, mean=cfg.mean, std=cfg.std,
-                                     samples=cfg.mc_samples, seed=cfg.draw_seed, progress=not args.no_progress)
+                                     samples=cfg.mc_samples, seed=cfg.draw_seed, head_draws=cfg.head_draws,
+                                     progress=not args.no_progress)
     report = evaluate_predictions(probs, labels, n_bootstrap=args.n_bootstrap,
                                   decision_threshold=artifact.calibration.decision_threshold,
                                   referral_threshold_mi=artifact.calibration.referral_threshold_mi)
@@ -225,7 +229,8 @@ def _export(args: argparse.Namespace) -> int:
     from models.onnx_backend import export_graph
 
     artifact = load_artifact(args.artifact)
-    net = materialise_draws(artifact.build_model(), k=artifact.config.mc_samples, seed=artifact.config.draw_seed)
+    cfg = artifact.config
+    net = materialise_draws(artifact.build_model(), k=cfg.mc_samples, seed=cfg.draw_seed, head_draws=cfg.head_draws)
     path = export_graph(net, Path(args.out))
     print(f"wrote {path} ({Path(path).stat().st_size} bytes; weights are injected at load, not stored)")
     return 0

@@ -52,6 +52,7 @@ class TrainConfig:
     split_seed: int | None = None  # seed of the patient-level split (None: the same as seed, as before)
     draw_seed: int = 20260
     mc_samples: int = 16  # serving draws stored in the artifact
+    head_draws: int = 64  # draws of the last layer per serving draw (models.draws; 1 = the plain K draws)
     target_referral_rate: float = 0.2
     decision_threshold: float = 0.5
     n_bootstrap: int = 200
@@ -74,7 +75,8 @@ class TrainConfig:
             raise ValueError(f"Unknown layout {self.layout!r}; expected one of: {', '.join(LAYOUTS)}.")
         if self.nll_epochs > self.epochs:
             raise ValueError(f"nll_epochs ({self.nll_epochs}) cannot exceed epochs ({self.epochs}).")
-        for name in ("batch_size", "train_samples", "eval_samples", "mc_samples", "epochs", "lr_step_epochs"):
+        for name in ("batch_size", "train_samples", "eval_samples", "mc_samples", "head_draws", "epochs",
+                     "lr_step_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         for name, value, valid in (("optimizer", self.optimizer, OPTIMIZERS), ("lr_schedule", self.lr_schedule,
@@ -109,6 +111,7 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"Unknown training config fields: {sorted(unknown)}.")
         d = dict(d)
+        d.setdefault("head_draws", 1)  # a run saved before head draws existed was scored with the plain K draws
         if "split" in d:
             d["split"] = tuple(d["split"])
         return cls(**d)
@@ -121,8 +124,9 @@ class TrainConfig:
         return cls.from_dict(json.loads(path.read_text()))
 
     def resume_key(self) -> dict[str, Any]:
-        """The fields that must not change when a run is resumed (everything but epochs and I/O)."""
+        """The fields that must not change when a run is resumed (everything but epochs, I/O and how the
+        finished run is served: ``head_draws`` only changes the final scoring, never a training step)."""
         d = self.to_dict()
-        for k in ("epochs", "artifact", "workers", "n_bootstrap", "out", "weights_dtype"):
+        for k in ("epochs", "artifact", "workers", "n_bootstrap", "out", "weights_dtype", "head_draws"):
             d.pop(k)
         return d

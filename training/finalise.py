@@ -15,14 +15,14 @@ import torch
 from safetensors.torch import load_file
 
 from models.artifact import ArtifactConfig, Calibration, save_artifact
-from models.vgg import VGGStar, count_parameters
+from models.vgg import count_parameters
 from training.config import TrainConfig
 from training.data.manifest import ManifestRow
 from training.evaluation import EvaluationReport, evaluate_predictions, write_report
 from training.evaluation.ensemble import DRAWS_FILENAME, save_draws
 from training.loop import BEST_WEIGHTS, PreparedData, build_model, iterate_history, prepare_data
 from training.model_card import SYNTHETIC_USE, render_model_card
-from training.predict import mc_probabilities
+from training.predict import is_bayesian, mc_probabilities
 from training.storage import DTYPES, rounding_to_sd, storage_line
 
 log = logging.getLogger(__name__)
@@ -72,10 +72,13 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
             for p in model.parameters():
                 p.copy_(p.to(DTYPES[config.weights_dtype]).float())
 
+    bayesian = is_bayesian(model)  # baselines (MC dropout, deterministic) have no posterior to draw
+
     def evaluate(split: str, threshold: float | None) -> EvaluationReport:
         dataset = data.val if split == "val" else data.test
         probs, labels = mc_probabilities(model, dataset, mean=data.mean, std=data.std,
-                                         samples=config.mc_samples, seed=config.draw_seed)
+                                         samples=config.mc_samples, seed=config.draw_seed,
+                                         head_draws=config.head_draws if bayesian else 1)
         report = evaluate_predictions(probs, labels, n_bootstrap=config.n_bootstrap, seed=config.seed,
                                       decision_threshold=config.decision_threshold,
                                       target_referral_rate=config.target_referral_rate,
@@ -88,7 +91,7 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
     val = evaluate("val", None)
     val_summary = val.calibration_summary()
     test = evaluate("test", val_summary["referral_threshold_mi"]) if len(data.test) > 1 else None
-    if not isinstance(model, VGGStar) or not model.config.is_bayesian:
+    if not is_bayesian(model):
         log.warning("%s is a baseline without fixed posterior draws: reports written, no serving artifact",
                     config.model)
         return FinalResult(None, None, val, test)
@@ -116,7 +119,7 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
     art_config = ArtifactConfig(
         name=config.name, version=config.version, architecture=model.config, mean=data.mean, std=data.std,
         posterior=model.config.layer, prior=dict(config.prior), draw_seed=config.draw_seed,
-        mc_samples=config.mc_samples, preprocessing=config.preprocessing,
+        mc_samples=config.mc_samples, head_draws=config.head_draws, preprocessing=config.preprocessing,
         training_data="synthetic" if synthetic else f"real: {description}",
         intended_use=SYNTHETIC_USE if synthetic else "Research use only; not a medical device.",
     )

@@ -46,7 +46,7 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
             "Research use: screening-triage research on retinal photographs. Not a medical device."),
         "",
         "The model returns a probability of referable diabetic retinopathy (EyePACS grade >= 2) and the mutual "
-        "information between prediction and weights (epistemic uncertainty) from 16 fixed posterior draws. "
+        "information between prediction and weights (epistemic uncertainty) from fixed posterior draws. "
         "Images whose uncertainty exceeds the calibrated threshold, or that fail the image-quality gate, are "
         "deferred to a human grader.",
         "",
@@ -54,7 +54,10 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         f"- Architecture: VGG-16* (width {config.width}, input {config.input_size} px), "
         f"{config.model}, {n_parameters:,} parameters (means and rho).",
         f"- Posterior: {config.model.split('_')[0]}; prior: {config.prior}; rho init {config.rho_init}.",
-        f"- Serving: {config.mc_samples} posterior draws, seed {config.draw_seed}.",
+        f"- Serving: {config.mc_samples} posterior draws, seed {config.draw_seed}"
+        + (f", each with {config.head_draws} draws of the final layer ({config.mc_samples * config.head_draws} "
+           f"posterior samples per image at the cost of {config.mc_samples} forward passes; docs/science.md §7(e))."
+           if config.head_draws > 1 else "."),
         "",
         "## Training data",
         f"- Provenance: {'SYNTHETIC (procedural fundus generator, training.synthetic)' if synthetic else 'real'}.",

@@ -1,14 +1,15 @@
 """Monte Carlo predictions over a dataset: ``[S, N]`` probabilities of referable DR.
 
 Bayesian models are evaluated through their **serving form** — the K fixed posterior draws of
-``models.draws`` with the artifact's seed — so validation numbers, the calibrated MI threshold and the
-service's answers come from the same 16 networks.  MC-dropout and deterministic baselines use seeded
-stochastic passes.
+``models.draws`` with the artifact's seed, each with its ``head_draws`` draws of the last layer — so
+validation numbers, the calibrated MI threshold and the service's answers come from the same networks.
+MC-dropout and deterministic baselines use seeded stochastic passes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeGuard
 
 import numpy as np
 import torch
@@ -22,6 +23,11 @@ from models.vgg import VGGStar, mc_logits
 from training.data.augment import normalise
 
 
+def is_bayesian(model: nn.Module) -> TypeGuard[VGGStar]:
+    """Whether ``model`` has a weight posterior with a serving form (radial/Gaussian VGG-16*)."""
+    return isinstance(model, VGGStar) and model.config.is_bayesian
+
+
 @torch.no_grad()
 def mc_probabilities(
     model: nn.Module,
@@ -31,16 +37,23 @@ def mc_probabilities(
     std: Sequence[float],
     samples: int,
     seed: int,
+    head_draws: int = 1,
     batch_size: int = 16,
     workers: int = 0,
     progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(probabilities ``[S, N]``, labels ``[N]``) in dataset order; ``progress`` shows a bar on stderr."""
+    """(probabilities ``[S, N]``, labels ``[N]``) in dataset order; ``progress`` shows a bar on stderr.
+
+    Bayesian models: S = ``samples`` · ``head_draws`` (draw-major, as :class:`models.draws.DrawnNetwork`).
+    MC-dropout and deterministic baselines have no head posterior: ``head_draws`` must be 1 for them.
+    """
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    drawn = (materialise_draws(model, k=samples, seed=seed, strategy="loop" if device.type == "cpu" else "grouped")
-             .to(device) if isinstance(model, VGGStar) and model.config.is_bayesian else None)
+    if head_draws != 1 and not is_bayesian(model):
+        raise ValueError(f"head_draws={head_draws}: only a Bayesian model's last layer has a posterior to draw")
+    drawn = (materialise_draws(model, k=samples, seed=seed, strategy="loop" if device.type == "cpu" else "grouped",
+                               head_draws=head_draws).to(device) if is_bayesian(model) else None)
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers)
     probs: list[torch.Tensor] = []
     labels: list[torch.Tensor] = []

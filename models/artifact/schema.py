@@ -129,6 +129,7 @@ class ArtifactConfig:
     intended_use: str
     input_size: int = 0  # 0 = take architecture.input_size
     mc_samples: int = 16
+    head_draws: int = 1  # draws of the last linear layer per network draw (models.draws); 1 before 0.3.0
     positive_class: str = "referable"
     positive_definition: str = "EyePACS grade >= 2"
     channel_order: str = "RGB"
@@ -193,6 +194,7 @@ class ArtifactConfig:
         )
         _check(self.mc_samples > 0, f, "serving.mc_samples", f"must be positive, got {self.mc_samples}")
         _check(self.draw_seed >= 0, f, "serving.draw_seed", f"must be >= 0, got {self.draw_seed}")
+        _check(1 <= self.head_draws <= 4096, f, "serving.head_draws", f"must be in [1, 4096], got {self.head_draws}")
         _check(
             self.training_data == "synthetic" or self.training_data.startswith("real: "),
             f,
@@ -220,7 +222,9 @@ class ArtifactConfig:
             "classes": {"positive": self.positive_class, "definition": self.positive_definition},
             "posterior": self.posterior,
             "prior": self.prior,
-            "serving": {"mc_samples": self.mc_samples, "draw_seed": self.draw_seed},
+            # head_draws only when used, so an artifact from before head draws re-serialises byte for byte
+            "serving": {"mc_samples": self.mc_samples, "draw_seed": self.draw_seed,
+                        **({"head_draws": self.head_draws} if self.head_draws != 1 else {})},
             "training_data": self.training_data,
             "intended_use": self.intended_use,
         }
@@ -257,6 +261,7 @@ class ArtifactConfig:
             prior=top.dict_("prior"),
             mc_samples=serving.int_("mc_samples"),
             draw_seed=serving.int_("draw_seed"),
+            head_draws=serving.int_("head_draws", 1),  # missing: an artifact from before head draws
             training_data=top.str_("training_data"),
             intended_use=top.str_("intended_use"),
         )

@@ -162,6 +162,7 @@ class ScorerIdentity:
     version: str
     sha256: str  # of the artifact's manifest.json: the model's identity
     mc_samples: int  # K draws actually averaged (may differ from the artifact's, with a warning)
+    head_draws: int  # draws of the last layer per network draw (the artifact's; models.draws)
     training_data: str  # "synthetic" or "real: <description>"
     intended_use: str
 
@@ -245,7 +246,7 @@ class Scorer:
                 precision,
                 cal.referral_threshold_mi,
             )
-        net = materialise_draws(artifact.build_model(), k=k, seed=cfg.draw_seed)
+        net = materialise_draws(artifact.build_model(), k=k, seed=cfg.draw_seed, head_draws=cfg.head_draws)
         draws_backend = make_backend(net, backend=backend, device=dev, precision=precision, strategy=strategy,
                                      intra_op_threads=threads)
         runtime = {
@@ -264,6 +265,7 @@ class Scorer:
             version=cfg.version,
             sha256=artifact.sha256,
             mc_samples=k,
+            head_draws=cfg.head_draws,
             training_data=cfg.training_data,
             intended_use=cfg.intended_use,
         )

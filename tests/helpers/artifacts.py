@@ -34,6 +34,7 @@ def build_tiny_artifact(
     model_card: str = "# Tiny test model\n\nUntrained; for tests only.\n",
     width: int = TINY_WIDTH,
     input_size: int = TINY_SIZE,
+    head_draws: int = 1,
 ) -> Path:
     """Save an untrained radial VGG-16* artifact (``width`` channels, ``input_size`` px) and return its path.
 
@@ -61,6 +62,7 @@ def build_tiny_artifact(
         draw_seed=draw_seed,
         training_data="synthetic",
         intended_use=intended_use,
+        head_draws=head_draws,
     )
     calibration = Calibration(
         referral_threshold_mi=referral_threshold_mi,

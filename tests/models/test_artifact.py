@@ -108,8 +108,17 @@ def test_config_json_layout(tmp_path: Path) -> None:
     assert data["architecture"]["builder"] == "vgg16_star" and data["architecture"]["width"] == 4
     assert data["input"]["size"] == 64 and data["input"]["channel_order"] == "RGB"
     assert data["classes"] == {"positive": "referable", "definition": "EyePACS grade >= 2"}
-    assert data["serving"] == {"mc_samples": 16, "draw_seed": 1234}
+    assert data["serving"] == {"mc_samples": 16, "draw_seed": 1234}  # head_draws 1 is left out (as before it)
     assert data["posterior"] == "radial" and data["training_data"] == "synthetic"
+
+
+def test_head_draws_round_trip_and_default_to_one_for_older_artifacts(tmp_path: Path) -> None:
+    save(tmp_path / "a", config=make_config(head_draws=64))
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["serving"]["head_draws"] == 64
+    assert load_artifact(tmp_path / "a").config.head_draws == 64
+    save(tmp_path / "b")  # M = 1: config.json as written before head draws existed
+    assert "head_draws" not in json.loads((tmp_path / "b" / "config.json").read_text())["serving"]
+    assert load_artifact(tmp_path / "b").config.head_draws == 1
 
 
 def test_architecture_is_built_through_the_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -257,6 +266,8 @@ def test_save_refuses_to_clobber_without_overwrite(tmp_path: Path) -> None:
         (lambda d: d.update(posterior="radal"),
          "config.json: field 'posterior': Unknown posterior 'radal'; expected one of: gaussian, radial"),
         (lambda d: d["serving"].pop("draw_seed"), "config.json: field 'serving.draw_seed' is missing"),
+        (lambda d: d["serving"].update(head_draws=0), "field 'serving.head_draws' must be in [1, 4096], got 0"),
+        (lambda d: d["serving"].update(head_draws="64"), "field 'serving.head_draws' must be an integer"),
         (lambda d: d["input"].update(mean=[0.5, 0.5]), "config.json: field 'input.mean' must be a list of 3"),
         (lambda d: d["input"].update(std=[0.2, 0.0, 0.2]), "config.json: field 'input.std' must be > 0"),
         (lambda d: d["input"].update(size=128), "config.json: field 'input.size' is 128 but architecture"),

@@ -69,6 +69,25 @@ def test_onnx_matches_the_seeded_reference_loop() -> None:
     np.testing.assert_allclose(OnnxDrawnSession(net).run(x), reference, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("strategy", ["grouped", "loop"])
+def test_head_draws_match_torch_draw_for_draw(strategy: str, tmp_path: Path) -> None:
+    """M head draws per network draw: ORT returns the same [K·M, B, O] logits, in the same (draw-major) order."""
+    torch.manual_seed(0)
+    model = build_vgg16_star(VGGConfig(width=4, input_size=64, rho_init=-3.0)).eval()
+    net = materialise_draws(model, k=3, seed=2, head_draws=8)
+    x = images(4, seed=1)
+    expected = net(torch.from_numpy(x)).numpy()
+    got = OnnxDrawnSession(net, intra_op_threads=1, strategy=strategy).run(x)
+    assert got.shape == (24, 4, 1)
+    np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-4)
+    assert np.ptp(expected[:8, 0, 0]) > 1e-3  # the head draws of one network draw really differ
+    graph = onnx.load(str(export_graph(net, tmp_path / "g.onnx", strategy)), load_external_data=False)
+    dims = [d.dim_value or d.dim_param for d in graph.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == [24, "batch", 1]
+    with pytest.raises(ValueError, match=r"does not fit this DrawnNetwork \(K=3, M=1\)"):
+        OnnxDrawnSession(materialise_draws(model, k=3, seed=2), graph=tmp_path / "g.onnx", strategy=strategy)
+
+
 def test_dynamic_batch_and_image_size() -> None:
     net = tiny_net("leaky_relu", 4)
     session = OnnxDrawnSession(net)

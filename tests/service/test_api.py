@@ -61,7 +61,8 @@ def test_predict_multipart_and_raw_give_the_design_body(server: str) -> None:
         "disclaimer",
     }
     assert body["study_id"] == "study-0042" and body["request_id"] == r.headers["x-request-id"]
-    assert set(body["model"]) == {"name", "version", "sha256", "mc_samples", "training_data", "intended_use"}
+    assert set(body["model"]) == {"name", "version", "sha256", "mc_samples", "head_draws", "training_data",
+                                  "intended_use"}
     assert body["model"]["name"] == "tiny-radial-test" and body["model"]["mc_samples"] == 16
     assert 0 <= body["diagnosis"]["referable_dr_probability"] <= 1
     assert body["uncertainty"]["unit"] == "nat" and body["uncertainty"]["mutual_information"] >= 0

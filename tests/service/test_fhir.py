@@ -180,6 +180,11 @@ def test_device_carries_model_identity() -> None:
     assert device["deviceName"] == [{"name": "radial_vgg16_star", "type": "model-name"}]
     assert device["version"] == [{"value": "0.1.0"}]
     assert device["property"][0]["valueQuantity"][0]["value"] == 16
+    assert device["property"][1]["type"]["coding"][0]["code"] == "head-draws"
+    assert device["property"][1]["valueQuantity"][0]["value"] == 1  # a response from before head draws
+    model = {**response()["model"], "head_draws": 64}
+    heads = resources(to_fhir_bundle(response(model=model), issued=ISSUED))["Device"][0]["property"][1]
+    assert heads["valueQuantity"][0] == {"value": 64, "unit": "draws"}
     notes = " ".join(n["text"] for n in device["note"])
     assert "synthetic" in notes and "not for clinical use" in notes.lower()
 

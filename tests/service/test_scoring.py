@@ -60,6 +60,28 @@ def test_matches_the_reference_k_pass_loop(tiny_artifact: Path, scorer: Scorer, 
     np.testing.assert_allclose(got[:, 0], p_ref, atol=FP32_TOL)
 
 
+def test_head_draws_artifact_serves_its_k_times_m_posterior_samples(tmp_path: Path, images: list) -> None:
+    """An artifact with head draws: both backends score the K·M samples of materialise_draws, and say so."""
+    from models.draws import materialise_draws
+    from models.uncertainty import binary_uncertainty_from_logits
+    from tests.helpers.artifacts import build_tiny_artifact
+
+    path = build_tiny_artifact(tmp_path / "heads", head_draws=8)
+    art = load_artifact(path)
+    x = torch.from_numpy(np.stack([im.pixels for im in images]))
+    with torch.no_grad():
+        ref = binary_uncertainty_from_logits(materialise_draws(art.build_model(), k=16, seed=art.config.draw_seed,
+                                                               head_draws=8)(x))
+    plain = binary_uncertainty_from_logits(materialise_draws(art.build_model(), k=16, seed=art.config.draw_seed)(x))
+    for backend in ("torch", "onnxruntime"):
+        scorer = Scorer.from_artifact(path, backend=backend, device="cpu")
+        got = _pm(scorer.score_batch(images))
+        np.testing.assert_allclose(got[:, 0], ref.probability.numpy(), atol=FP32_TOL)
+        np.testing.assert_allclose(got[:, 1], ref.mutual_information.numpy(), rtol=1e-3, atol=1e-7)
+        assert scorer.model_identity.head_draws == 8 and scorer.model_identity.mc_samples == 16
+    assert not np.allclose(ref.mutual_information.numpy(), plain.mutual_information.numpy(), rtol=1e-3)
+
+
 def test_onnxruntime_agrees_with_torch(tiny_artifact: Path, scorer: Scorer, images: list) -> None:
     pytest.importorskip("onnxruntime")
     onnx_scorer = Scorer.from_artifact(tiny_artifact, backend="onnxruntime", device="cpu")
@@ -143,7 +165,8 @@ def test_payload_fields(scorer: Scorer, images: list) -> None:
     assert body["outcome_reason"] == "Retake the photograph: the image cannot be graded"
     assert body["model"]["sha256"] == scorer.model_identity.sha256 and body["model"]["mc_samples"] == 16
     # the typed identity serialises to the documented JSON object, keys in the documented order
-    assert list(body["model"]) == ["name", "version", "sha256", "mc_samples", "training_data", "intended_use"]
+    assert list(body["model"]) == ["name", "version", "sha256", "mc_samples", "head_draws", "training_data",
+                                   "intended_use"]
     assert body["uncertainty"]["unit"] == "nat"
     assert body["quality"] == {"gradable": False, "score": 0.2, "issues": ["blurred"]}
     assert "not a diagnosis" in body["disclaimer"] and "synthetic" in body["disclaimer"]

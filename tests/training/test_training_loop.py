@@ -97,18 +97,20 @@ def test_cli_fit_evaluate_export_round_trip(tiny_data: Path, tmp_path: Path, cap
     assert "not for clinical use" in artifact.model_card.lower()
     assert f"Command: `radscreen-train fit --data {tiny_data} --out {tmp_path / 'run'}" in artifact.model_card
     assert 0.0 <= artifact.calibration.referral_threshold_mi <= 0.6932
-    assert artifact.config.mc_samples == 16
+    assert artifact.config.mc_samples == 16 and artifact.config.head_draws == 64  # the CLI's defaults
+    assert "16 posterior draws, seed 20260, each with 64 draws of the final layer (1024 posterior samples" \
+        in artifact.model_card
     assert "Storage: μ and ρ in fp32" in artifact.model_card and "Δρ/(lr·steps) = " in artifact.model_card
     stored = load_file(str(art / "weights.safetensors"))  # the bytes on disk, not the loaded copy
     assert stored and all(t.dtype == torch.float32 for t in stored.values() if t.is_floating_point())
     # The artifact's weights are the run's best weights.
     model = artifact.build_model()
-    net = materialise_draws(model, k=16, seed=artifact.config.draw_seed)
-    assert net(torch.zeros(1, 3, 32, 32)).shape == (16, 1, 1)
+    net = materialise_draws(model, k=16, seed=artifact.config.draw_seed, head_draws=64)
+    assert net(torch.zeros(1, 3, 32, 32)).shape == (16 * 64, 1, 1)
     # The run kept the test draws its report was computed from: re-evaluating them gives the same numbers.
     draws = load_draws(tmp_path / "run" / "eval_test" / DRAWS_FILENAME)
     saved = json.loads((tmp_path / "run" / "eval_test" / "evaluation.json").read_text())
-    assert draws.probs.shape == (16, saved["n_images"]) and len(draws.ids) == saved["n_images"]
+    assert draws.probs.shape == (16 * 64, saved["n_images"]) and len(draws.ids) == saved["n_images"]
     assert all(i.endswith(".jpeg") for i in draws.ids)
     assert evaluate_predictions(draws.probs, draws.labels, n_bootstrap=0).auc == pytest.approx(saved["auc"])
 
@@ -123,6 +125,26 @@ def test_cli_fit_evaluate_export_round_trip(tiny_data: Path, tmp_path: Path, cap
     assert train_main(["export", "--artifact", str(art), "--out", str(graph)]) == 0
     assert 0 < graph.stat().st_size < 1_000_000
 
+    # A finished run is re-scored with other head draws without retraining: same weights, new calibration.
+    weights = (art / "weights.safetensors").read_bytes()
+    assert train_main(["fit", "--data", str(tiny_data), "--out", str(tmp_path / "run"), "--artifact", str(art),
+                       "--width", "2", "--input-size", "32", "--epochs", "2", "--batch-size", "8",
+                       "--eval-samples", "2", "--no-progress", "--rho-init", "-3", "--head-draws", "4"]) == 0
+    rescored = load_artifact(art)
+    assert rescored.config.head_draws == 4 and rescored.sha256 != artifact.sha256
+    assert (art / "weights.safetensors").read_bytes() == weights
+    assert load_draws(tmp_path / "run" / "eval_test" / DRAWS_FILENAME).probs.shape == (16 * 4, saved["n_images"])
+
+
+def test_head_draws_are_a_serving_setting_and_older_runs_read_as_one(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, tmp_path / "run", head_draws=64)
+    assert "head_draws" not in cfg.resume_key()  # re-scoring a finished run with other head draws is allowed
+    saved = cfg.to_dict()
+    saved.pop("head_draws")  # a run directory written before head draws existed
+    assert TrainConfig.from_dict(saved).head_draws == 1
+    with pytest.raises(ValueError, match="head_draws must be >= 1"):
+        _config(tmp_path, tmp_path / "run", head_draws=0)
+
 
 @pytest.mark.training
 def test_baseline_family_is_evaluated_without_a_serving_artifact(tiny_data: Path, tmp_path: Path,
@@ -136,3 +158,12 @@ def test_baseline_family_is_evaluated_without_a_serving_artifact(tiny_data: Path
     report = json.loads((out / "eval_val" / "evaluation.json").read_text())
     assert report["n_images"] > 0
     assert json.loads((out / "history.json").read_text())[0]["phase"] == "nll_means"
+
+
+def test_mc_probabilities_refuses_head_draws_for_a_baseline() -> None:
+    from models.registry import create_model
+    from training.predict import mc_probabilities
+
+    model = create_model("dropout_vgg16_star", width=2, input_size=32)
+    with pytest.raises(ValueError, match="only a Bayesian model's last layer has a posterior"):
+        mc_probabilities(model, [], mean=(0.5,) * 3, std=(0.2,) * 3, samples=2, seed=0, head_draws=4)  # type: ignore[arg-type]
