@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from models.draws import materialise_draws
-from models.layers import BayesConv2d
+from models.layers import BayesConv2d, BayesLinear
 from models.registry import MODEL_BUILDERS, create_model
 from models.sampling import seeded, use_means
 from models.vgg import ConfigFieldError, VGGConfig, VGGStar, build_vgg16_star, count_parameters, mc_logits
@@ -173,6 +173,7 @@ def test_head_draws_follow_the_radial_posterior(tiny_radial: VGGStar) -> None:
 
     net = materialise_draws(tiny_radial, k=8, seed=3, head_draws=256)
     head = tiny_radial.head
+    assert isinstance(head, BayesLinear)
     w = net.linears[0].weight.reshape(8 * 256, *head.weight_mu.shape)  # draw-major [K·M, O, in]
     with torch.no_grad():
         eps = ((w - head.weight_mu) / sigma_from_rho(head.weight_rho)).flatten(1)
@@ -189,6 +190,7 @@ def test_head_draws_steady_the_mutual_information_across_draw_seeds() -> None:
 
     torch.manual_seed(0)
     model = build_vgg16_star(VGGConfig(width=4, input_size=32, rho_init=-9.0)).eval()  # convs: tiny σ
+    assert isinstance(model.head, BayesLinear)
     with torch.no_grad():
         model.head.weight_rho.fill_(-1.0)  # the head carries the posterior spread
     x = torch.randn(6, 3, 32, 32)
