@@ -63,6 +63,10 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     m.add_argument("--rho-init", type=float, default=d.rho_init, help="initial ρ of every weight (σ0 = softplus(ρ))")
     m.add_argument("--prior", default="unit_gaussian",
                    help="unit_gaussian, or scale_mixture:PI,SIGMA1,SIGMA2 (e.g. scale_mixture:0.5,1,0.0025)")
+    m.add_argument("--init-from", default=None, metavar="ARTIFACT",
+                   help="start from this artifact's trained μ and ρ (same architecture and preprocessing; its "
+                        "channel mean/std are kept; fresh optimiser): continue a model whose run is gone, or "
+                        "fine-tune on new data. Usually with --nll-epochs 0")
     r = p.add_argument_group("optimisation recipe (defaults: the authors' Adam lr 1e-3, amsgrad, ρ0 = -4)")
     r.add_argument("--epochs", type=int, default=d.epochs, help="total epochs, NLL-only ones included")
     r.add_argument("--nll-epochs", type=int, default=d.nll_epochs, help="first epochs: NLL on the means only")
@@ -76,6 +80,9 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="per-epoch lr factor: constant, cosine (to 0 at the end) or step")
     r.add_argument("--lr-step-epochs", type=int, default=d.lr_step_epochs, help="step schedule: epochs per step")
     r.add_argument("--lr-gamma", type=float, default=d.lr_gamma, help="step schedule: factor per step")
+    r.add_argument("--lr-warmup-steps", type=int, default=d.lr_warmup_steps,
+                   help="linear lr ramp over the first N optimiser steps (use with --init-from: fresh Adam "
+                        "moments otherwise take full-size steps on a trained posterior)")
     r.add_argument("--train-samples", type=int, default=d.train_samples, help="MC weight samples per training step")
     r.add_argument("--select-by", choices=SELECT_BY, default=d.select_by,
                    help="the best epoch minimises this validation score")
@@ -175,8 +182,9 @@ def _fit(args: argparse.Namespace) -> int:
         augment=not args.no_augment, workers=args.workers, device=args.device, rho_lr=args.rho_lr,
         optimizer=args.optimizer, amsgrad=not args.no_amsgrad, weight_decay=args.weight_decay,
         lr_schedule=args.lr_schedule, lr_step_epochs=args.lr_step_epochs, lr_gamma=args.lr_gamma,
+        lr_warmup_steps=args.lr_warmup_steps,
         select_by=args.select_by, grad_sd_samples=args.grad_sd_samples, weights_dtype=args.weights_dtype,
-        preprocessing=PREPROCESSING_BY_NAME[args.preprocessing])
+        preprocessing=PREPROCESSING_BY_NAME[args.preprocessing], init_from=args.init_from)
     # before any data is read: a precision this machine cannot run natively stops here
     trainer = Trainer(config, progress=not args.no_progress, cpu=detect_cpu(override=args.native_bf16))
     config = trainer.config  # precision 'auto' resolved: the card names what ran

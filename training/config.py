@@ -66,9 +66,11 @@ class TrainConfig:
     lr_schedule: Schedule = "constant"  # per-epoch factor on every group's lr
     lr_step_epochs: int = 30  # "step": multiply by lr_gamma every lr_step_epochs epochs
     lr_gamma: float = 0.1
+    lr_warmup_steps: int = 0  # linear lr ramp over the run's first steps (for warm starts: training.optim)
     select_by: SelectBy = "val_nll"  # the best epoch minimises this (never AUC: uncertainty needs a proper score)
     grad_sd_samples: int = 8  # MC gradient estimates for the per-epoch SD of the NLL gradient (0: off)
     weights_dtype: WeightsDtype = "fp32"  # artifact storage of μ and ρ; fp16 rounding is measured in the card
+    init_from: str | None = None  # artifact directory whose posterior the run starts from (training.warm_start)
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -87,6 +89,8 @@ class TrainConfig:
                 raise ValueError(f"Unknown {name} {value!r}; expected one of: {', '.join(valid)}.")
         if self.lr <= 0 or (self.rho_lr is not None and self.rho_lr <= 0):
             raise ValueError(f"learning rates must be > 0, got lr={self.lr}, rho_lr={self.rho_lr}.")
+        if self.lr_warmup_steps < 0:
+            raise ValueError(f"lr_warmup_steps must be >= 0, got {self.lr_warmup_steps}.")
         if self.grad_sd_samples == 1 or self.grad_sd_samples < 0:
             raise ValueError(f"grad_sd_samples must be 0 (off) or >= 2, got {self.grad_sd_samples}.")
 

@@ -8,6 +8,7 @@ each ρ by ≈ lr per step) was limited by the optimiser.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +48,16 @@ def _stats(prefix: str, sigma: Tensor) -> dict[str, float]:
             **{f"{prefix}/q{round(100 * q):02d}": float(v) for q, v in zip(SIGMA_QUANTILES, qs, strict=True)}}
 
 
-def rho_shift(model: nn.Module, rho_init: float) -> dict[str, float]:
-    """Mean and max |ρ − ρ_init| over every ρ (all ρ start at the constant ``rho_init``)."""
-    rhos = [p.detach().flatten().double() for n, p in model.named_parameters() if n.endswith("_rho")]
-    if not rhos:
+def rho_shift(model: nn.Module, rho_init: float | Mapping[str, Tensor]) -> dict[str, float]:
+    """Mean and max |ρ − ρ_init| over every ρ: from the constant ``rho_init`` every ρ of a fresh model
+    starts at, or from a per-parameter reference (a warm start's ρ, ``training.warm_start.rho_reference``)."""
+    named = [(n, p.detach().flatten().double()) for n, p in model.named_parameters() if n.endswith("_rho")]
+    if not named:
         return {}
-    shift = (torch.cat(rhos) - rho_init).abs()
+    rhos = torch.cat([r for _, r in named])
+    origin = (torch.cat([rho_init[n].detach().flatten().double().to(rhos.device) for n, _ in named])
+              if isinstance(rho_init, Mapping) else rho_init)
+    shift = (rhos - origin).abs()
     return {"rho_shift_mean": float(shift.mean()), "rho_shift_max": float(shift.max())}
 
 

@@ -24,6 +24,7 @@ from training.loop import BEST_WEIGHTS, PreparedData, build_model, iterate_histo
 from training.model_card import SYNTHETIC_USE, render_model_card
 from training.predict import is_bayesian, mc_probabilities
 from training.storage import DTYPES, rounding_to_sd, storage_line
+from training.warm_start import load_init_record
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         history=history, val_summary=val_summary, test_summary=test.calibration_summary() if test else None,
         train_seconds=train_seconds, synthetic=synthetic, n_parameters=count_parameters(model),
         posterior_sigma=mean_posterior_sigma(model), best_epoch=_best_epoch(history, config),
-        storage=storage_line(rounding, config.weights_dtype))
+        storage=storage_line(rounding, config.weights_dtype), init=load_init_record(run_dir))
     art_config = ArtifactConfig(
         name=config.name, version=config.version, architecture=model.config, mean=data.mean, std=data.std,
         posterior=model.config.layer, prior=dict(config.prior), draw_seed=config.draw_seed,

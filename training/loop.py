@@ -48,6 +48,13 @@ from training.diagnostics import budget_ratio, nll_gradient_sd, plot_training_cu
 from training.elbo import elbo_loss
 from training.optim import RHO_GROUP, apply_schedule, build_optimizer, group_lr
 from training.predict import mc_probabilities
+from training.warm_start import (
+    check_same_source,
+    input_statistics,
+    load_into,
+    rho_reference,
+    save_init_record,
+)
 
 log = logging.getLogger(__name__)
 BEST_WEIGHTS = "best.safetensors"
@@ -131,7 +138,10 @@ def prepare_data(config: TrainConfig) -> PreparedData:
         raise ValueError(f"{config.data}: too few images for a train/validation split ({len(rows)} rows).")
     pre = config.preprocessing
     train = ManifestDataset(split.train, size=config.input_size, preprocessing=pre)
-    mean, std = channel_stats(train, max_images=500)
+    if config.init_from:  # a warm start keeps the input normalisation its weights were trained with
+        mean, std = input_statistics(config.init_from, preprocessing=pre)
+    else:
+        mean, std = channel_stats(train, max_images=500)
     return PreparedData(split, train, ManifestDataset(split.val, size=config.input_size, preprocessing=pre),
                         ManifestDataset(split.test, size=config.input_size, preprocessing=pre), mean, std)
 
@@ -163,6 +173,7 @@ class Trainer:
         self.config = replace(config, precision=resolve_precision(config.precision, self.device, cpu=cpu))
         self.run_dir = Path(config.out)
         self.progress = progress
+        self.rho_origin: float | dict[str, torch.Tensor] = config.rho_init  # where Δρ is measured from
 
     def _check_resume(self, ckpt: dict[str, Any]) -> None:
         saved = TrainConfig.from_dict(ckpt["config"]).resume_key()
@@ -192,10 +203,18 @@ class Trainer:
         ckpt = load_checkpoint(self.run_dir)
         if ckpt is not None:
             self._check_resume(ckpt)
+        self.rho_origin = cfg.rho_init
+        if cfg.init_from:  # the artifact's posterior: the starting point, and the origin of this run's Δρ
+            source = load_into(model, cfg.init_from, preprocessing=cfg.preprocessing)
+            check_same_source(self.run_dir, source)
+            self.rho_origin = rho_reference(model)
+        if ckpt is not None:
             state = restore(ckpt, model=model, optimizer=optimizer, generators=gens)
             log.info("resuming %s at epoch %d step %d", self.run_dir, state.epoch, state.step_in_epoch)
         else:
             state = TrainState()
+            if cfg.init_from:
+                save_init_record(self.run_dir, source)
             cfg.save(self.run_dir / "config.json")
             (self.run_dir / "data.json").write_text(json.dumps(
                 {"n_train": len(data.train), "n_val": len(data.val), "n_test": len(data.test),
@@ -231,6 +250,7 @@ class Trainer:
                     loss = nll
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                apply_schedule(optimizer, cfg, epoch, state.global_step)
                 optimizer.step()
                 if bayesian and not means_only:  # the most any ρ can have moved with Adam: Σ lr over ELBO steps
                     state.rho_budget += group_lr(optimizer, RHO_GROUP)
@@ -297,7 +317,7 @@ class Trainer:
             with torch.no_grad(), sampling_generator(model, torch.Generator().manual_seed(seed)):
                 mc_logits(model, x, 1)  # one seeded draw: the KL's cross-entropy term uses the last sample
                 kl_n = float(kl_divergence(model, prior)) / n_train
-        shift = rho_shift(model, cfg.rho_init)
+        shift = rho_shift(model, self.rho_origin)
         out.update({"kl_per_example": kl_n, "rho_budget": rho_budget, **shift,
                     "rho_budget_ratio": budget_ratio(shift.get("rho_shift_mean"), rho_budget),
                     **sigma_stats(model)})

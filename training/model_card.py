@@ -11,6 +11,7 @@ import torch
 from models.cpu import detect_cpu
 from training.config import TrainConfig
 from training.diagnostics import OPTIMISER_LIMIT
+from training.warm_start import InitSource
 
 SYNTHETIC_USE = (
     "Research and engineering demonstration only. Trained on synthetic, procedurally generated fundus "
@@ -36,8 +37,10 @@ def machine_description() -> str:
 def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, Any], history: list[dict[str, Any]],
                       val_summary: dict[str, Any], test_summary: dict[str, Any] | None, train_seconds: float,
                       synthetic: bool, n_parameters: int, posterior_sigma: float | None = None,
-                      best_epoch: int | None = None, storage: str | None = None) -> str:
+                      best_epoch: int | None = None, storage: str | None = None,
+                      init: InitSource | None = None) -> str:
     val = val_summary.get("validation", {})
+    sigma0 = init.sigma_mean if init is not None and init.sigma_mean is not None else softplus(config.rho_init)
     lines = [
         f"# Model card: {config.name} {config.version}",
         "",
@@ -53,7 +56,8 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         "## Model",
         f"- Architecture: VGG-16* (width {config.width}, input {config.input_size} px), "
         f"{config.model}, {n_parameters:,} parameters (means and rho).",
-        f"- Posterior: {config.model.split('_')[0]}; prior: {config.prior}; rho init {config.rho_init}.",
+        f"- Posterior: {config.model.split('_')[0]}; prior: {config.prior}; "
+        + (f"initialised from {init.describe()}." if init is not None else f"rho init {config.rho_init}."),
         f"- Serving: {config.mc_samples} posterior draws, seed {config.draw_seed}"
         + (f", each with {config.head_draws} draws of the final layer ({config.mc_samples * config.head_draws} "
            f"posterior samples per image at the cost of {config.mc_samples} forward passes; docs/science.md §7(e))."
@@ -70,14 +74,16 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         "",
         "## Training",
         f"- Command: `{command}`",
+        *(init_lines(init) if init is not None else []),
         f"- Objective: {config.nll_epochs} NLL-only epoch(s) on the means, then the full ELBO "
         f"(mean NLL + KL / N_train, no KL down-weighting); batch {config.batch_size}, "
         f"{config.train_samples} MC sample(s) per step, {config.precision} autocast, {config.epochs} epochs"
         + (f" of at most {config.max_steps_per_epoch} steps" if config.max_steps_per_epoch else "") + ".",
-        *recipe_lines(config, history, best_epoch),
+        *recipe_lines(config, history, best_epoch, init),
         f"- Machine: {machine_description()}; wall time {train_seconds / 60:.1f} min.",
-        *([f"- Posterior scale after training: mean σ {posterior_sigma:.3g} (initial softplus(ρ_init) "
-           f"{math.log1p(math.exp(config.rho_init)):.3g}). A σ still near its initial value means the posterior is "
+        *([f"- Posterior scale after training: mean σ {posterior_sigma:.3g} (initial "
+           + (f"mean σ of {init.name} {init.version}" if init is not None else "softplus(ρ_init)")
+           + f" {sigma0:.3g}). A σ still near its initial value means the posterior is "
            "narrow and the mutual information small: the model is under-trained for its uncertainty."]
           if posterior_sigma is not None else []),
         *([storage] if storage else []),
@@ -116,14 +122,29 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
     return "\n".join(lines)
 
 
-def recipe_lines(config: TrainConfig, history: list[dict[str, Any]], best_epoch: int | None) -> list[str]:
+def softplus(rho: float) -> float:
+    return math.log1p(math.exp(rho))
+
+
+def init_lines(init: InitSource) -> list[str]:
+    """Where a warm-started run began: the artifact, the command that trained it, what was kept."""
+    return [f"- Initialised from: {init.describe()}, read from `{init.directory}`: its μ and ρ (mean σ "
+            f"{init.sigma_mean:.3g}) and its input normalisation; fresh optimiser state. "
+            "The epochs, Δρ and step budget below count from that initialisation.",
+            f"- That model's training: `{init.training_command or 'not recorded in its card'}`."]
+
+
+def recipe_lines(config: TrainConfig, history: list[dict[str, Any]], best_epoch: int | None,
+                 init: InitSource | None = None) -> list[str]:
     """The optimisation recipe and whether the optimiser's step budget, not the ELBO, set σ."""
+    start = (f"ρ from {init.name} {init.version} (mean σ0 = {init.sigma_mean:.3g})" if init is not None else
+             f"ρ init {config.rho_init} (σ0 = {softplus(config.rho_init):.3g})")
     lines = [
         f"- Optimiser: {config.optimizer} (amsgrad {config.amsgrad}), lr {config.lr} for the means, "
         f"{config.effective_rho_lr} for ρ (separate parameter group), weight decay {config.weight_decay} "
         f"(means only), schedule {config.lr_schedule}"
         + (f" (×{config.lr_gamma} every {config.lr_step_epochs} epochs)" if config.lr_schedule == "step" else "")
-        + f"; ρ init {config.rho_init} (σ0 = {math.log1p(math.exp(config.rho_init)):.3g}).",
+        + f"; {start}.",
         f"- Best epoch: {best_epoch if best_epoch is not None else 'n/a'} of {len(history)}, selected by the lowest "
         f"{'validation NLL' if config.select_by == 'val_nll' else 'validation NLL + KL/N (ELBO)'}.",
     ]

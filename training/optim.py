@@ -5,8 +5,8 @@ an lr that suits the means can cap how far σ = softplus(ρ) travels in a run (t
 ≈ Σ lr over the ELBO steps).  Giving ρ its own group and learning rate makes that budget a visible, separate
 knob, and the model card compares the distance ρ actually moved with it (``training.diagnostics``).
 
-The schedule is a pure function of the epoch, applied at the start of each epoch, so an exactly resumed run
-needs no scheduler state in its checkpoint.
+The schedule is a pure function of the epoch and the optimiser step (an optional linear warm-up), applied
+before every step, so an exactly resumed run needs no scheduler state in its checkpoint.
 """
 
 from __future__ import annotations
@@ -63,9 +63,24 @@ def lr_factor(config: TrainConfig, epoch: int) -> float:
     return float(config.lr_gamma ** (epoch // config.lr_step_epochs))
 
 
-def apply_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig, epoch: int) -> None:
-    """Set each group's lr to base_lr × :func:`lr_factor` for ``epoch``."""
-    factor = lr_factor(config, epoch)
+def warmup_factor(config: TrainConfig, step: int) -> float:
+    """Multiplier during the run's 0-based optimiser ``step``: a linear ramp (step + 1) / W over the first
+    W = ``lr_warmup_steps`` steps, then 1.
+
+    Why: Adam's first steps move every parameter by ≈ lr in the sign of one mini-batch gradient (its moment
+    estimates are fresh).  From a random initialisation that is harmless; from a trained posterior (a warm
+    start, ``--init-from``) it measured catastrophic: default model 0.2.0 restarted at lr 1e-3 went from a
+    training NLL of 0.29 to ≈ 40 nat within 30 steps.  The ramp lets the moments form before full steps.
+    """
+    w = config.lr_warmup_steps
+    return 1.0 if w <= 0 or step >= w else (step + 1) / w
+
+
+def apply_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig, epoch: int, step: int | None = None
+                   ) -> None:
+    """Set each group's lr to base_lr × :func:`lr_factor` for ``epoch`` (× :func:`warmup_factor` for the
+    run's optimiser ``step`` when given: the loop calls this before every step)."""
+    factor = lr_factor(config, epoch) * (warmup_factor(config, step) if step is not None else 1.0)
     for group in optimizer.param_groups:
         group["lr"] = float(group["base_lr"]) * factor
 

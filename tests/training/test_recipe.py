@@ -16,7 +16,7 @@ from training.config import TrainConfig
 from training.diagnostics import nll_gradient_sd, sigma_stats
 from training.loop import BEST_WEIGHTS, CURVES_PNG, Trainer, build_model, prepare_data
 from training.model_card import recipe_lines
-from training.optim import apply_schedule, build_optimizer, lr_factor
+from training.optim import apply_schedule, build_optimizer, lr_factor, warmup_factor
 from training.synthetic.dataset import generate_dataset
 
 
@@ -79,6 +79,19 @@ def test_schedule_sets_each_groups_lr_per_epoch(schedule: str, expected: list[fl
         apply_schedule(opt, cfg, epoch)
         lrs = {g["name"]: g["lr"] for g in opt.param_groups}
         assert lrs["mu"] == pytest.approx(1e-3 * factor) and lrs["rho"] == pytest.approx(5e-2 * factor)
+
+
+def test_warmup_ramps_every_groups_lr_over_the_first_steps_then_holds_the_schedule() -> None:
+    cfg = _cfg(lr_schedule="step", lr_step_epochs=1, lr_gamma=0.5, lr_warmup_steps=4)
+    opt = build_optimizer(build_model(cfg), cfg)
+    expected = [(0, 0, 0.25), (0, 1, 0.5), (0, 2, 0.75), (0, 3, 1.0), (0, 4, 1.0), (1, 5, 0.5), (1, 400, 0.5)]
+    for epoch, step, factor in expected:
+        apply_schedule(opt, cfg, epoch, step)
+        lrs = {g["name"]: g["lr"] for g in opt.param_groups}
+        assert lrs["mu"] == pytest.approx(1e-3 * factor) and lrs["rho"] == pytest.approx(5e-2 * factor), (epoch, step)
+    assert [warmup_factor(_cfg(), s) for s in (0, 1, 10_000)] == [1.0, 1.0, 1.0]  # off by default
+    with pytest.raises(ValueError, match="lr_warmup_steps must be >= 0"):
+        _cfg(lr_warmup_steps=-1)
 
 
 def test_sigma_stats_are_softplus_of_the_models_rho() -> None:
