@@ -223,6 +223,15 @@ class Trainer:
         autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if cfg.precision == "bf16"
                     else nullcontext())
         probe_x, probe_y = _probe_batch(data, cfg, self.device)
+        if cfg.init_from and not state.history and state.global_step == 0:
+            # epoch 0: the artifact as loaded, validated like every epoch; it competes for "best", so a
+            # continuation that never beats its starting point hands that starting point on unchanged
+            started = time.monotonic()
+            init_row: dict[str, Any] = {
+                "epoch": 0, "phase": "init", "lr": 0.0, "rho_lr": 0.0, "train_nll": float("nan"),
+                "train_kl": float("nan"), "train_kl_per_example": float("nan"), "train_accuracy": float("nan"),
+                **self._validation_row(model, data, prior, probe_x, probe_y, n_train, None, state.rho_budget)}
+            self._close_epoch(init_row, started, model, state)
         while state.epoch < cfg.epochs:
             epoch = state.epoch
             means_only = epoch < cfg.nll_epochs
@@ -273,27 +282,15 @@ class Trainer:
                 if budget_spent and state.step_in_epoch < len(batches):
                     bar.close()
                     return state
-            probs, labels = mc_probabilities(model, data.val, mean=data.mean, std=data.std,
-                                             samples=cfg.eval_samples, seed=cfg.draw_seed)
             row: dict[str, Any] = {
                 "epoch": epoch + 1, "phase": "nll_means" if means_only else "elbo",
                 "lr": group_lr(optimizer, "mu"), "rho_lr": group_lr(optimizer, RHO_GROUP),
                 "train_nll": sums["nll"] / max(sums["n"], 1), "train_kl": sums["kl"] / max(sums["steps"], 1),
                 "train_kl_per_example": sums["kl"] / max(sums["steps"], 1) / n_train,
                 "train_accuracy": sums["correct"] / max(sums["n"], 1),
-                **validation_metrics(probs, labels),
-                **self._posterior_diagnostics(model, prior, probe_x, probe_y, n_train, epoch, state.rho_budget),
-                "seconds": time.monotonic() - started,
+                **self._validation_row(model, data, prior, probe_x, probe_y, n_train, epoch, state.rho_budget),
             }
-            row["val_elbo"] = row["val_nll"] + row["kl_per_example"]
-            state.history.append(row)
-            self._write_log(state.history)
-            log.info("epoch %d: %s", epoch + 1, row)
-            score = -float(row[cfg.select_by])
-            if not math.isnan(score) and score > state.best_score:
-                state.best_score, state.best_epoch = score, epoch + 1
-                save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
-                          str(self.run_dir / BEST_WEIGHTS))
+            self._close_epoch(row, started, model, state)
             state.epoch += 1
             state.step_in_epoch = 0
             state.epoch_sums = {}
@@ -301,12 +298,36 @@ class Trainer:
                             config=cfg.to_dict())
         return state
 
+    def _validation_row(self, model: nn.Module, data: PreparedData, prior: Prior, probe_x: torch.Tensor,
+                        probe_y: torch.Tensor, n_train: int, epoch: int | None, rho_budget: float) -> dict[str, Any]:
+        """Validation metrics (the serving draws) and the posterior diagnostics at the end of 0-based ``epoch``
+        (None: before the first step of a warm start)."""
+        cfg = self.config
+        probs, labels = mc_probabilities(model, data.val, mean=data.mean, std=data.std, samples=cfg.eval_samples,
+                                         seed=cfg.draw_seed)
+        row = {**validation_metrics(probs, labels),
+               **self._posterior_diagnostics(model, prior, probe_x, probe_y, n_train, epoch, rho_budget)}
+        row["val_elbo"] = row["val_nll"] + row["kl_per_example"]
+        return row
+
+    def _close_epoch(self, row: dict[str, Any], started: float, model: nn.Module, state: TrainState) -> None:
+        """Log ``row`` and keep the weights when it is the best so far by ``select_by`` (the caller checkpoints)."""
+        row["seconds"] = time.monotonic() - started
+        state.history.append(row)
+        self._write_log(state.history)
+        log.info("epoch %d: %s", row["epoch"], row)
+        score = -float(row[self.config.select_by])
+        if not math.isnan(score) and score > state.best_score:
+            state.best_score, state.best_epoch = score, int(row["epoch"])
+            save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
+                      str(self.run_dir / BEST_WEIGHTS))
+
     def _posterior_diagnostics(self, model: nn.Module, prior: Prior, x: torch.Tensor, y: torch.Tensor,
-                               n_train: int, epoch: int, rho_budget: float) -> dict[str, Any]:
+                               n_train: int, epoch: int | None, rho_budget: float) -> dict[str, Any]:
         """σ statistics, Δρ and its budget, KL/N and the NLL-gradient SD at the end of an epoch."""
         cfg = self.config
         out: dict[str, Any] = {}
-        seed = derived_seed(cfg.seed, 4, epoch)
+        seed = derived_seed(cfg.seed, 4, epoch) if epoch is not None else derived_seed(cfg.seed, 5)
         if cfg.grad_sd_samples:
             out.update(nll_gradient_sd(model, x, y, samples=cfg.grad_sd_samples, mc_per_estimate=cfg.train_samples,
                                        seed=seed))

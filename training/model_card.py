@@ -139,14 +139,17 @@ def recipe_lines(config: TrainConfig, history: list[dict[str, Any]], best_epoch:
     """The optimisation recipe and whether the optimiser's step budget, not the ELBO, set σ."""
     start = (f"ρ from {init.name} {init.version} (mean σ0 = {init.sigma_mean:.3g})" if init is not None else
              f"ρ init {config.rho_init} (σ0 = {softplus(config.rho_init):.3g})")
+    best_text = ("0: no epoch of this run improved on the starting point, which is handed on unchanged"
+                 if best_epoch == 0 else str(best_epoch) if best_epoch is not None else "n/a")
     lines = [
         f"- Optimiser: {config.optimizer} (amsgrad {config.amsgrad}), lr {config.lr} for the means, "
         f"{config.effective_rho_lr} for ρ (separate parameter group), weight decay {config.weight_decay} "
         f"(means only), schedule {config.lr_schedule}"
         + (f" (×{config.lr_gamma} every {config.lr_step_epochs} epochs)" if config.lr_schedule == "step" else "")
         + f"; {start}.",
-        f"- Best epoch: {best_epoch if best_epoch is not None else 'n/a'} of {len(history)}, selected by the lowest "
-        f"{'validation NLL' if config.select_by == 'val_nll' else 'validation NLL + KL/N (ELBO)'}.",
+        f"- Best epoch: {best_text} of {sum(1 for r in history if r.get('epoch', 1) >= 1)}, selected by the "
+        f"lowest {'validation NLL' if config.select_by == 'val_nll' else 'validation NLL + KL/N (ELBO)'}"
+        + (" (epoch 0 = the starting point, validated before the first step)." if init is not None else "."),
     ]
     row = next((r for r in history if r.get("epoch") == best_epoch), history[-1] if history else None)
     ratio = row.get("rho_budget_ratio") if row else None

@@ -78,6 +78,27 @@ def test_a_warm_up_ramps_the_steps_a_warm_start_takes(tiny_data: Path, parent: P
     assert budget * 0.5 < row["rho_shift_max"] <= budget * 1.01
 
 
+def test_the_starting_point_is_validated_as_epoch_0_and_wins_if_nothing_beats_it(
+        tiny_data: Path, parent: Path, tmp_path: Path) -> None:
+    art = tmp_path / "artifact"
+    # lr 0.5 with no warm-up wrecks the posterior in its first steps: epoch 1 validates worse than epoch 0
+    assert train_main(["fit", "--data", str(tiny_data), "--out", str(tmp_path / "run"), "--artifact", str(art),
+                       "--width", "2", "--input-size", "32", "--epochs", "1", "--nll-epochs", "0", "--lr", "0.5",
+                       "--batch-size", "8", "--eval-samples", "2", "--head-draws", "2", "--no-progress",
+                       "--init-from", str(parent), "--rho-init", "-3"]) == 0
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert [(r["epoch"], r["phase"]) for r in history] == [(0, "init"), (1, "elbo")]
+    start, parent_run = history[0], json.loads((parent.parent / "run" / "history.json").read_text())
+    assert start["rho_shift_mean"] == 0.0 and start["rho_budget"] == 0.0
+    best_parent = min(parent_run, key=lambda r: r["val_nll"])  # the parent's artifact holds its best epoch
+    assert start["sigma/all/mean"] == pytest.approx(best_parent["sigma/all/mean"], rel=1e-9)
+    assert history[1]["val_nll"] > start["val_nll"]
+    child, original = load_artifact(art), load_artifact(parent)
+    for k, v in original.state_dict().items():  # handed on unchanged
+        assert torch.equal(child.state_dict()[k], v), k
+    assert "- Best epoch: 0: no epoch of this run improved on the starting point" in child.model_card
+
+
 def test_zero_learning_rate_leaves_the_artifact_weights_exactly(tiny_data: Path, parent: Path,
                                                                 tmp_path: Path) -> None:
     # Adam with an lr this small cannot move an fp32 weight: the run holds exactly the loaded posterior.

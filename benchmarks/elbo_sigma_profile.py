@@ -1,0 +1,110 @@
+"""Where would the ELBO put σ? The ELBO of a trained model along the ray σ → c·σ, μ held fixed (issue 10, item 1).
+
+Training to the ELBO's plateau at full size is out of reach on a CPU (Adam moves ρ by ≈ lr per step, so
+σ grows by about e^(lr·steps)). This measures instead, on a trained artifact, what the two terms of the
+per-example negative ELBO do when every σ is multiplied by c and the means stay where training left them:
+
+- the expected NLL E_q[NLL] (mean over draws of the single-draw NLL: the ELBO's data term), the NLL of the
+  averaged prediction p̄ (what serving scores), and the AUC of p̄;
+- KL/N: the KL of the scaled posterior from the prior (the project's Monte Carlo KL, one draw) over the
+  training-set size N;
+- the negative ELBO = E_q[NLL] + KL/N, and the median MI of the K draws.
+
+If the negative ELBO still falls steeply at large c while the NLL is unharmed, the trained σ sits far below
+the ELBO's optimum and the optimiser's step budget, not the data, set it. Where the NLL rises, the profile
+shows what the ELBO would give up to get there. (A ray is one direction: the true optimum may set each
+layer's σ differently; it is at least as low as the lowest point found here.)
+
+Example (figures in docs/science.md §9)::
+
+    .venv/bin/python benchmarks/elbo_sigma_profile.py --model-dir models/default --data runs/synth-default \\
+        --split 0.8 0.1 0.1 --split-seed 1 --images 147 --scales 1 4 16 64 256 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Subset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from models.artifact import load_artifact
+from models.kl import kl_divergence
+from models.priors import prior_from_config
+from models.sampling import sampling_generator
+from models.vgg import mc_logits
+from training.config import TrainConfig
+from training.evaluation import mc_uncertainty
+from training.evaluation.referral import mann_whitney_auc
+from training.loop import prepare_data
+from training.predict import mc_probabilities
+
+
+def inverse_softplus(sigma: torch.Tensor) -> torch.Tensor:
+    return sigma + torch.log(-torch.expm1(-sigma))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model-dir", type=Path, required=True, help="a radial/Gaussian artifact")
+    ap.add_argument("--data", required=True, help="the data set it was trained on (its validation split is scored)")
+    ap.add_argument("--split", type=float, nargs=3, default=(0.8, 0.1, 0.1))
+    ap.add_argument("--split-seed", type=int, default=1)
+    ap.add_argument("--images", type=int, default=147, help="validation images scored (evenly spaced)")
+    ap.add_argument("--draws", type=int, default=8, help="posterior draws per image at each scale")
+    ap.add_argument("--scales", type=float, nargs="+", default=[1, 4, 16, 64, 256, 1024])
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+
+    artifact = load_artifact(args.model_dir)
+    model = artifact.build_model()
+    arch = artifact.config.architecture
+    cfg = TrainConfig(data=args.data, out="", width=arch.width, input_size=arch.input_size, split=tuple(args.split),
+                      seed=args.split_seed, init_from=str(args.model_dir),
+                      preprocessing=artifact.config.preprocessing)
+    data = prepare_data(cfg)  # the artifact's channel statistics, the run's split
+    n_train = len(data.train)
+    step = max(1, len(data.val) // args.images)
+    val = Subset(data.val, list(range(0, len(data.val), step))[: args.images])
+    prior = prior_from_config(dict(artifact.config.prior))
+    rho0 = {n: p.detach().clone() for n, p in model.named_parameters() if n.endswith("_rho")}
+    probe = torch.zeros(1, arch.in_channels, arch.input_size, arch.input_size)
+
+    print(f"{artifact.config.name} {artifact.config.version} ({args.model_dir}); {len(val)} validation images of "
+          f"{args.data}, {args.draws} draws, N_train = {n_train}; {platform.machine()}, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads\n")
+    print("| c | mean σ | E_q[NLL] | NLL(p̄) | AUC(p̄) | KL/N (nat) | −ELBO (nat) | median MI (nat) | s |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for c in args.scales:
+        started = time.monotonic()
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if n.endswith("_rho"):
+                    p.copy_(inverse_softplus(F.softplus(rho0[n].double()) * c).float())
+            with sampling_generator(model, torch.Generator().manual_seed(args.seed)):
+                mc_logits(model, probe, 1)  # one posterior draw for the KL's cross-entropy term
+                kl_n = float(kl_divergence(model, prior)) / n_train
+        probs, labels = mc_probabilities(model, val, mean=data.mean, std=data.std, samples=args.draws, seed=args.seed)
+        ps = probs.clip(1e-7, 1 - 1e-7)
+        expected_nll = float(-(labels * np.log(ps) + (1 - labels) * np.log(1 - ps)).mean())
+        unc = mc_uncertainty(probs)
+        pb = unc.probability.clip(1e-7, 1 - 1e-7)
+        nll_bar = float(-(labels * np.log(pb) + (1 - labels) * np.log(1 - pb)).mean())
+        sigma = float(torch.cat([F.softplus(p.detach()).flatten() for n, p in model.named_parameters()
+                                 if n.endswith("_rho")]).mean())
+        print(f"| {c:g} | {sigma:.3g} | {expected_nll:.4f} | {nll_bar:.4f} | "
+              f"{mann_whitney_auc(labels.astype(np.int64), pb):.3f} | {kl_n:.6g} | {expected_nll + kl_n:.6g} | "
+              f"{float(np.median(unc.mutual_information)):.3g} | {time.monotonic() - started:.0f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
