@@ -13,7 +13,8 @@ per-example negative ELBO do when every σ is multiplied by c and the means stay
 If the negative ELBO still falls steeply at large c while the NLL is unharmed, the trained σ sits far below
 the ELBO's optimum and the optimiser's step budget, not the data, set it. Where the NLL rises, the profile
 shows what the ELBO would give up to get there. (A ray is one direction: the true optimum may set each
-layer's σ differently; it is at least as low as the lowest point found here.)
+layer's σ differently; it is at least as low as the lowest point found here. ``--layers`` scales only some
+layers, to probe such directions.)
 
 Example (figures in docs/science.md §9)::
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -61,8 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--images", type=int, default=147, help="validation images scored (evenly spaced)")
     ap.add_argument("--draws", type=int, default=8, help="posterior draws per image at each scale")
     ap.add_argument("--scales", type=float, nargs="+", default=[1, 4, 16, 64, 256, 1024])
+    ap.add_argument("--layers", default=None, metavar="REGEX",
+                    help="scale only the Bayesian layers whose name matches (e.g. 'features\\.(1[0-9]|2[0-9])$' "
+                         "for blocks 3-5); the others keep their trained σ")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
+    chosen = re.compile(args.layers) if args.layers else None
 
     artifact = load_artifact(args.model_dir)
     model = artifact.build_model()
@@ -80,14 +86,14 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"{artifact.config.name} {artifact.config.version} ({args.model_dir}); {len(val)} validation images of "
           f"{args.data}, {args.draws} draws, N_train = {n_train}; {platform.machine()}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads\n")
+          f"{torch.get_num_threads()} threads; scaled: {args.layers or 'every layer'}\n")
     print("| c | mean σ | E_q[NLL] | NLL(p̄) | AUC(p̄) | KL/N (nat) | −ELBO (nat) | median MI (nat) | s |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for c in args.scales:
         started = time.monotonic()
         with torch.no_grad():
             for n, p in model.named_parameters():
-                if n.endswith("_rho"):
+                if n.endswith("_rho") and (chosen is None or chosen.search(n.rsplit(".", 1)[0])):
                     p.copy_(inverse_softplus(F.softplus(rho0[n].double()) * c).float())
             with sampling_generator(model, torch.Generator().manual_seed(args.seed)):
                 mc_logits(model, probe, 1)  # one posterior draw for the KL's cross-entropy term
