@@ -5,6 +5,7 @@ test images and the real IDRiD photographs (out-of-distribution check) and write
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/table1.py --scale tiny     # minutes on a CPU
     python benchmarks/table1.py --scale paper                                  # width 16, 128 px, 8,000 images
+    python benchmarks/table1.py --scale paper --epochs 8                       # the same, 8 epochs per model
 
 Resumable: a finished run (its test draws and OOD draws saved) is skipped, a half-trained one resumes
 exactly from its checkpoint, so rerunning the same command continues. ``--runs`` fits a subset, so two
@@ -27,7 +28,7 @@ import math
 import platform
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -242,6 +243,19 @@ def render(results: dict[str, Any], scale_name: str, scale: Scale) -> str:
     return "\n".join(out) + "\n"
 
 
+def check_budget(runs_dir: Path, epochs: int) -> None:
+    """Every run of the table must have been fitted for the same number of epochs (same budget per model)."""
+    wrong = {}
+    for run in RUNS:
+        cfg = json.loads((runs_dir / run.name / "config.json").read_text())
+        done = len(json.loads((runs_dir / run.name / "history.json").read_text()))
+        if cfg["epochs"] != epochs or done > epochs + 1:  # + 1: a warm start's epoch-0 row
+            wrong[run.name] = f"{cfg['epochs']} epochs configured, {done} rows in its history"
+    if wrong:
+        raise SystemExit(f"not the same budget ({epochs} epochs) for every run: "
+                         + "; ".join(f"{k}: {v}" for k, v in wrong.items()))
+
+
 def summarise(runs_dir: Path, scale: Scale) -> dict[str, Any]:
     rows = {label: row_metrics(runs_dir, members, strategy, scale.n_bootstrap) for label, members, strategy in ROWS}
     spread: dict[str, Any] = {}
@@ -270,8 +284,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", nargs="+", choices=[r.name for r in RUNS], default=None,
                         help="fit only these runs (e.g. split the nine between two processes of one thread "
                              "each); the table is written once every run is done")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="epochs per model instead of the scale's (the same for every run: the table refuses "
+                             "runs fitted for another number; a half-trained run resumes and stops there)")
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
+    if args.epochs is not None:
+        scale = replace(scale, epochs=args.epochs)
     if not IDRID.is_dir():
         raise SystemExit(f"the IDRiD photographs are not at {IDRID} (shared/ beside the checkout); "
                          "the OOD column needs them")
@@ -285,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"not yet fitted: {', '.join(missing)}; the table is written once every run is done", flush=True)
         return 0
+    check_budget(runs_dir, scale.epochs)
     results = summarise(runs_dir, scale)
     results.update({"scale": args.scale, "torch": torch.__version__, "threads": torch.get_num_threads(),
                     "machine": platform.processor() or platform.machine(),
