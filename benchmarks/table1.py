@@ -11,7 +11,7 @@ Resumable: a finished run (its test draws and OOD draws saved) is skipped, a hal
 exactly from its checkpoint, so rerunning the same command continues. ``--runs`` fits a subset, so two
 processes of one thread each can share a 2-core machine (the last one to finish writes the table). Data go
 to ``data/table1-<scale>`` and runs to ``runs/table1-<scale>`` (both git-ignored); the table is written to
-``runs/table1-<scale>/table1.md`` and the numbers to ``results.json`` there.
+``runs/table1-<scale>/table1.md``, its figure to ``table1.png`` and the numbers to ``results.json`` there.
 
 Runs: radial and deterministic with weight seeds 0, 1, 2 (the ensembles' members, and the seed-to-seed
 spread of the single models), MFVI without tweaks (no NLL pre-training, ρ0 = −4), MFVI with the tweaks
@@ -52,6 +52,7 @@ from training.evaluation.ensemble import (  # noqa: E402
     stack_members,
 )
 from training.evaluation.ood import ood_auroc  # noqa: E402
+from training.evaluation.plots import plot_method_comparison  # noqa: E402
 from training.loop import BEST_WEIGHTS, build_model  # noqa: E402
 from training.predict import is_bayesian, mc_probabilities  # noqa: E402
 from training.synthetic.dataset import generate_dataset  # noqa: E402
@@ -312,9 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     table = render(results, args.scale, scale)
     (runs_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (runs_dir / "table1.md").write_text(table)
+    plot_method_comparison(results["rows"], FRACTIONS, runs_dir / "table1.png",
+                           f"SYNTHETIC benchmark ({args.scale}: VGG-16* width {scale.width}, {scale.size} px, "
+                           f"{scale.epochs} epochs): referral by MI (deterministic: predictive entropy)")
     print(table)
     print(f"this call: {results['this_call_seconds']:.0f} s; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} thread(s); wrote {runs_dir / 'table1.md'} and results.json")
+          f"{torch.get_num_threads()} thread(s); wrote {runs_dir / 'table1.md'}, table1.png and results.json")
     return 0
 
 

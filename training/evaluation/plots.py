@@ -1,4 +1,5 @@
-"""PNG plots of an evaluation report: referral curves, reliability diagram, MI histogram.
+"""PNG plots of an evaluation report (referral curves, reliability diagram, MI histogram) and of a method
+comparison (seed 001 Table 1).
 
 Figures are built with ``matplotlib.figure.Figure`` and the Agg canvas directly (no ``pyplot``), so
 plotting never touches global backend state and works on headless machines and in threads.
@@ -6,7 +7,9 @@ plotting never touches global backend state and works on headless machines and i
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -119,6 +122,46 @@ def plot_mi_histogram(report: EvaluationReport, path: str | Path) -> Path:
     ax.set_title(f"Epistemic uncertainty by outcome (decision threshold {report.decision_threshold:g})")
     ax.legend(loc="best", fontsize=9)
     ax.grid(True, alpha=0.3)
+    out = Path(path)
+    _save(fig, out)
+    return out
+
+
+def plot_method_comparison(rows: Mapping[str, Mapping[str, Any]], fractions: Sequence[float], path: str | Path,
+                           title: str) -> Path:
+    """Seed 001 Table 1 as a figure: AUC and accuracy on the retained images vs % referred, one line per
+    method (±1 bootstrap SE), and each method's OOD AUROC (uncertainty on real photographs vs synthetic test
+    images; 0.5 = no signal). ``rows[label]`` holds ``auc``, ``auc_se``, ``accuracy``, ``accuracy_se`` (one
+    value per fraction) and ``ood_auroc``, as ``benchmarks/table1.py`` writes them to results.json."""
+    x = np.asarray(fractions, dtype=np.float64) * 100  # [F] percent referred
+    fig = Figure(figsize=(15, 5.0), layout="constrained")
+    ax_auc, ax_acc, ax_ood = fig.subplots(1, 3, width_ratios=(1, 1, 0.8))
+    colours = [f"C{i}" for i in range(len(rows))]
+    for (label, row), colour in zip(rows.items(), colours, strict=True):
+        for ax, key in ((ax_auc, "auc"), (ax_acc, "accuracy")):
+            y, se = np.asarray(row[key], np.float64), np.asarray(row[f"{key}_se"], np.float64)  # [F], [F]
+            if y.shape != x.shape:
+                raise ValueError(f"{label}: {key} has {y.size} values for {x.size} fractions")
+            ax.errorbar(x, y, yerr=np.nan_to_num(se), label=label, color=colour, marker="o", markersize=4,
+                        capsize=3, linewidth=1.5)
+    for ax, name in ((ax_auc, "ROC-AUC"), (ax_acc, "Accuracy")):
+        ax.set_xlabel("Test images referred by uncertainty (%)")
+        ax.set_ylabel(f"{name} on retained images")
+        ax.set_title(f"{name} vs referral")
+        ax.grid(True, alpha=0.3)
+    labels = list(rows)
+    ood = [float(rows[k]["ood_auroc"]) for k in labels]
+    ax_ood.barh(np.arange(len(labels)), ood, color=colours)
+    ax_ood.axvline(0.5, color="black", linestyle="--", linewidth=1, label="no signal")
+    ax_ood.set_yticks(np.arange(len(labels)), labels, fontsize=8)
+    ax_ood.invert_yaxis()
+    ax_ood.set_xlim(0, 1)
+    ax_ood.set_xlabel("AUROC: real photographs vs synthetic test images")
+    ax_ood.set_title("Out-of-distribution signal")
+    ax_ood.grid(True, axis="x", alpha=0.3)
+    handles, names = ax_auc.get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", ncols=min(len(names), 4), fontsize=9, frameon=False)
+    fig.suptitle(title, fontsize=10)
     out = Path(path)
     _save(fig, out)
     return out
