@@ -7,8 +7,10 @@ test images and the real IDRiD photographs (out-of-distribution check) and write
     python benchmarks/table1.py --scale paper                                  # width 16, 128 px, 8,000 images
     python benchmarks/table1.py --scale paper --epochs 8                       # the same, 8 epochs per model
 
-Resumable: a finished run (its test draws and OOD draws saved) is skipped, a half-trained one resumes
-exactly from its checkpoint, so rerunning the same command continues. ``--runs`` fits a subset, so two
+Resumable: a finished run (its test draws and OOD draws saved, and trained for ``--epochs``) is skipped,
+a half-trained one resumes exactly from its checkpoint, so rerunning the same command continues; a larger
+``--epochs`` continues every finished run from its checkpoint and scores it again (copy the runs folder
+first, or pass another ``--runs-dir``, to keep the shorter table). ``--runs`` fits a subset, so two
 processes of one thread each can share a 2-core machine (the last one to finish writes the table). Data go
 to ``data/table1-<scale>`` and runs to ``runs/table1-<scale>`` (both git-ignored); the table is written to
 ``runs/table1-<scale>/table1.md``, its figure to ``table1.png`` and the numbers to ``results.json`` there.
@@ -154,7 +156,8 @@ def run_all(scale: Scale, data: Path, runs_dir: Path, photos: PhotoDataset, only
             continue
         out = runs_dir / run.name
         done = out / "table1_run.json"
-        if done.is_file() and (out / "ood_idrid" / DRAWS_FILENAME).is_file():
+        if (done.is_file() and (out / "ood_idrid" / DRAWS_FILENAME).is_file()
+                and trained_epochs(out) == list(range(1, scale.epochs + 1))):
             print(f"{run.name}: done, skipped", flush=True)
             continue
         resumed = (out / "checkpoint.pt").is_file()
@@ -248,6 +251,13 @@ def render(results: dict[str, Any], scale_name: str, scale: Scale) -> str:
     return "\n".join(out) + "\n"
 
 
+def trained_epochs(run_dir: Path) -> list[int]:
+    """The epochs a run has trained (1..N), from its history; [] before its first epoch ends."""
+    path = run_dir / "history.json"
+    history = json.loads(path.read_text()) if path.is_file() else []
+    return sorted(row["epoch"] for row in history if row["epoch"] >= 1)
+
+
 def check_budget(runs_dir: Path, epochs: int) -> None:
     """Every run of the table must have trained the same number of epochs (same budget per model).
 
@@ -255,8 +265,7 @@ def check_budget(runs_dir: Path, epochs: int) -> None:
     config.json, which keeps the plan the run was started with when a resume stops it earlier."""
     wrong = {}
     for run in RUNS:
-        history = json.loads((runs_dir / run.name / "history.json").read_text())
-        trained = sorted(row["epoch"] for row in history if row["epoch"] >= 1)
+        trained = trained_epochs(runs_dir / run.name)
         if trained != list(range(1, epochs + 1)):
             wrong[run.name] = f"trained epochs {trained[0] if trained else '-'}..{trained[-1] if trained else '-'}"
     if wrong:
