@@ -156,8 +156,7 @@ def run_all(scale: Scale, data: Path, runs_dir: Path, photos: PhotoDataset, only
             continue
         out = runs_dir / run.name
         done = out / "table1_run.json"
-        if (done.is_file() and (out / "ood_idrid" / DRAWS_FILENAME).is_file()
-                and trained_epochs(out) == list(range(1, scale.epochs + 1))):
+        if run_done(out, scale.epochs):
             print(f"{run.name}: done, skipped", flush=True)
             continue
         resumed = (out / "checkpoint.pt").is_file()
@@ -258,6 +257,12 @@ def trained_epochs(run_dir: Path) -> list[int]:
     return sorted(row["epoch"] for row in history if row["epoch"] >= 1)
 
 
+def run_done(run_dir: Path, epochs: int) -> bool:
+    """Fitted for exactly ``epochs`` epochs, with its test draws scored and its IDRiD draws saved."""
+    return ((run_dir / "table1_run.json").is_file() and (run_dir / "ood_idrid" / DRAWS_FILENAME).is_file()
+            and trained_epochs(run_dir) == list(range(1, epochs + 1)))
+
+
 def check_budget(runs_dir: Path, epochs: int) -> None:
     """Every run of the table must have trained the same number of epochs (same budget per model).
 
@@ -317,9 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     photos = PhotoDataset(list_photos(IDRID), size=scale.size)
     run_all(scale, data, runs_dir, photos, set(args.runs) if args.runs else None)
-    missing = [r.name for r in RUNS if not (runs_dir / r.name / "table1_run.json").is_file()]
+    missing = [r.name for r in RUNS if not run_done(runs_dir / r.name, scale.epochs)]
     if missing:
-        print(f"not yet fitted: {', '.join(missing)}; the table is written once every run is done", flush=True)
+        print(f"not yet fitted for {scale.epochs} epochs: {', '.join(missing)}; the table is written once every "
+              "run is done", flush=True)
         return 0
     check_budget(runs_dir, scale.epochs)
     results = summarise(runs_dir, scale)
