@@ -28,6 +28,17 @@ def _num(v: Any) -> str:
     return "n/a" if v is None or v != v else f"{float(v):.3f}"
 
 
+def ece_text(summary: dict[str, Any]) -> str:
+    """ECE with its bootstrap SE and the ECE a calibrated model would show on these images, when recorded."""
+    text = _num(summary.get("ece"))
+    se, floor = summary.get("ece_se"), summary.get("ece_calibrated_floor")
+    if se is not None and se == se:
+        text += f" ± {float(se):.3f}"
+    if floor is not None and floor == floor:
+        text += f" (a perfectly calibrated model would show {float(floor):.3f} on these images by sampling alone)"
+    return text
+
+
 def machine_description() -> str:
     device = (torch.cuda.get_device_name(0) if torch.cuda.is_available()
               else f"CPU {detect_cpu().summary()}, {torch.get_num_threads()} threads")
@@ -90,7 +101,7 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         "",
         "## Validation (serving draws)",
         f"- AUC {val.get('auc', float('nan')):.3f}, accuracy {_pct(val.get('accuracy'))}, "
-        f"ECE {val.get('ece', float('nan')):.3f}.",
+        f"ECE {ece_text(val)}.",
         f"- MI referral threshold {val_summary.get('referral_threshold_mi', float('nan')):.3g} nat for a target "
         f"referral rate of {_pct(val_summary.get('target_referral_rate'))} "
         f"(achieved {_pct(val_summary.get('achieved_referral_rate'))}).",
@@ -105,7 +116,7 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         tv = test_summary.get("validation", {})
         lines += ["", "## Held-out test split",
                   f"- AUC {tv.get('auc', float('nan')):.3f}, accuracy {_pct(tv.get('accuracy'))}, "
-                  f"ECE {tv.get('ece', float('nan')):.3f}; referral rate at the validation threshold "
+                  f"ECE {ece_text(tv)}; referral rate at the validation threshold "
                   f"{_pct(test_summary.get('achieved_referral_rate'))}.", *mi_scale_lines(tv.get("mi_quantiles"))]
         at = tv.get("auc_at_referral", {})
         if at:

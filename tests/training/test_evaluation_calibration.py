@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.evaluation.calibration import expected_calibration_error, reliability_bins
+from training.evaluation.calibration import (
+    ece_bootstrap_se,
+    ece_calibrated_floor,
+    expected_calibration_error,
+    reliability_bins,
+)
 from training.evaluation.uncertainty import mc_uncertainty
 
 
@@ -47,6 +52,53 @@ def test_overconfident_predictions_have_large_ece() -> None:
     sharp = 1 / (1 + np.exp(-3 * logit))
     assert expected_calibration_error(sharp, y2) > 0.1
     assert expected_calibration_error(sharp, y2) > 5 * expected_calibration_error(p_true, y2)
+
+
+def test_calibrated_floor_is_the_ece_of_calibrated_labels() -> None:
+    # The floor is the mean ECE of label sets drawn from the predictions themselves; recompute that mean
+    # with the reference ECE on independently drawn labels.
+    rng = np.random.default_rng(3)
+    p = rng.beta(0.6, 2.5, size=735)  # skewed to low probabilities, like a screening population
+    reference = np.mean([expected_calibration_error(p, (rng.random(p.size) < p).astype(int))
+                         for _ in range(400)])
+    floor = ece_calibrated_floor(p, n_draws=400, seed=4)
+    assert floor == pytest.approx(reference, rel=0.06)
+    assert 0.01 < floor < 0.05  # not negligible against an ECE target of 0.03 at N = 735
+    # a sampling bias: it shrinks like 1/sqrt(N)
+    big = rng.beta(0.6, 2.5, size=16 * 735)
+    assert ece_calibrated_floor(big, seed=5) == pytest.approx(floor / 4, rel=0.2)
+    assert ece_calibrated_floor(p, seed=6) == ece_calibrated_floor(p, seed=6)  # seeded
+
+
+def test_calibrated_floor_separates_noise_from_miscalibration() -> None:
+    rng = np.random.default_rng(7)
+    p = rng.random(735)
+    calibrated = (rng.random(p.size) < p).astype(int)
+    floor = ece_calibrated_floor(p)
+    assert expected_calibration_error(p, calibrated) < 2 * floor
+    overconfident = 1 / (1 + np.exp(-3 * np.log(p / (1 - p))))  # the same labels, logits x 3
+    assert expected_calibration_error(overconfident, calibrated) > 4 * ece_calibrated_floor(overconfident)
+
+
+def test_ece_bootstrap_se_matches_the_spread_over_fresh_samples() -> None:
+    # The true sampling SD of the ECE: new images (p, y) from one miscalibrated population, many times.
+    rng = np.random.default_rng(8)
+
+    def sample(n: int) -> tuple[np.ndarray, np.ndarray]:
+        p = rng.random(n)
+        return p, (rng.random(n) < 0.1 + 0.8 * p).astype(int)  # under-confident at the extremes
+
+    n = 600
+    eces = [expected_calibration_error(*sample(n)) for _ in range(400)]
+    true_sd = float(np.std(eces, ddof=1))
+    ses = [ece_bootstrap_se(*sample(n), n_bootstrap=300, seed=s) for s in range(8)]
+    assert np.mean(ses) == pytest.approx(true_sd, rel=0.25)
+    p, y = sample(n)
+    assert ece_bootstrap_se(p, y, seed=1) == ece_bootstrap_se(p, y, seed=1)
+    with pytest.raises(ValueError, match="n_bootstrap"):
+        ece_bootstrap_se(p, y, n_bootstrap=1)
+    with pytest.raises(ValueError, match="n_draws"):
+        ece_calibrated_floor(p, n_draws=0)
 
 
 def test_calibration_rejects_bad_input() -> None:

@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from training.evaluation import EvaluationReport, evaluate_predictions, read_report, write_report
+from training.evaluation.calibration import ece_bootstrap_se, ece_calibrated_floor
 
 
 def _toy(n: int, seed: int, s: int = 8) -> tuple[np.ndarray, np.ndarray]:
@@ -118,6 +119,24 @@ def test_the_mi_scale_is_the_quantiles_of_the_per_image_mi() -> None:
     del old["mi_quantiles"]  # a report written before the field: read back without a scale, not refused
     back = EvaluationReport.from_dict(old)
     assert back.mi_quantiles == {} and "mi_quantiles" not in back.calibration_summary()["validation"]
+
+
+def test_the_ece_comes_with_its_error_bar_and_sampling_floor() -> None:
+    """The report's ECE SE and calibrated floor are those of the calibration module on p̄, carried into the
+    artifact's summary; a report written before these fields reads them as undefined."""
+    mc, y = _toy(500, seed=9)
+    r = evaluate_predictions(mc, y, n_bootstrap=50, seed=3)
+    p = mc.mean(axis=0)
+    assert r.ece_se == ece_bootstrap_se(p, y, n_bootstrap=50, seed=3) > 0
+    assert r.ece_calibrated_floor == ece_calibrated_floor(p, seed=3) > 0
+    v = r.calibration_summary()["validation"]
+    assert (v["ece_se"], v["ece_calibrated_floor"]) == (r.ece_se, r.ece_calibrated_floor)
+    assert EvaluationReport.from_dict(r.to_dict()).ece_se == r.ece_se
+    assert np.isnan(evaluate_predictions(mc, y, n_bootstrap=0).ece_se)  # no resamples, no SE
+    old = {k: v for k, v in r.to_dict().items() if k not in ("ece_se", "ece_calibrated_floor")}
+    back = EvaluationReport.from_dict(old)
+    assert np.isnan(back.ece_se) and np.isnan(back.ece_calibrated_floor)
+    assert back.calibration_summary()["validation"]["ece_se"] is None
 
 
 def test_a_validation_threshold_applied_to_test_data_reports_its_rate() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from training.model_card import last_epoch_lines, mi_scale_lines
+from training.model_card import ece_text, last_epoch_lines, mi_scale_lines
 
 
 def test_last_epoch_log_is_a_scalar_table_and_a_per_layer_sigma_table() -> None:
@@ -36,3 +36,10 @@ def test_mi_scale_line_states_median_quartiles_and_range() -> None:
     assert mi_scale_lines(q) == ["- MI scale: median 8.04e-05 nat (quartiles 4e-05–0.00015, 5–95 %: "
                                  "1.2e-05–0.00061); values are comparable only within this artifact."]
     assert mi_scale_lines(None) == [] and mi_scale_lines({}) == []
+
+
+def test_ece_text_gives_the_error_bar_and_the_sampling_floor_when_recorded() -> None:
+    assert ece_text({"ece": 0.0342, "ece_se": 0.0061, "ece_calibrated_floor": 0.0213}) == (
+        "0.034 ± 0.006 (a perfectly calibrated model would show 0.021 on these images by sampling alone)")
+    assert ece_text({"ece": 0.0342, "ece_se": None, "ece_calibrated_floor": None}) == "0.034"  # older artifacts
+    assert ece_text({"ece": 0.0342}) == "0.034" and ece_text({}) == "n/a"

@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from sklearn.metrics import accuracy_score, roc_auc_score
 
-from training.evaluation.calibration import reliability_bins
+from training.evaluation.calibration import ece_bootstrap_se, ece_calibrated_floor, reliability_bins
 from training.evaluation.paired import strategy_differences
 from training.evaluation.referral import DEFAULT_FRACTIONS, STRATEGIES, referral_curve, retained_metrics
 from training.evaluation.report import MI_QUANTILES, SUMMARY_FRACTIONS, EvaluationReport, MIHistogram, fraction_key
@@ -153,6 +153,9 @@ def evaluate_predictions(
         paired_differences=paired,
         mi_quantiles={fraction_key(q): float(v) for q, v in zip(MI_QUANTILES, np.quantile(mi, MI_QUANTILES),
                                                                   strict=True)},
+        ece_se=(ece_bootstrap_se(p, y, n_bins=n_calibration_bins, n_bootstrap=n_bootstrap, seed=seed)
+                if n_bootstrap >= 2 else float("nan")),
+        ece_calibrated_floor=ece_calibrated_floor(p, n_bins=n_calibration_bins, seed=seed),
     )
 
 

@@ -69,6 +69,10 @@ class EvaluationReport:
     paired_differences: tuple[PairedDifference, ...] = ()
     # the MI scale: quantiles of the per-image MI in nats, keys "0.05" ... "0.95" (MI_QUANTILES)
     mi_quantiles: Mapping[str, float] = field(default_factory=dict)
+    # ECE's bootstrap SE and the ECE a perfectly calibrated model shows on these images by sampling alone
+    # (training.evaluation.calibration); NaN in reports written before these fields
+    ece_se: float = math.nan
+    ece_calibrated_floor: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: tuples become lists, fraction keys become strings, NaN becomes ``None``."""
@@ -140,6 +144,8 @@ class EvaluationReport:
                 seed=int(data["seed"]),
                 paired_differences=tuple(_paired_from_dict(d) for d in data.get("paired_differences", [])),
                 mi_quantiles={str(k): _f(v) for k, v in data.get("mi_quantiles", {}).items()},
+                ece_se=_f(data.get("ece_se")),
+                ece_calibrated_floor=_f(data.get("ece_calibrated_floor")),
             )
         except KeyError as exc:
             raise ValueError(f"Evaluation report is missing the field {exc.args[0]!r}") from exc
@@ -156,6 +162,8 @@ class EvaluationReport:
                 "auc": self.auc,
                 "accuracy": self.accuracy,
                 "ece": self.ece,
+                "ece_se": self.ece_se,
+                "ece_calibrated_floor": self.ece_calibrated_floor,
                 "auc_at_referral": {fraction_key(f): v for f, v in self.auc_at_referral.items()},
                 "accuracy_at_referral": {fraction_key(f): v for f, v in self.accuracy_at_referral.items()},
                 **({"mi_quantiles": dict(self.mi_quantiles)} if self.mi_quantiles else {}),
