@@ -238,8 +238,9 @@ class Trainer:
             apply_schedule(optimizer, cfg, epoch)
             batches = _batches(n_train, cfg, epoch)
             loader = DataLoader(data.train, batch_sampler=batches[state.step_in_epoch:], num_workers=cfg.workers)
-            started = time.monotonic()
             sums = state.epoch_sums or {"nll": 0.0, "kl": 0.0, "correct": 0.0, "n": 0.0, "steps": 0.0}
+            # an epoch resumed mid-way counts the time its earlier calls spent on the steps they checkpointed
+            started = time.monotonic() - sums.get("seconds", 0.0)
             bar = tqdm(loader, total=len(batches), initial=state.step_in_epoch, disable=not self.progress,
                        desc=f"epoch {epoch + 1}/{cfg.epochs} {'nll(means)' if means_only else 'elbo'}")
             model.train()
@@ -269,6 +270,7 @@ class Trainer:
                 sums["correct"] += float(((logits.mean(0) > 0) == (y > 0.5)).sum().item())
                 sums["n"] += b
                 sums["steps"] += 1
+                sums["seconds"] = time.monotonic() - started
                 state.step_in_epoch += 1
                 state.global_step += 1
                 state.epoch_sums = sums

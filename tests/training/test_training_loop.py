@@ -64,6 +64,23 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(tiny_data: Path,
 
 
 @pytest.mark.training
+def test_an_epoch_resumed_mid_way_counts_the_time_of_its_earlier_calls(tiny_data: Path, tmp_path: Path) -> None:
+    cfg = _config(tiny_data, tmp_path / "run")
+    data = prepare_data(cfg)
+    Trainer(cfg, progress=False).fit(data, stop_after_steps=5)  # 4 steps of epoch 1, 1 step into epoch 2
+    ckpt_path = tmp_path / "run" / "checkpoint.pt"
+    ckpt = torch.load(ckpt_path, weights_only=True)
+    assert ckpt["state"]["step_in_epoch"] == 1 and ckpt["state"]["epoch_sums"]["seconds"] > 0.0
+    # stand-in for a long first call: the saved time must reach the epoch's row, not restart from zero
+    ckpt["state"]["epoch_sums"]["seconds"] = 1e6
+    torch.save(ckpt, ckpt_path)
+    Trainer(cfg, progress=False).fit(data)
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert [r["epoch"] for r in history] == [1, 2]
+    assert 1e6 < history[1]["seconds"] < 1e6 + 3600 and history[0]["seconds"] < 3600
+
+
+@pytest.mark.training
 def test_first_epoch_trains_only_the_means(tiny_data: Path, tmp_path: Path) -> None:
     cfg = _config(tiny_data, tmp_path / "run", epochs=1)
     torch.manual_seed(cfg.seed)
