@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from tests.helpers.deploy import ROOT
-from tests.helpers.images import IDRID, fundus_png
+from tests.helpers.images import IDRID, fundus_png, synthetic_jpegs
 from tests.helpers.processes import free_port, running_process, wait_until_ready
 
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(3000)]
@@ -178,9 +178,11 @@ def test_predict_returns_exactly_the_local_services_numbers(
     assert settings["RADSCREEN_DEVICE"] == "cpu" and settings["RADSCREEN_BACKEND"] == "auto"
     runtime = httpx.get(f"{healthy.base_url}/v1/model", timeout=30).json()["runtime"]
     assert (runtime["backend"], runtime["precision"]) == ("onnxruntime", "fp32")  # the fastest fp32 CPU path
-    # two generated images and one real photograph (IDRiD, JPEG)
+    # two generated images and a JPEG: a real photograph (IDRiD) where the shared data folder is present
     images = [(fundus_png(seed, size=320), "fundus.png", "image/png") for seed in (3, 11)]
-    images.append(((IDRID / "IDRiD_01.jpg").read_bytes(), "IDRiD_01.jpg", "image/jpeg"))
+    photo = IDRID / "IDRiD_01.jpg"
+    images.append((photo.read_bytes(), photo.name, "image/jpeg") if photo.is_file()
+                  else (synthetic_jpegs(1, size=320, seed=5)[0], "fundus.jpg", "image/jpeg"))
     from_image = [_predict(healthy.base_url, *image) for image in images]
     with _local_service(settings, tmp_path) as local_url:
         from_local = [_predict(local_url, *image) for image in images]
