@@ -70,6 +70,18 @@ def test_calibrated_floor_is_the_ece_of_calibrated_labels() -> None:
     assert ece_calibrated_floor(p, seed=6) == ece_calibrated_floor(p, seed=6)  # seeded
 
 
+def test_fast_ece_paths_bin_exactly_like_the_reliability_table() -> None:
+    # One calibrated label set drawn the way the floor draws it: its ECE must be exactly the reference ECE,
+    # including probabilities on the bin edges (0.3 belongs to [0.3, 0.4), 1.0 to the last bin).
+    p = np.concatenate([np.linspace(0.0, 1.0, 11), np.random.default_rng(12).random(300)])
+    y = (np.random.default_rng(11).random((1, p.size)) < p)[0].astype(int)
+    assert ece_calibrated_floor(p, n_draws=1, seed=11) == pytest.approx(expected_calibration_error(p, y), abs=1e-12)
+    assert ece_calibrated_floor(p, n_bins=4, n_draws=1, seed=11) == pytest.approx(
+        expected_calibration_error(p, y, n_bins=4), abs=1e-12)
+    with pytest.raises(ValueError, match="n_bins must be >= 1"):
+        ece_bootstrap_se(p, y, n_bins=0)
+
+
 def test_calibrated_floor_separates_noise_from_miscalibration() -> None:
     rng = np.random.default_rng(7)
     p = rng.random(735)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 from training.evaluation.uncertainty import FloatArray
 
@@ -69,14 +69,21 @@ def _check_probs_labels(probs: ArrayLike, labels: ArrayLike) -> tuple[FloatArray
     return p, y
 
 
-def reliability_bins(probs: ArrayLike, labels: ArrayLike, *, n_bins: int = 10) -> ReliabilityBins:
-    """Bin ``probs`` ``[N]`` into ``n_bins`` equal-width bins and compare confidence with label frequency."""
+def _bin_index(p: FloatArray, n_bins: int) -> NDArray[np.int64]:
+    """``[N]`` equal-width reliability bin of each probability, the last bin closed at 1.
+
+    floor(p · n) rather than np.digitize on linspace edges: linspace(0, 1, 11)[3] is 0.30000000000000004,
+    which would put p = 0.3 in the bin below.
+    """
     if n_bins < 1:
         raise ValueError(f"n_bins must be >= 1; got {n_bins}")
+    return np.minimum(np.floor(p * n_bins).astype(np.int64), n_bins - 1)
+
+
+def reliability_bins(probs: ArrayLike, labels: ArrayLike, *, n_bins: int = 10) -> ReliabilityBins:
+    """Bin ``probs`` ``[N]`` into ``n_bins`` equal-width bins and compare confidence with label frequency."""
     p, y = _check_probs_labels(probs, labels)
-    # floor(p * n) rather than np.digitize on linspace edges: linspace(0, 1, 11)[3] is 0.30000000000000004,
-    # which would put p = 0.3 in the bin below.
-    idx = np.minimum(np.floor(p * n_bins).astype(np.int64), n_bins - 1)  # [N]
+    idx = _bin_index(p, n_bins)  # [N]
     count = np.bincount(idx, minlength=n_bins)  # [n_bins]
     sum_p = np.bincount(idx, weights=p, minlength=n_bins)
     sum_y = np.bincount(idx, weights=y, minlength=n_bins)
@@ -99,8 +106,7 @@ def expected_calibration_error(probs: ArrayLike, labels: ArrayLike, *, n_bins: i
 
 def _bin_onehot(p: FloatArray, n_bins: int) -> FloatArray:
     """``[N, n_bins]`` indicator of each image's reliability bin (the binning of :func:`reliability_bins`)."""
-    idx = np.minimum(np.floor(p * n_bins).astype(np.int64), n_bins - 1)  # [N]
-    return np.eye(n_bins, dtype=np.float64)[idx]
+    return np.eye(n_bins, dtype=np.float64)[_bin_index(p, n_bins)]
 
 
 def ece_bootstrap_se(probs: ArrayLike, labels: ArrayLike, *, n_bins: int = 10, n_bootstrap: int = 200,
