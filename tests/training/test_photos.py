@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from PIL import Image
 
 from models.preprocessing import FOV_LOCAL_MEAN, LEGACY
 from service.inference.imaging import ImagePipeline
 from service.inference.scoring import prepare_image
 from tests.helpers.images import IDRID
+from training.data.dataset import ManifestDataset
+from training.data.manifest import ManifestRow
 from training.data.photos import PhotoDataset, list_photos, serving_square
 
 needs_idrid = pytest.mark.skipif(not IDRID.is_dir(), reason=f"real photographs not found at {IDRID}")
@@ -35,3 +40,19 @@ def test_photo_dataset_items_and_legacy_refused() -> None:
     assert float(image.min()) >= 0.0 and float(image.max()) <= 1.0
     with pytest.raises(ValueError, match="fov-local-mean/1"):
         serving_square(paths[0], 32, LEGACY)
+
+
+@pytest.mark.parametrize("side", [512, 2400])  # 2400 px: the JPEG is decoded at a reduced DCT scale (draft)
+def test_training_loader_and_service_see_the_same_pixels_of_a_jpeg(tmp_path: Path, side: int) -> None:
+    """One file through the training data set and through the service gives the identical tensor."""
+    yy, xx = np.mgrid[:side, :side]
+    disc = (yy - side / 2) ** 2 + (xx - side / 2) ** 2 < (0.45 * side) ** 2
+    rng = np.random.default_rng(side)
+    img = np.where(disc[..., None], rng.integers(60, 200, (side, side, 3)), 0).astype(np.uint8)
+    path = tmp_path / f"{side}_left.jpg"
+    Image.fromarray(img).save(path, quality=90)
+    row = ManifestRow(path=path, grade=2, patient_id="p", eye="left", row_no=2)
+    item = ManifestDataset([row], size=64, preprocessing=FOV_LOCAL_MEAN)[0][0].numpy()  # [3, 64, 64] in [0, 1]
+    pipeline = ImagePipeline(size=64, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), preprocessing=FOV_LOCAL_MEAN)
+    served = prepare_image(path.read_bytes(), pipeline).pixels  # float32 [3, 64, 64] = x / 255
+    np.testing.assert_array_equal(item, served)

@@ -3,8 +3,9 @@
 Preprocessing is the artifact's contract (``models.preprocessing``), the same function the service
 and the batch job run: decode with PIL, apply the EXIF orientation, convert to RGB, then
 
-- ``FOV_LOCAL_MEAN`` (new runs): ``models.preprocessing.preprocess_fundus``: crop to the fitted FOV
-  circle, resize, local-mean subtraction inside the FOV;
+- ``FOV_LOCAL_MEAN`` (new runs): decode as the service does (``decode_photo``), then
+  ``models.preprocessing.preprocess_fundus``: crop to the fitted FOV circle, resize, local-mean
+  subtraction inside the FOV;
 - ``LEGACY`` (models trained before the shared preprocessing, e.g. default model 0.1.0): pad to a square
   with black (centred), resize to ``size`` x ``size`` (bicubic).
 
@@ -22,7 +23,7 @@ import torch
 from PIL import Image, ImageOps
 from torch.utils.data import Dataset
 
-from models.preprocessing import LEGACY, check_preprocessing, preprocess_fundus
+from models.preprocessing import DECODE_SIDE, LEGACY, check_preprocessing, preprocess_fundus
 from training.data.manifest import ManifestRow
 
 
@@ -30,16 +31,34 @@ class ImageLoadError(OSError):
     """An image that cannot be decoded; the message names the file (one-argument form for DataLoader)."""
 
 
+def decode_photo(path: Path | str, size: int) -> np.ndarray:
+    """Decode ``path`` as the service does: oriented 8-bit RGB ``[H, W, 3]``.
+
+    A JPEG is decoded at a reduced DCT scale of at least ``2 * max(size, DECODE_SIDE)`` px (``draft``),
+    exactly as ``service.inference.imaging.decode_rgb(target=max(size, DECODE_SIDE))``, so training,
+    evaluation and serving see the same pixels of the same file (tests/training/test_photos.py).
+    """
+    try:
+        with Image.open(path) as raw:
+            if raw.format in ("JPEG", "MPO"):
+                side = 2 * max(size, DECODE_SIDE)
+                raw.draft("RGB", (side, side))
+            raw.load()
+            return np.asarray((ImageOps.exif_transpose(raw) or raw).convert("RGB"), dtype=np.uint8)
+    except Exception as exc:
+        raise ImageLoadError(f"cannot read image {path}: {type(exc).__name__}: {exc}") from exc
+
+
 def load_image(path: Path | str, size: int, preprocessing: str = LEGACY) -> np.ndarray:
     """Decode ``path`` and return it preprocessed as uint8 ``[size, size, 3]`` RGB (see module docstring)."""
+    if check_preprocessing(preprocessing) != LEGACY:
+        return preprocess_fundus(decode_photo(path, size), size)
     try:
         with Image.open(path) as raw:
             raw.draft("RGB", (size, size))  # JPEG: decode at a reduced scale when much larger than needed
             im: Image.Image = ImageOps.exif_transpose(raw).convert("RGB")
     except Exception as exc:
         raise ImageLoadError(f"cannot read image {path}: {type(exc).__name__}: {exc}") from exc
-    if check_preprocessing(preprocessing) != LEGACY:
-        return preprocess_fundus(np.asarray(im, dtype=np.uint8), size)
     w, h = im.size
     if w != h:
         side = max(w, h)
@@ -69,13 +88,23 @@ class ManifestDataset(Dataset[tuple[torch.Tensor, torch.Tensor, int]]):
         self.rows = list(rows)
         self.size = size
         self.preprocessing = check_preprocessing(preprocessing)
+        self.pixels: np.ndarray | None = None  # preprocessed images [N, size, size, 3] uint8 (use_cache)
+
+    def use_cache(self, cache_dir: Path, *, workers: int = 1, progress: bool = False) -> ManifestDataset:
+        """Preprocess every image once into ``cache_dir`` (``training.data.cache``) and read items from there."""
+        from training.data.cache import preprocessed_array
+
+        self.pixels = preprocessed_array(self.rows, size=self.size, preprocessing=self.preprocessing,
+                                         cache_dir=cache_dir, workers=workers, progress=progress)
+        return self
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         row = self.rows[index]
-        image = to_tensor(load_image(row.path, self.size, self.preprocessing))  # [3, H, W]
+        pixels = self.pixels[index] if self.pixels is not None else load_image(row.path, self.size, self.preprocessing)
+        image = to_tensor(pixels)  # [3, H, W]
         label = torch.tensor(1.0 if row.referable else 0.0, dtype=torch.float32)
         return image, label, index
 

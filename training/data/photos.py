@@ -4,9 +4,10 @@ The service (``service.inference.imaging.decode_rgb`` + ``service.inference.scor
 decodes a JPEG at a reduced DCT scale of at least twice ``max(size, models.preprocessing.DECODE_SIDE)`` (``draft``; the
 quality gate needs >= 1,024 px), applies the EXIF orientation, converts to 8-bit RGB and, for
 ``fov-local-mean/1`` artifacts, runs ``models.preprocessing.preprocess_fundus`` with the FOV circle fitted
-on that same decoded frame. ``serving_square`` repeats those steps with the shared
-``models`` code, so a model's uncertainty on real photographs (the out-of-distribution check) is measured
-on the pixels it would see in production. Training may not import ``service`` (import-linter contract).
+on that same decoded frame. Training's ``load_image`` does the same (``training.data.dataset.decode_photo``),
+and ``serving_square`` is that function for unlabelled photographs, so a model's uncertainty on real
+photographs is measured on the pixels it would see in production. Training may not import ``service``
+(import-linter contract).
 
 The legacy contract (``fov_square`` + resize, of models trained before it such as default model 0.1.0) is
 not reproduced here: the models this is for are new ``fov-local-mean/1`` runs, and a legacy request is
@@ -20,11 +21,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps
 from torch.utils.data import Dataset
 
-from models.preprocessing import DECODE_SIDE, FOV_LOCAL_MEAN, check_preprocessing, preprocess_fundus
-from training.data.dataset import ImageLoadError, to_tensor
+from models.preprocessing import FOV_LOCAL_MEAN, check_preprocessing
+from training.data.dataset import load_image, to_tensor
 
 PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png")
 
@@ -33,16 +33,7 @@ def serving_square(path: Path | str, size: int, preprocessing: str = FOV_LOCAL_M
     """Decode ``path`` as the service does and preprocess it: uint8 ``[size, size, 3]``."""
     if check_preprocessing(preprocessing) != FOV_LOCAL_MEAN:
         raise ValueError(f"serving_square reproduces the {FOV_LOCAL_MEAN!r} contract only, not {preprocessing!r}")
-    try:
-        with Image.open(path) as raw:
-            if raw.format in ("JPEG", "MPO"):
-                side = 2 * max(size, DECODE_SIDE)  # as the service's decode_rgb(target=max(size, DECODE_SIDE))
-                raw.draft("RGB", (side, side))
-            raw.load()
-            rgb = np.asarray((ImageOps.exif_transpose(raw) or raw).convert("RGB"), dtype=np.uint8)  # [H, W, 3]
-    except Exception as exc:
-        raise ImageLoadError(f"cannot read image {path}: {type(exc).__name__}: {exc}") from exc
-    return preprocess_fundus(rgb, size)
+    return load_image(path, size, preprocessing)
 
 
 def list_photos(folder: Path | str) -> list[Path]:
