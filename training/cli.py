@@ -48,7 +48,15 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="patient-level split fractions")
     g.add_argument("--include-ungradable", action="store_true",
                    help="train on ungradable images too (by default they are the quality gate's job)")
+    g.add_argument("--exclude-other-disease", action="store_true",
+                   help="odir layout: leave out the eyes with another eye disease and no DR (kept by default as "
+                        "non-referable: they are part of a real screening population)")
     g.add_argument("--no-augment", action="store_true", help="switch off the geometric/photometric augmentation")
+    g.add_argument("--no-color-jitter", action="store_true",
+                   help="keep the geometric augmentation but switch off the photometric one (contrast, colour "
+                        "balance, resolution loss)")
+    g.add_argument("--no-cache", action="store_true",
+                   help="decode and preprocess every image at every use instead of once into <out>/cache")
     g.add_argument("--preprocessing", choices=sorted(PREPROCESSING_BY_NAME), default=FOV_LOCAL_MEAN,
                    help="image preprocessing contract (models/preprocessing.py); stored in the artifact")
     g.add_argument("--workers", type=int, default=d.workers, help="DataLoader worker processes")
@@ -106,7 +114,11 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="draws of the last layer per serving draw: steadies the MI estimate at no real cost "
                         "(docs/science.md §7(e)); 1 = the plain K draws")
     v.add_argument("--target-referral-rate", type=float, default=d.target_referral_rate,
-                   help="share of validation images the MI threshold refers")
+                   help="share of validation images the MI threshold refers (without --max-missed-share)")
+    v.add_argument("--max-missed-share", type=float, default=None,
+                   help="the screening operating point: choose the decision and MI thresholds together on "
+                        "validation so that at most this share of referable eyes is answered no_referable_dr, "
+                        "answering as many non-referable eyes as possible (e.g. 0.03; docs/training.md)")
     x = p.add_argument_group("run control")
     x.add_argument("--max-steps-per-epoch", type=int, default=None, help="cap on steps per epoch (quick runs)")
     x.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every,
@@ -177,9 +189,11 @@ def _fit(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, lr=args.lr, train_samples=args.train_samples, eval_samples=args.eval_samples,
         max_steps_per_epoch=args.max_steps_per_epoch, checkpoint_every=args.checkpoint_every,
         precision=args.precision, seed=args.seed, split_seed=args.split_seed, draw_seed=args.draw_seed,
-        target_referral_rate=args.target_referral_rate, split=tuple(args.split), head_draws=args.head_draws,
-        gradable_only=not args.include_ungradable,
-        augment=not args.no_augment, workers=args.workers, device=args.device, rho_lr=args.rho_lr,
+        target_referral_rate=args.target_referral_rate, max_missed_share=args.max_missed_share,
+        split=tuple(args.split), head_draws=args.head_draws,
+        gradable_only=not args.include_ungradable, include_other_disease=not args.exclude_other_disease,
+        augment=not args.no_augment, color_jitter=not args.no_color_jitter, cache_images=not args.no_cache,
+        workers=args.workers, device=args.device, rho_lr=args.rho_lr,
         optimizer=args.optimizer, amsgrad=not args.no_amsgrad, weight_decay=args.weight_decay,
         lr_schedule=args.lr_schedule, lr_step_epochs=args.lr_step_epochs, lr_gamma=args.lr_gamma,
         lr_warmup_steps=args.lr_warmup_steps,

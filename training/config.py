@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from models.preprocessing import FOV_LOCAL_MEAN
 
-Layout = Literal["synthetic", "eyepacs", "aptos", "manifest"]
-LAYOUTS: tuple[str, ...] = ("synthetic", "eyepacs", "aptos", "manifest")
+Layout = Literal["synthetic", "eyepacs", "aptos", "odir", "manifest"]
+LAYOUTS: tuple[str, ...] = ("synthetic", "eyepacs", "aptos", "odir", "manifest")
 Optimizer = Literal["adam", "adamw"]
 OPTIMIZERS: tuple[str, ...] = ("adam", "adamw")
 Schedule = Literal["constant", "cosine", "step"]
@@ -45,7 +45,10 @@ class TrainConfig:
     checkpoint_every: int = 50  # steps; a checkpoint is also written at every epoch end
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)
     gradable_only: bool = True  # ungradable images are the quality gate's job, not the classifier's
+    include_other_disease: bool = True  # ODIR: eyes with another eye disease and no DR count as non-referable
     augment: bool = True
+    color_jitter: bool = True  # photometric augmentation (brightness, contrast, colour cast, blur) with augment
+    cache_images: bool = True  # preprocess every image once into <out>/cache (uint8 memmap), then read that
     preprocessing: str = FOV_LOCAL_MEAN  # models.preprocessing contract; stored in the artifact
     precision: Precision = "fp32"  # autocast; "auto" = bf16 where the device runs it natively (models.cpu)
     seed: int = 0  # weights, data order, augmentation (and the split unless split_seed is set)
@@ -55,6 +58,10 @@ class TrainConfig:
     head_draws: int = 64  # draws of the last layer per serving draw (models.draws; 1 = the plain K draws)
     target_referral_rate: float = 0.2
     decision_threshold: float = 0.5
+    # the screening operating point (training.evaluation.operating_point): when set, both thresholds are chosen
+    # on validation so that at most this share of referable eyes is answered no_referable_dr; None: the
+    # decision threshold above and the MI threshold for target_referral_rate
+    max_missed_share: float | None = None
     n_bootstrap: int = 200
     workers: int = 0
     device: str = "auto"  # auto = cuda when available, else cpu (as the service)
@@ -116,6 +123,7 @@ class TrainConfig:
             raise ValueError(f"Unknown training config fields: {sorted(unknown)}.")
         d = dict(d)
         d.setdefault("head_draws", 1)  # a run saved before head draws existed was scored with the plain K draws
+        d.setdefault("color_jitter", False)  # runs saved before photometric augmentation existed trained without it
         if "split" in d:
             d["split"] = tuple(d["split"])
         return cls(**d)
@@ -131,6 +139,7 @@ class TrainConfig:
         """The fields that must not change when a run is resumed (everything but epochs, I/O and how the
         finished run is served: ``head_draws`` only changes the final scoring, never a training step)."""
         d = self.to_dict()
-        for k in ("epochs", "artifact", "workers", "n_bootstrap", "out", "weights_dtype", "head_draws"):
+        for k in ("epochs", "artifact", "workers", "n_bootstrap", "out", "weights_dtype", "head_draws",
+                  "cache_images", "max_missed_share"):
             d.pop(k)
         return d

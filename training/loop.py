@@ -34,15 +34,16 @@ from tqdm import tqdm
 
 from models.cpu import CpuCapability, detect_cpu
 from models.kl import bayesian_layers, kl_divergence
+from models.preprocessing import FOV_LOCAL_MEAN
 from models.priors import Prior, prior_from_config
 from models.registry import create_model
 from models.sampling import sampling_generator, use_means
 from models.vgg import mc_logits
 from training.checkpoint import TrainState, load_checkpoint, restore, save_checkpoint
 from training.config import TrainConfig
-from training.data.augment import augment_batch, normalise
+from training.data.augment import augment_batch, color_jitter, normalise
 from training.data.dataset import ManifestDataset, channel_stats
-from training.data.manifest import Manifest, read_aptos, read_eyepacs, read_manifest, read_synthetic
+from training.data.manifest import Manifest, read_aptos, read_eyepacs, read_manifest, read_odir, read_synthetic
 from training.data.splits import DataSplit, split_by_patient
 from training.diagnostics import budget_ratio, nll_gradient_sd, plot_training_curves, rho_shift, sigma_stats
 from training.elbo import elbo_loss
@@ -116,6 +117,9 @@ def read_rows(config: TrainConfig) -> Manifest:
         return read_eyepacs(*_kaggle_paths(root, "trainLabels.csv", "train"))
     if config.layout == "aptos":
         return read_aptos(*_kaggle_paths(root, "train.csv", "train_images"))
+    if config.layout == "odir":
+        return read_odir(root / "labels.csv" if root.is_dir() else root,
+                         include_other_disease=config.include_other_disease)
     return read_manifest(root)
 
 
@@ -137,13 +141,15 @@ def prepare_data(config: TrainConfig) -> PreparedData:
     if not split.train or not split.val:
         raise ValueError(f"{config.data}: too few images for a train/validation split ({len(rows)} rows).")
     pre = config.preprocessing
-    train = ManifestDataset(split.train, size=config.input_size, preprocessing=pre)
+    train, val, test = (ManifestDataset(part, size=config.input_size, preprocessing=pre) for part in split)
+    if config.cache_images:  # preprocess once: decoding + FOV fit + local mean cost more than a step per image
+        for dataset in (train, val, test):
+            dataset.use_cache(Path(config.out) / "cache", workers=max(config.workers, 2), progress=True)
     if config.init_from:  # a warm start keeps the input normalisation its weights were trained with
         mean, std = input_statistics(config.init_from, preprocessing=pre)
     else:
         mean, std = channel_stats(train, max_images=500)
-    return PreparedData(split, train, ManifestDataset(split.val, size=config.input_size, preprocessing=pre),
-                        ManifestDataset(split.test, size=config.input_size, preprocessing=pre), mean, std)
+    return PreparedData(split, train, val, test, mean, std)
 
 
 def build_model(config: TrainConfig) -> nn.Module:
@@ -247,7 +253,10 @@ class Trainer:
             for x, y, _ in bar:
                 x, y = x.to(self.device), y.to(self.device)
                 if cfg.augment:
-                    x = augment_batch(x, generator=gens["augment"])
+                    fill = 0.5 if cfg.preprocessing == FOV_LOCAL_MEAN else 0.0  # the surround's value
+                    x = augment_batch(x, generator=gens["augment"], fill=fill)
+                    if cfg.color_jitter:
+                        x = color_jitter(x, generator=gens["augment"], centre=fill or 0.5)
                 x = normalise(x, data.mean, data.std).contiguous(memory_format=torch.channels_last)
                 with sampling_generator(model, gens["weights"]), use_means(model, means_only), autocast:
                     logits = mc_logits(model, x, cfg.train_samples)[..., 0].float()  # [S, B]

@@ -100,3 +100,45 @@ def test_normalise_uses_the_given_statistics() -> None:
         normalise(x, (0.5, 0.5), (0.2, 0.2))
     with pytest.raises(ValueError, match="positive"):
         normalise(x, mean, (0.3, 0.0, 0.1))
+
+
+def test_warp_fill_keeps_the_neutral_surround() -> None:
+    """fov-local-mean images are grey (0.5) outside the FOV: a warp with fill=0.5 adds no black border."""
+    from training.data.augment import augment_batch
+
+    x = torch.full((3, 3, 32, 32), 0.5)
+    out = augment_batch(x, generator=torch.Generator().manual_seed(0), fill=0.5)
+    assert torch.allclose(out, torch.full_like(out, 0.5), atol=1e-6)
+    black = augment_batch(x, generator=torch.Generator().manual_seed(0))  # fill 0: corners turn black
+    assert float(black.min()) < 0.1
+
+
+def test_color_jitter_is_seeded_bounded_and_centred() -> None:
+    from training.data.augment import JitterConfig, color_jitter
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.rand(64, 3, 24, 24, generator=gen)
+    a = color_jitter(x.clone(), generator=torch.Generator().manual_seed(1))
+    b = color_jitter(x.clone(), generator=torch.Generator().manual_seed(1))
+    c = color_jitter(x.clone(), generator=torch.Generator().manual_seed(2))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert float(a.min()) >= 0.0 and float(a.max()) <= 1.0
+    # without blur and shift, a neutral (0.5) image stays neutral: contrast and gain act around the centre
+    cfg = JitterConfig(shift=0.0, blur_prob=0.0)
+    grey = color_jitter(torch.full((8, 3, 16, 16), 0.5), generator=torch.Generator().manual_seed(4), config=cfg)
+    assert torch.allclose(grey, torch.full_like(grey, 0.5), atol=1e-6)
+    # the contrast x gain factor per image and channel lies in the configured ranges
+    step = torch.zeros(200, 3, 8, 8)
+    step[..., :4] = 0.4
+    step[..., 4:] = 0.6
+    out = color_jitter(step, generator=torch.Generator().manual_seed(5), config=cfg)
+    factor = (out[..., 0, 4] - out[..., 0, 0]) / 0.2  # [200, 3]
+    lo, hi = cfg.contrast[0] * (1 - cfg.channel_gain), cfg.contrast[1] * (1 + cfg.channel_gain)
+    assert float(factor.min()) >= lo - 1e-5 and float(factor.max()) <= hi + 1e-5
+    assert float(factor.max() - factor.min()) > 0.5 * (hi - lo)  # the range is actually used
+    # blur: with blur_prob 1 a fine checkerboard loses most of its contrast (a lower-resolution camera)
+    board = (torch.arange(32)[:, None] + torch.arange(32)[None, :]) % 2
+    fine = (0.3 + 0.4 * board.float()).expand(4, 3, 32, 32).clone()
+    blurred = color_jitter(fine, generator=torch.Generator().manual_seed(6),
+                           config=JitterConfig(contrast=(1.0, 1.0), channel_gain=0.0, shift=0.0, blur_prob=1.0))
+    assert float(blurred.std()) < 0.5 * float(fine.std())

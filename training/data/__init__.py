@@ -12,9 +12,11 @@ Example::
 from training.data.augment import (
     AffineParams,
     AugmentConfig,
+    JitterConfig,
     affine_theta,
     apply_affine,
     augment_batch,
+    color_jitter,
     normalise,
     sample_params,
 )
@@ -28,6 +30,7 @@ from training.data.manifest import (
     read_aptos,
     read_eyepacs,
     read_manifest,
+    read_odir,
     read_synthetic,
 )
 from training.data.splits import DataSplit, split_by_patient
@@ -37,6 +40,7 @@ __all__ = [
     "AugmentConfig",
     "DataSplit",
     "ImageLoadError",
+    "JitterConfig",
     "Manifest",
     "ManifestDataset",
     "ManifestError",
@@ -46,12 +50,14 @@ __all__ = [
     "apply_affine",
     "augment_batch",
     "channel_stats",
+    "color_jitter",
     "eyepacs_identity",
     "load_image",
     "normalise",
     "read_aptos",
     "read_eyepacs",
     "read_manifest",
+    "read_odir",
     "read_synthetic",
     "sample_params",
     "split_by_patient",

@@ -104,23 +104,71 @@ def affine_theta(params: AffineParams, *, aspect: float = 1.0) -> Tensor:
     return torch.cat([lin * params.scale[:, None, None], trans], dim=-1)
 
 
-def apply_affine(x: Tensor, params: AffineParams, *, out_size: int | None = None) -> Tensor:
-    """Warp ``x`` ``[B, C, H, W]`` with ``params``; output ``[B, C, S, S]`` (S = ``out_size``) or ``H x W``."""
+def apply_affine(x: Tensor, params: AffineParams, *, out_size: int | None = None, fill: float = 0.0) -> Tensor:
+    """Warp ``x`` ``[B, C, H, W]`` with ``params``; output ``[B, C, S, S]`` (S = ``out_size``) or ``H x W``.
+
+    Pixels from outside the input take the value ``fill`` (0: black; 0.5: the neutral grey that surrounds
+    the field of view in ``fov-local-mean/1`` images, so a warp adds no border the service never shows).
+    """
     if x.ndim != 4:
         raise ValueError(f"expected a batch [B, C, H, W], got shape {tuple(x.shape)}")
     b, c, h, w = x.shape
     theta = affine_theta(params, aspect=h / w).to(device=x.device, dtype=x.dtype)
     size = (b, c, out_size, out_size) if out_size is not None else (b, c, h, w)
     grid = F.affine_grid(theta, list(size), align_corners=False)  # [B, S, S, 2]
-    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    warped = F.grid_sample(x - fill, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    return warped + fill
 
 
 def augment_batch(
-    x: Tensor, *, generator: torch.Generator, config: AugmentConfig = AugmentConfig(), out_size: int | None = None
+    x: Tensor, *, generator: torch.Generator, config: AugmentConfig = AugmentConfig(), out_size: int | None = None,
+    fill: float = 0.0,
 ) -> Tensor:
     """One random D.1 warp per image of ``x`` ``[B, 3, H, W]`` -> ``[B, 3, H, W]`` (or ``out_size``)."""
     params = sample_params(x.shape[0], generator=generator, config=config, device=x.device)
-    return apply_affine(x, params, out_size=out_size)
+    return apply_affine(x, params, out_size=out_size, fill=fill)
+
+
+@dataclass(frozen=True)
+class JitterConfig:
+    """Photometric ranges: what other cameras, exposures and resolutions do to a preprocessed image.
+
+    Applied to images in [0, 1] around ``centre`` (0.5 for ``fov-local-mean/1``, whose neutral value is
+    grey; the surround stays neutral): a global contrast factor (log-uniform in ``contrast``), a
+    per-channel gain (colour balance of the lesions and vessels against the background, which the local
+    mean keeps), an additive per-channel shift (a residual colour cast), and with probability
+    ``blur_prob`` a down- and up-sampling by a factor in ``blur_scale`` (a camera or upload of lower
+    resolution than the model's input).
+    """
+
+    contrast: tuple[float, float] = (0.7, 1.4)
+    channel_gain: float = 0.15  # each channel's factor ~ U(1 - g, 1 + g)
+    shift: float = 0.03  # each channel's offset ~ U(-s, s)
+    blur_prob: float = 0.4
+    blur_scale: tuple[float, float] = (0.4, 0.9)
+
+
+def color_jitter(x: Tensor, *, generator: torch.Generator, config: JitterConfig = JitterConfig(),
+                 centre: float = 0.5) -> Tensor:
+    """Random photometric changes per image of ``x`` ``[B, C, H, W]`` in [0, 1] (see ``JitterConfig``)."""
+    b, c, h, w = x.shape
+    gdev = generator.device
+
+    def uniform(lo: float, hi: float, *shape: int) -> Tensor:
+        return (lo + (hi - lo) * torch.rand(*shape, generator=generator, device=gdev)).to(x.device, x.dtype)
+
+    lo, hi = config.contrast
+    contrast = torch.exp(uniform(math.log(lo), math.log(hi), b, 1, 1, 1))
+    gain = uniform(1 - config.channel_gain, 1 + config.channel_gain, b, c, 1, 1)
+    shift = uniform(-config.shift, config.shift, b, c, 1, 1)
+    out = (x - centre) * contrast * gain + centre + shift
+    blur = uniform(0.0, 1.0, b) < config.blur_prob
+    scale = uniform(*config.blur_scale, b)
+    for i in torch.nonzero(blur).flatten().tolist():  # resolution loss: per image, its own factor
+        side = (max(8, round(h * float(scale[i]))), max(8, round(w * float(scale[i]))))
+        small = F.interpolate(out[i:i + 1], size=side, mode="bilinear", antialias=True, align_corners=False)
+        out[i:i + 1] = F.interpolate(small, size=(h, w), mode="bilinear", align_corners=False)
+    return out.clamp_(0.0, 1.0)
 
 
 def normalise(x: Tensor, mean: Sequence[float] | Tensor, std: Sequence[float] | Tensor) -> Tensor:

@@ -59,6 +59,7 @@ class ManifestRow:
     eye: str | None  # "left" | "right" | None when the layout does not say
     row_no: int
     gradable: bool = True
+    category: str | None = None  # the data set's own category (ODIR: normal_fundus, dr_keyword, other_non_dr)
 
     @property
     def referable(self) -> bool:
@@ -91,6 +92,7 @@ class _Layout:
     ext: str | None  # appended to the image column when it has no suffix
     identify: Callable[[str, dict[str, str]], tuple[str, str | None]]  # (image name, record) -> (patient, eye)
     required: tuple[str, ...] = field(default=())
+    category_column: str | None = None  # copied into ManifestRow.category when set
 
 
 def _verify_image(path: Path) -> str | None:
@@ -165,7 +167,11 @@ def _read(
                 bad(line, f"cannot read image {path}: {why}", "unreadable_image")
                 continue
             patient, eye = layout.identify(name, record)
-            rows.append(ManifestRow(path=path, grade=grade, patient_id=patient, eye=eye, row_no=line))
+            category = None
+            if layout.category_column is not None:
+                category = record[layout.category_column].strip() or None
+            rows.append(ManifestRow(path=path, grade=grade, patient_id=patient, eye=eye, row_no=line,
+                                    category=category))
     if skipped:
         reasons = Counter(s.reason for s in skipped)
         logger.warning(
@@ -243,6 +249,42 @@ def read_manifest(
 
     layout = _Layout(path_column, grade_column, None, identify)
     return _read(csv_path, image_dir, layout, on_error=on_error, verify_images=verify_images)
+
+
+ODIR_CATEGORIES: tuple[str, ...] = ("normal_fundus", "dr_keyword", "other_non_dr")
+OTHER_DISEASE = "other_non_dr"
+
+
+def read_odir(
+    csv_path: Path,
+    image_dir: Path | None = None,
+    *,
+    include_other_disease: bool = True,
+    on_error: OnError = "raise",
+    verify_images: bool = True,
+) -> Manifest:
+    """ODIR-5K with per-eye DR grades (``labels.csv``: ``image,patient,eye,dr_grade,referable,category,...``).
+
+    ``image`` is relative to ``image_dir`` (default: the CSV's folder); ``patient`` and ``eye`` come from
+    their own columns, so both eyes of a patient stay in one split. Eyes with another eye disease and no
+    DR (``category`` ``other_non_dr``: cataract, glaucoma, AMD, ...) are grade 0: they are part of a real
+    screening population and are kept by default; ``include_other_disease=False`` leaves them out (not
+    counted as skipped: they are valid rows, left out by request).
+    """
+
+    def identify(name: str, record: dict[str, str]) -> tuple[str, str | None]:
+        eye = record["eye"].strip().lower() or None
+        if eye not in (None, "left", "right"):
+            raise ManifestError.at(Path(csv_path), None, f"eye must be left or right, got {eye!r} ({name})")
+        return record["patient"].strip(), eye
+
+    layout = _Layout("image", "dr_grade", None, identify, required=("patient", "eye", "category"),
+                     category_column="category")
+    rows = _read(csv_path, image_dir, layout, on_error=on_error, verify_images=verify_images)
+    if include_other_disease:
+        return rows
+    kept = [row for row in rows if row.category != OTHER_DISEASE]
+    return Manifest(kept, source=rows.source, skipped=rows.skipped)
 
 
 def read_synthetic(
