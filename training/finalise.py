@@ -20,8 +20,10 @@ from training.config import TrainConfig
 from training.data.manifest import ManifestRow
 from training.evaluation import EvaluationReport, evaluate_predictions, write_report
 from training.evaluation.ensemble import DRAWS_FILENAME, save_draws
+from training.evaluation.operating_point import OperatingPoint, outcome_shares, screening_operating_point
+from training.evaluation.uncertainty import mc_uncertainty
 from training.loop import BEST_WEIGHTS, PreparedData, build_model, iterate_history, prepare_data
-from training.model_card import SYNTHETIC_USE, render_model_card
+from training.model_card import REAL_USE, SYNTHETIC_USE, render_model_card
 from training.predict import is_bayesian, mc_probabilities
 from training.storage import DTYPES, rounding_to_sd, storage_line
 from training.warm_start import load_init_record
@@ -37,8 +39,18 @@ class FinalResult:
     test: EvaluationReport | None
 
 
+ODIR_DESCRIPTION = (
+    "ODIR-5K (Ocular Disease Intelligent Recognition 2019, Peking University: colour fundus photographs from "
+    "several hospitals in China and several camera makes, circle-cropped to 512 px; research use). Per-eye DR "
+    "grades mapped from the clinics' diagnostic keywords (noisy, ~5-10 %)"
+)
+
+
 def _dataset_description(config: TrainConfig) -> tuple[str, bool, str | None]:
-    """(description, synthetic?, the command that regenerates the data set or None)."""
+    """(description, synthetic?, the command that regenerates the data set or None).
+
+    Names the data set, never a path on the training machine (the card travels with the artifact).
+    """
     info = Path(config.data) / "dataset.json"
     if config.layout == "synthetic" and info.is_file():
         meta = json.loads(info.read_text())
@@ -46,7 +58,11 @@ def _dataset_description(config: TrainConfig) -> tuple[str, bool, str | None]:
                    f"--size {meta.get('size')} --ungradable-fraction {meta.get('ungradable_fraction')}")
         return (f"synthetic fundus generator {meta.get('generator', '?')}, seed {meta.get('seed')}, "
                 f"{meta.get('n_images')} images at {meta.get('size')} px", True, command)
-    return f"{config.layout} manifest at {config.data}", config.layout == "synthetic", None
+    if config.layout == "odir":
+        other = ("eyes with other eye diseases and no DR included as non-referable" if config.include_other_disease
+                 else "eyes with other eye diseases left out")
+        return f"{ODIR_DESCRIPTION}; {other}", False, None
+    return f"{config.layout} manifest {Path(config.data).name}", config.layout == "synthetic", None
 
 
 def image_ids(rows: Sequence[ManifestRow]) -> list[str]:
@@ -75,35 +91,59 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
 
     bayesian = is_bayesian(model)  # baselines (MC dropout, deterministic) have no posterior to draw
 
-    def evaluate(split: str, threshold: float | None) -> EvaluationReport:
+    def score(split: str) -> tuple[Any, Any]:
         dataset = data.val if split == "val" else data.test
         probs, labels = mc_probabilities(model, dataset, mean=data.mean, std=data.std,
                                          samples=config.mc_samples, seed=config.draw_seed,
                                          head_draws=config.head_draws if bayesian else 1)
-        report = evaluate_predictions(probs, labels, n_bootstrap=config.n_bootstrap, seed=config.seed,
-                                      decision_threshold=config.decision_threshold,
-                                      target_referral_rate=config.target_referral_rate,
-                                      referral_threshold_mi=threshold)
-        write_report(report, run_dir / f"eval_{split}")
         # the per-draw probabilities, so ensembles and method − method comparisons need no re-scoring
         save_draws(run_dir / f"eval_{split}" / DRAWS_FILENAME, probs, labels, image_ids(dataset.rows))
+        return probs, labels
+
+    def evaluate(split: str, probs: Any, labels: Any, threshold: float | None, decision: float) -> EvaluationReport:
+        report = evaluate_predictions(probs, labels, n_bootstrap=config.n_bootstrap, seed=config.seed,
+                                      decision_threshold=decision, target_referral_rate=config.target_referral_rate,
+                                      referral_threshold_mi=threshold)
+        write_report(report, run_dir / f"eval_{split}")
         return report
 
-    val = evaluate("val", None)
+    val_probs, val_labels = score("val")
+    operating: OperatingPoint | None = None
+    mi_threshold: float | None = None
+    decision = config.decision_threshold
+    if config.max_missed_share is not None:  # the screening rule, sensitivity first (evaluation.operating_point)
+        unc = mc_uncertainty(val_probs)
+        operating = screening_operating_point(unc.probability, unc.mutual_information, val_labels,
+                                              max_missed_share=config.max_missed_share)
+        mi_threshold, decision = operating.referral_threshold_mi, operating.decision_threshold
+    val = evaluate("val", val_probs, val_labels, mi_threshold, decision)
     val_summary = val.calibration_summary()
-    test = evaluate("test", val_summary["referral_threshold_mi"]) if len(data.test) > 1 else None
+    test = None
+    test_shares: dict[str, float] | None = None
+    if len(data.test) > 1:
+        test_probs, test_labels = score("test")
+        test = evaluate("test", test_probs, test_labels, val_summary["referral_threshold_mi"], decision)
+        if operating is not None:
+            unc = mc_uncertainty(test_probs)
+            test_shares = outcome_shares(unc.probability, unc.mutual_information, test_labels,
+                                         decision_threshold=decision,
+                                         referral_threshold_mi=operating.referral_threshold_mi)
     if not is_bayesian(model):
         log.warning("%s is a baseline without fixed posterior draws: reports written, no serving artifact",
                     config.model)
         return FinalResult(None, None, val, test)
     description, synthetic, data_command = _dataset_description(config)
+    validation: dict[str, Any] = {**val_summary["validation"],
+                                  "test": test.calibration_summary()["validation"] if test else None}
+    if operating is not None:
+        validation["operating_point"] = operating.as_dict()
+        validation["operating_point_test"] = test_shares
     calibration = Calibration(
         referral_threshold_mi=float(val_summary["referral_threshold_mi"]),
         target_referral_rate=float(val_summary["target_referral_rate"]),
         achieved_referral_rate=val_summary["achieved_referral_rate"],
-        decision_threshold=config.decision_threshold,
-        validation={**val_summary["validation"],
-                    "test": test.calibration_summary()["validation"] if test else None},
+        decision_threshold=decision,
+        validation=validation,
         dataset=description,
     )
     history = list(iterate_history(run_dir))
@@ -116,13 +156,14 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         history=history, val_summary=val_summary, test_summary=test.calibration_summary() if test else None,
         train_seconds=train_seconds, synthetic=synthetic, n_parameters=count_parameters(model),
         posterior_sigma=mean_posterior_sigma(model), best_epoch=_best_epoch(history, config),
-        storage=storage_line(rounding, config.weights_dtype), init=load_init_record(run_dir))
+        storage=storage_line(rounding, config.weights_dtype), init=load_init_record(run_dir),
+        operating=operating.as_dict() if operating is not None else None, operating_test=test_shares)
     art_config = ArtifactConfig(
         name=config.name, version=config.version, architecture=model.config, mean=data.mean, std=data.std,
         posterior=model.config.layer, prior=dict(config.prior), draw_seed=config.draw_seed,
         mc_samples=config.mc_samples, head_draws=config.head_draws, preprocessing=config.preprocessing,
         training_data="synthetic" if synthetic else f"real: {description}",
-        intended_use=SYNTHETIC_USE if synthetic else "Research use only; not a medical device.",
+        intended_use=SYNTHETIC_USE if synthetic else REAL_USE,
     )
     artifact_dir = Path(config.artifact or run_dir / "artifact")
     sha = save_artifact(artifact_dir, model=model, config=art_config, calibration=calibration, model_card=card,

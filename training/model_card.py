@@ -19,6 +19,13 @@ SYNTHETIC_USE = (
 )
 
 
+REAL_USE = (
+    "Research use only: screening-triage research on retinal photographs. Trained on the real photographs "
+    "named under Training data; NOT validated clinically, NOT a medical device and NOT for clinical use or "
+    "diagnosis."
+)
+
+
 def _pct(v: Any) -> str:
     return "n/a" if v is None or v != v else f"{100 * float(v):.1f} %"
 
@@ -49,15 +56,15 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
                       val_summary: dict[str, Any], test_summary: dict[str, Any] | None, train_seconds: float,
                       synthetic: bool, n_parameters: int, posterior_sigma: float | None = None,
                       best_epoch: int | None = None, storage: str | None = None,
-                      init: InitSource | None = None) -> str:
+                      init: InitSource | None = None, operating: dict[str, Any] | None = None,
+                      operating_test: dict[str, Any] | None = None) -> str:
     val = val_summary.get("validation", {})
     sigma0 = init.sigma_mean if init is not None and init.sigma_mean is not None else softplus(config.rho_init)
     lines = [
         f"# Model card: {config.name} {config.version}",
         "",
         "## Intended use",
-        SYNTHETIC_USE if synthetic else (
-            "Research use: screening-triage research on retinal photographs. Not a medical device."),
+        SYNTHETIC_USE if synthetic else REAL_USE,
         "",
         "The model returns a probability of referable diabetic retinopathy (EyePACS grade >= 2) and the mutual "
         "information between prediction and weights (epistemic uncertainty) from fixed posterior draws. "
@@ -122,15 +129,40 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         if at:
             lines.append("- AUC after referring by MI: " + ", ".join(
                 f"{_pct(float(k))} -> {_num(v)}" for k, v in sorted(at.items())))
+    if operating is not None:
+        lines += ["", *operating_point_lines(operating, operating_test)]
     if history:
         lines += ["", "## Training log (last epoch)", *last_epoch_lines(history[-1])]
     lines += ["", "## Limitations",
               "- Synthetic images differ from real fundus photographs in countless ways; performance on real "
-              "data is unknown." if synthetic else "- See the dataset description for population and camera mix.",
+              "data is unknown." if synthetic else "- Trained and tested on one source (see Training data): its "
+              "population, cameras and labelling; other programmes' photographs may score differently. Labels "
+              "mapped from clinical keywords are noisy.",
               "- Binary referable/non-referable output only; no lesion localisation; no macular-oedema grading.",
               "- The uncertainty threshold was set on the validation split of the same data distribution; it "
               "does not guarantee detection of out-of-distribution inputs (the quality gate covers some).", ""]
     return "\n".join(lines)
+
+
+def operating_point_lines(op: dict[str, Any], test: dict[str, Any] | None) -> list[str]:
+    """The screening operating point (training.evaluation.operating_point) and what it does on test."""
+    lines = [
+        "## Screening operating point",
+        f"- Chosen on validation so that at most {_pct(op['max_missed_share'])} of referable eyes are answered "
+        "no_referable_dr, answering as many non-referable eyes as possible: decision threshold "
+        f"p̄ >= {op['decision_threshold']:.4g} refers, MI > {op['referral_threshold_mi']:.3g} nat defers.",
+        f"- Validation ({op['n_referable']} referable, {op['n_non_referable']} non-referable eyes): "
+        f"{_pct(op['missed_share'])} of referable eyes answered no_referable_dr (one-sided 95 % upper bound "
+        f"{_pct(op['missed_share_upper95'])}), {_pct(op['auto_negative_share'])} of non-referable eyes answered "
+        f"no_referable_dr, {_pct(op['uncertain_share'])} deferred as uncertain, {_pct(op['referred_share'])} "
+        "referred.",
+    ]
+    if test is not None:
+        lines.append(f"- Test split at these thresholds: {_pct(test['missed_share'])} of referable eyes answered "
+                     f"no_referable_dr, {_pct(test['auto_negative_share'])} of non-referable eyes answered "
+                     f"no_referable_dr, {_pct(test['uncertain_share'])} deferred, {_pct(test['referred_share'])} "
+                     "referred (every image scored; the service's quality gate comes on top).")
+    return lines
 
 
 def softplus(rho: float) -> float:
