@@ -21,6 +21,8 @@ These functions only set flags; they run (and are tested) on machines without a 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -32,6 +34,33 @@ def is_cuda(device: str | torch.device) -> bool:
     return torch.device(device).type == "cuda"
 
 
+def _cudnn_conv() -> Any:
+    """``torch.backends.cudnn.conv`` (created at import time by torch, invisible to type checkers)."""
+    return torch.backends.cudnn.conv  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class MathFlags:
+    """The process-wide torch flags this module sets, as a value (tests save and restore them)."""
+
+    conv_fp32: str  # cuDNN convolutions: "ieee" or "tf32" ("none": torch decides)
+    matmul_fp32: str  # CUDA matmuls, same values
+    cudnn_benchmark: bool
+    cudnn_deterministic: bool
+
+
+def current_math_flags() -> MathFlags:
+    return MathFlags(_cudnn_conv().fp32_precision, torch.backends.cuda.matmul.fp32_precision,
+                     torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
+
+
+def apply_math_flags(flags: MathFlags) -> None:
+    _cudnn_conv().fp32_precision = flags.conv_fp32
+    torch.backends.cuda.matmul.fp32_precision = flags.matmul_fp32
+    torch.backends.cudnn.benchmark = flags.cudnn_benchmark
+    torch.backends.cudnn.deterministic = flags.cudnn_deterministic
+
+
 def use_ieee_fp32(device: str | torch.device) -> None:
     """On a CUDA device, make fp32 convolutions and matmuls run in IEEE fp32 rather than TF32.
 
@@ -39,14 +68,14 @@ def use_ieee_fp32(device: str | torch.device) -> None:
     """
     if not is_cuda(device):
         return
-    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    _cudnn_conv().fp32_precision = "ieee"
     torch.backends.cuda.matmul.fp32_precision = "ieee"
 
 
 def ieee_fp32_in_force() -> bool:
     """Whether cuDNN convolutions and CUDA matmuls are set to IEEE fp32 (False: TF32 is allowed)."""
-    return (torch.backends.cudnn.conv.fp32_precision == "ieee"
-            and torch.backends.cuda.matmul.fp32_precision == "ieee")
+    flags = current_math_flags()
+    return flags.conv_fp32 == "ieee" and flags.matmul_fp32 == "ieee"
 
 
 def use_deterministic_cudnn(device: str | torch.device) -> None:

@@ -8,20 +8,26 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from models.cuda import cuda_native_bf16, ieee_fp32_in_force, use_deterministic_cudnn, use_ieee_fp32
+from models.cuda import (
+    MathFlags,
+    apply_math_flags,
+    cuda_native_bf16,
+    current_math_flags,
+    ieee_fp32_in_force,
+    use_deterministic_cudnn,
+    use_ieee_fp32,
+)
+
+TF32_AUTOTUNED = MathFlags(conv_fp32="tf32", matmul_fp32="tf32", cudnn_benchmark=True, cudnn_deterministic=False)
 
 
 @pytest.fixture
 def torch_defaults() -> Iterator[None]:
-    """Start from torch's defaults (TF32 convolutions, autotuned cuDNN) and restore whatever was set."""
-    saved = (torch.backends.cudnn.conv.fp32_precision, torch.backends.cuda.matmul.fp32_precision,
-             torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
-    torch.backends.cudnn.conv.fp32_precision = "tf32"
-    torch.backends.cuda.matmul.fp32_precision = "tf32"
-    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = True, False
+    """Start from torch's defaults (TF32 allowed, autotuned cuDNN) and restore whatever was set."""
+    saved = current_math_flags()
+    apply_math_flags(TF32_AUTOTUNED)
     yield
-    (torch.backends.cudnn.conv.fp32_precision, torch.backends.cuda.matmul.fp32_precision,
-     torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic) = saved
+    apply_math_flags(saved)
 
 
 @pytest.mark.usefixtures("torch_defaults")

@@ -198,20 +198,17 @@ def test_the_cpu_suite_trains_on_the_cpu_on_a_gpu_machine_too(tmp_path: Path, mo
 def test_a_cuda_trainer_runs_ieee_fp32_with_deterministic_cudnn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                                   ) -> None:
     """Exact resume on CUDA needs fixed cuDNN kernels, and fp32 there must not be TF32 (flags only: no GPU)."""
-    from models.cuda import ieee_fp32_in_force
+    from models.cuda import MathFlags, apply_math_flags, current_math_flags, ieee_fp32_in_force
 
-    saved = (torch.backends.cudnn.conv.fp32_precision, torch.backends.cuda.matmul.fp32_precision,
-             torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
+    saved = current_math_flags()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    torch.backends.cudnn.conv.fp32_precision = torch.backends.cuda.matmul.fp32_precision = "tf32"
-    torch.backends.cudnn.deterministic = False
+    apply_math_flags(MathFlags(conv_fp32="tf32", matmul_fp32="tf32", cudnn_benchmark=True, cudnn_deterministic=False))
     try:
         trainer = Trainer(_config(tmp_path, tmp_path / "run", device="cuda"), progress=False)
         assert trainer.device.type == "cuda" and trainer.config.precision == "fp32"
         assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark and ieee_fp32_in_force()
     finally:
-        (torch.backends.cudnn.conv.fp32_precision, torch.backends.cuda.matmul.fp32_precision,
-         torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic) = saved
+        apply_math_flags(saved)
 
 
 def test_training_bf16_on_a_gpu_counts_only_native_support(monkeypatch: pytest.MonkeyPatch) -> None:
