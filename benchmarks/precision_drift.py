@@ -16,7 +16,7 @@ what lets ``RADSCREEN_PRECISION=auto`` choose bf16 there — only when no label 
 its CUDA provider loads) against the same reference, torch fp32 **on the CPU**: the CUDA/CPU parity table
 of the GPU check. fp32 on CUDA is IEEE fp32 (``models.cuda``), so its row measures kernel differences, not
 TF32. ``--record`` is refused there: the artifact's gate is read by CPU and GPU serving alike and is
-recorded from the CPU measurement. An "outcome flip" is an image whose label or MI referral changed.
+recorded from the CPU measurement. An "outcome flip" is an image whose screening outcome changed.
 """
 
 from __future__ import annotations
@@ -117,8 +117,7 @@ def main() -> None:
         label_flips = sum(g.label != r.label for g, r in zip(got, ref, strict=True))
         referral_flips = sum((g.mutual_information > thr) != (r.mutual_information > thr)
                              for g, r in zip(got, ref, strict=True))
-        outcome_flips = sum(g.label != r.label or (g.mutual_information > thr) != (r.mutual_information > thr)
-                            for g, r in zip(got, ref, strict=True))
+        outcome_flips = sum(g.outcome != r.outcome for g, r in zip(got, ref, strict=True))
         print(f"{name:<28}{secs:>8.3f}{dp.max():>11.2e}{dp.mean():>11.2e}{dmi.max():>11.2e}{dmi.mean():>11.2e}"
               f"{label_flips:>13}{referral_flips:>16}{outcome_flips:>15}")
         if kwargs["precision"] == "bf16" and args.device == "cpu":
