@@ -4,7 +4,7 @@ PY ?= .venv/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup setup-serve test test-all lint serve bench
+.PHONY: setup setup-serve test test-all lint serve bench gpu-check
 
 setup:
 	bash scripts/setup.sh dev
@@ -23,3 +23,8 @@ lint: setup
 
 serve: setup-serve
 	.venv/bin/radscreen serve --host $(HOST) --port $(PORT)
+
+# The GPU check (scripts/gpu_check.py): environment, `pytest -m gpu`, parity table, CUDA benchmarks, training
+# steps, into runs/gpu-check/. No setup step: it reports the torch it finds (PY=python for the machine's own).
+gpu-check:
+	$(PY) scripts/gpu_check.py

@@ -10,12 +10,16 @@ Paths, all in one run on the same images and (for the fixed-draw paths) the same
 * ``onnx``         — the same draws in ONNX Runtime (:class:`models.onnx_backend.OnnxDrawnSession`),
                      grouped graph; ``onnx-loop`` — the per-draw (unrolled) graph.
 
-Each torch path runs in fp32 and under bf16 autocast (fp16 autocast too on CUDA). Reported: latency per
-batch (mean, p50, p95 over ``--repeats``), images/s and the speed-up over ``naive-loop`` fp32 at the same
-batch size (both from the medians), and for the fixed-draw paths the largest deviation of the mean
-probability and of the mutual information from ``drawn-loop`` fp32 (the reference). Paths are timed
-round-robin (see ``measure``). Weights are untrained (random μ, ρ = rho_init), so the precision deviations
-are indicative only.
+Each torch path runs in fp32 and under bf16 autocast (fp16 autocast too on CUDA), with channels-last
+input and weights as the service runs them (``service.inference.backends.TorchBackend``); fp32 on CUDA is
+IEEE fp32, TF32 off (``models.cuda``), the reference included. Reported: latency per batch (mean, p50, p95
+over ``--repeats``), images/s and the speed-up over ``naive-loop`` fp32 at the same batch size (both from
+the medians), for the fixed-draw paths the largest deviation of the mean probability and of the mutual
+information from ``drawn-loop`` fp32 (the reference), and on CUDA each path's peak GPU memory (torch's
+allocator; ONNX Runtime allocates outside it, so its rows read "ORT"). An ONNX path whose CUDA provider
+does not load is skipped with the reason (a machine may have a CUDA torch beside a CPU-only or
+other-CUDA onnxruntime). Paths are timed round-robin (see ``measure``). Weights are untrained (random μ,
+ρ = rho_init), so the precision deviations are indicative only.
 
 Examples::
 
@@ -39,8 +43,9 @@ import numpy as np
 import torch
 
 from models.cpu import detect_cpu
+from models.cuda import ieee_fp32_in_force, use_ieee_fp32
 from models.draws import DrawnNetwork, materialise_draws
-from models.onnx_backend import OnnxDrawnSession
+from models.onnx_backend import OnnxDrawnSession, ProviderFallbackError
 from models.uncertainty import binary_uncertainty_from_logits
 from models.vgg import VGGConfig, VGGStar, build_vgg16_star, mc_logits
 
@@ -57,6 +62,7 @@ class Result:
     times: list[float]  # seconds per batch call
     max_dp: float | None = None  # max |Δ mean probability| vs the fp32 reference
     max_dmi: float | None = None  # max |Δ mutual information| (nats)
+    peak_mib: float | None = None  # peak GPU memory of the path (torch allocator), CUDA only
 
     @property
     def mean(self) -> float:
@@ -74,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=5, help="timed calls per mode and batch size")
     p.add_argument("--warmup", type=int, default=1, help="untimed calls first (allocations, kernel choice)")
     p.add_argument("--k", type=int, default=16, help="Monte Carlo draws per image")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--threads", type=int, default=None, help="torch / ORT intra-op threads (default: all)")
     p.add_argument("--modes", default=",".join(MODES), help=f"subset of: {', '.join(MODES)}")
     p.add_argument("--precisions", default=None, help="fp32,bf16[,fp16] (default: fp32,bf16; +fp16 on cuda)")
@@ -83,6 +89,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = set(args.modes.split(",")) - set(MODES)
     if unknown:
         p.error(f"unknown modes {sorted(unknown)}; expected some of: {', '.join(MODES)}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error(f"--device cuda: torch {torch.__version__} sees no CUDA device (a CPU build, or no GPU/driver)")
     return args
 
 
@@ -102,7 +110,7 @@ def torch_runner(fn: Callable[[torch.Tensor], torch.Tensor], device: torch.devic
 
     @torch.inference_mode()
     def run(images: np.ndarray) -> torch.Tensor:
-        x = torch.from_numpy(images).to(device, non_blocking=True)
+        x = torch.from_numpy(images).to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
         with autocast(device, precision):
             out = fn(x)
         return out.float().cpu()
@@ -139,8 +147,12 @@ def build_runners(
     for mode in modes:
         if mode.startswith("onnx"):
             strategy = "loop" if mode == "onnx-loop" else "grouped"
-            session = OnnxDrawnSession(grouped, device=device.type, intra_op_threads=args.threads,
-                                       strategy=strategy)
+            try:
+                session = OnnxDrawnSession(grouped, device=device.type, intra_op_threads=args.threads,
+                                           strategy=strategy)
+            except (ProviderFallbackError, ValueError) as exc:
+                print(f"  {mode:14s} skipped: {exc}", flush=True)
+                continue
 
             def run_onnx(images: np.ndarray, session: OnnxDrawnSession = session) -> torch.Tensor:
                 return torch.from_numpy(session.run(images))
@@ -152,14 +164,20 @@ def build_runners(
 
 
 def measure(runners: list[tuple[str, str, Runner]], images: np.ndarray, args: argparse.Namespace,
-            device: torch.device) -> tuple[list[list[float]], list[torch.Tensor]]:
+            device: torch.device) -> tuple[list[list[float]], list[torch.Tensor], list[float | None]]:
     """Time every runner on ``images``, interleaved round-robin (one call each per repeat), so that load
-    from other processes on a shared machine hits all paths alike instead of whichever ran last."""
-    outputs = []
+    from other processes on a shared machine hits all paths alike instead of whichever ran last.
+
+    Also returns each runner's peak GPU memory in MiB over its warm-up calls (None on CPU)."""
+    outputs, peaks = [], []
     for _, _, run in runners:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
         for _ in range(max(args.warmup, 1)):
             out = run(images)
         outputs.append(out)
+        peaks.append(torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None)
     times: list[list[float]] = [[] for _ in runners]
     for _ in range(args.repeats):
         for i, (_, _, run) in enumerate(runners):
@@ -168,7 +186,7 @@ def measure(runners: list[tuple[str, str, Runner]], images: np.ndarray, args: ar
             run(images)
             sync(device)
             times[i].append(time.perf_counter() - start)
-    return times, outputs
+    return times, outputs, peaks
 
 
 def deviation(logits: torch.Tensor, reference: torch.Tensor) -> tuple[float, float]:
@@ -181,15 +199,17 @@ def deviation(logits: torch.Tensor, reference: torch.Tensor) -> tuple[float, flo
 def print_table(results: list[Result], args: argparse.Namespace, device: torch.device, gmac: float) -> None:
     print(f"\n## VGG-16* width {args.width}, {args.size} px, K = {args.k}, device {device}, "
           f"threads {torch.get_num_threads()}  (≈{gmac:.2f} GMAC per pass, {args.k * gmac:.1f} per image)")
-    print("| path | precision | batch | mean ms | p50 ms | p95 ms | images/s | vs naive fp32 | max Δp | max ΔMI |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| path | precision | batch | mean ms | p50 ms | p95 ms | images/s | vs naive fp32 | max Δp | max ΔMI "
+          "| peak GPU MiB |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     naive = {r.batch: r.percentile(50) for r in results if r.mode == "naive-loop" and r.precision == "fp32"}
     for r in results:
         ratio = f"{naive[r.batch] / r.percentile(50):.2f}×" if r.batch in naive else "—"
         dp = "—" if r.max_dp is None else f"{r.max_dp:.1e}"
         dmi = "—" if r.max_dmi is None else f"{r.max_dmi:.1e}"
+        mem = "—" if device.type != "cuda" else "ORT" if r.mode.startswith("onnx") else f"{r.peak_mib:.0f}"
         print(f"| {r.mode} | {r.precision} | {r.batch} | {1e3 * r.mean:.1f} | {1e3 * r.percentile(50):.1f} | "
-              f"{1e3 * r.percentile(95):.1f} | {r.batch / r.percentile(50):.2f} | {ratio} | {dp} | {dmi} |")
+              f"{1e3 * r.percentile(95):.1f} | {r.batch / r.percentile(50):.2f} | {ratio} | {dp} | {dmi} | {mem} |")
 
 
 def conv_gmac(cfg: VGGConfig) -> float:
@@ -210,12 +230,16 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
+    use_ieee_fp32(device)  # fp32 rows and the reference are IEEE fp32 on CUDA, as the service runs them
     torch.manual_seed(args.seed)
     cfg = VGGConfig(width=args.width, input_size=args.size)
     model = build_vgg16_star(cfg).to(device).eval()
     grouped = materialise_draws(model, k=args.k, seed=args.seed).to(device)
-    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
-          f"cuda: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'not used'}")
+    grouped = grouped.to(memory_format=torch.channels_last).eval()  # type: ignore[call-overload]  # as served
+    cuda = (f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda}, cuDNN "
+            f"{torch.backends.cudnn.version()}, fp32 = {'IEEE' if ieee_fp32_in_force() else 'TF32'})"
+            if device.type == "cuda" else "not used")
+    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, cuda: {cuda}")
     print(f"CPU: {detect_cpu().summary()}  (bf16 rows are only meaningful where native bf16 is yes)")
 
     batches = [int(b) for b in args.batch.split(",")]
@@ -226,9 +250,9 @@ def main(argv: list[str] | None = None) -> None:
     runners = list(build_runners(args, model, grouped, device))
     results: list[Result] = []
     for b in batches:
-        times, outputs = measure(runners, inputs[b], args, device)
-        for (mode, precision, _), t, out in zip(runners, times, outputs, strict=True):
-            res = Result(mode, precision, b, t)
+        times, outputs, peaks = measure(runners, inputs[b], args, device)
+        for (mode, precision, _), t, out, peak in zip(runners, times, outputs, peaks, strict=True):
+            res = Result(mode, precision, b, t, peak_mib=peak)
             if mode not in ("naive-loop", "bayes-mc"):  # stochastic paths use other draws
                 res.max_dp, res.max_dmi = deviation(out, reference[b])
             results.append(res)

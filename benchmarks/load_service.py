@@ -9,11 +9,15 @@ model alone (``Scorer.score_batch`` at batch 1 and at max_batch_size, images/s),
   arrives, for ``--duration`` seconds; prints throughput and p50/p95/p99 latency;
 - open loop at a fixed arrival rate (``--rate``, Poisson arrivals) for ``--duration`` seconds.
 
+``--device cuda`` runs the model and the service on the GPU and adds memory figures: the model alone's
+peak (torch's allocator) and the server process's GPU memory as ``nvidia-smi`` reports it after the load.
+
 Examples::
 
     .venv/bin/python benchmarks/load_service.py --model tiny                  # built on the fly
     .venv/bin/python benchmarks/load_service.py --model full --duration 20    # embedded default artifact
     .venv/bin/python benchmarks/load_service.py --model-dir models/my-run --concurrency 1 4 16
+    .venv/bin/python benchmarks/load_service.py --model full --device cuda --max-batch-size 32
 """
 
 from __future__ import annotations
@@ -42,20 +46,42 @@ from tests.helpers.artifacts import build_tiny_artifact
 from tests.helpers.images import encode, fundus_like
 from tests.helpers.live_server import live_server, wait_until_ready
 
+SERVER_PIDS: dict[str, int] = {}  # base URL -> pid of the server subprocess (for its GPU memory)
+
 
 def percentiles(latencies: list[float]) -> str:
     p50, p95, p99 = np.percentile(np.asarray(latencies) * 1e3, [50, 95, 99])
     return f"p50 {p50:7.1f} ms  p95 {p95:7.1f} ms  p99 {p99:7.1f} ms"
 
 
-def model_alone(model_dir: Path, images: list[bytes], batch: int, repeats: int) -> float:
-    scorer = Scorer.from_artifact(model_dir, device="cpu")
+def model_alone(model_dir: Path, images: list[bytes], batch: int, repeats: int, device: str) -> tuple[float, str]:
+    """Images/s of ``Scorer.score_batch`` at ``batch``, and a line naming what ran (and its GPU memory)."""
+    import torch
+
+    scorer = Scorer.from_artifact(model_dir, device=device)
     prepared = [prepare_image(d, scorer.pipeline) for d in images[:batch]]
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     scorer.score_batch(prepared)  # warm
     start = time.perf_counter()
     for _ in range(repeats):
         scorer.score_batch(prepared)
-    return batch * repeats / (time.perf_counter() - start)
+    ips = batch * repeats / (time.perf_counter() - start)
+    ran = f"{scorer.backend.name} {scorer.backend.precision} on {scorer.backend.device}"
+    if device == "cuda":
+        ran += f", peak GPU memory {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB (torch allocator)"
+    return ips, ran
+
+
+def gpu_memory_of(pid: int) -> str:
+    """The GPU memory ``nvidia-smi`` attributes to process ``pid`` (what the server holds, ORT included)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"unknown (nvidia-smi: {exc})"
+    used = [line.split(",")[1].strip() for line in out.splitlines() if line.split(",")[0].strip() == str(pid)]
+    return used[0] if used else "not listed by nvidia-smi (in a container, PIDs may differ)"
 
 
 async def closed_loop(base: str, images: list[bytes], concurrency: int, duration: float) -> None:
@@ -123,7 +149,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-wait-ms", type=float, default=5.0)
     ap.add_argument("--image-size", type=int, default=256, help="side of the uploaded PNGs")
     ap.add_argument("--in-process", action="store_true", help="uvicorn in a thread of this process")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model and service run")
     args = ap.parse_args(argv)
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error(f"--device cuda: torch {torch.__version__} sees no CUDA device (a CPU build, or no GPU/driver)")
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.model_dir is not None:
@@ -135,18 +166,17 @@ def main(argv: list[str] | None = None) -> None:
         else:
             model_dir = build_tiny_artifact(Path(tmp) / "tiny")
         images = [encode(fundus_like(i, size=args.image_size)) for i in range(64)]
-        import torch
-
+        gpu = f", GPU {torch.cuda.get_device_name()}" if args.device == "cuda" else ""
         print(
-            f"machine: {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}, "
+            f"machine: {platform.processor() or platform.machine()}{gpu}, torch threads {torch.get_num_threads()}, "
             f"model {model_dir}, load average {os.getloadavg()[0]:.1f} (other processes share the CPU)"
         )
         for batch in sorted({1, args.max_batch_size}):
-            ips = model_alone(model_dir, images, batch, repeats=max(3, 40 // batch))
-            print(f"model alone  batch {batch:3d}  {ips:7.1f} img/s")
+            ips, ran = model_alone(model_dir, images, batch, repeats=max(3, 40 // batch), device=args.device)
+            print(f"model alone  batch {batch:3d}  {ips:7.1f} img/s  ({ran})")
         settings = Settings(
             model_dir=model_dir,
-            device="cpu",
+            device=args.device,
             max_batch_size=args.max_batch_size,
             max_wait_ms=args.max_wait_ms,
             queue_size=256,
@@ -156,6 +186,9 @@ def main(argv: list[str] | None = None) -> None:
                 asyncio.run(closed_loop(base, images, c, args.duration))
             for rate in args.rate:
                 asyncio.run(open_loop(base, images, rate, args.duration))
+            if args.device == "cuda":
+                pid = os.getpid() if args.in_process else SERVER_PIDS[base]
+                print(f"server GPU memory after the load: {gpu_memory_of(pid)}")
 
 
 @contextmanager
@@ -175,6 +208,7 @@ def subprocess_server(settings: Settings) -> Iterator[str]:
     cmd = [sys.executable, "-m", "service", "serve", "--port", str(port), "--model-dir", str(settings.model_dir)]
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
+    SERVER_PIDS[base] = proc.pid
     try:
         deadline = time.monotonic() + 120
         while True:

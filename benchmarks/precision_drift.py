@@ -11,6 +11,12 @@ bf16 runs only on a CPU with native bf16 (``service.inference.platform``): emula
 ``--emulated-bf16`` (with few ``--images``) to measure its drift anyway. ``--record`` writes the bf16
 figures into the artifact's ``calibration.json`` (``precision_drift.bf16``; the sha256 changes), which is
 what lets ``RADSCREEN_PRECISION=auto`` choose bf16 there — only when no label and no referral flipped.
+
+``--device cuda`` scores the modes on the GPU (torch fp32, bf16 where native, fp16; ONNX Runtime fp32 when
+its CUDA provider loads) against the same reference, torch fp32 **on the CPU**: the CUDA/CPU parity table
+of the GPU check. fp32 on CUDA is IEEE fp32 (``models.cuda``), so its row measures kernel differences, not
+TF32. ``--record`` is refused there: the artifact's gate is read by CPU and GPU serving alike and is
+recorded from the CPU measurement. An "outcome flip" is an image whose screening outcome changed.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import load_artifact, replace_calibration
 from models.cpu import detect_cpu
+from models.cuda import cuda_native_bf16
+from models.onnx_backend import ProviderFallbackError
 from service.inference.scoring import ImageScore, PreparedImage, Scorer, prepare_image
 from tests.helpers.images import synthetic_jpegs
 
@@ -38,6 +46,25 @@ def score_all(scorer: Scorer, prepared: list[PreparedImage], batch: int) -> tupl
     return scores, (time.perf_counter() - start) / len(prepared)
 
 
+def modes_for(device: str) -> list[tuple[str, dict[str, str]]]:
+    """The compared serving modes on ``device`` (name, Scorer.from_artifact keyword arguments)."""
+    if device == "cuda":
+        return [("torch fp32 cuda grouped", dict(backend="torch", precision="fp32", strategy="grouped")),
+                ("torch bf16 cuda grouped", dict(backend="torch", precision="bf16", strategy="grouped")),
+                ("torch fp16 cuda grouped", dict(backend="torch", precision="fp16", strategy="grouped")),
+                ("onnxruntime fp32 cuda grouped", dict(backend="onnxruntime", precision="fp32", strategy="grouped"))]
+    return [("torch bf16", dict(backend="torch", precision="bf16")),
+            ("torch fp32 grouped", dict(backend="torch", precision="fp32", strategy="grouped")),
+            ("onnxruntime fp32 loop", dict(backend="onnxruntime", precision="fp32", strategy="loop")),
+            ("onnxruntime fp32 grouped", dict(backend="onnxruntime", precision="fp32", strategy="grouped"))]
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model-dir", type=Path, default=None, help="artifact (default: the embedded model)")
@@ -47,12 +74,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--emulated-bf16", action="store_true", help="run bf16 on a CPU without native bf16")
     parser.add_argument("--record", action="store_true",
-                        help="write the measured bf16 drift into the artifact's calibration.json")
+                        help="write the measured bf16 drift into the artifact's calibration.json (CPU only)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the compared modes run; the fp32 reference always runs on the CPU")
     args = parser.parse_args()
+    if args.record and args.device != "cpu":
+        parser.error("--record: the artifact's precision gate is recorded from the CPU measurement (--device cpu)")
+    if args.device == "cuda" and not cuda_available():
+        parser.error("--device cuda: torch sees no CUDA device (a CPU build, or no GPU/driver)")
 
     cpu = detect_cpu(override="yes" if args.emulated_bf16 else "detect")
     print(f"CPU: {cpu.summary()}")
-    reference = Scorer.from_artifact(args.model_dir, backend="torch", precision="fp32", strategy="loop")
+    reference = Scorer.from_artifact(args.model_dir, backend="torch", device="cpu", precision="fp32",
+                                     strategy="loop")
     prepared = [prepare_image(b, reference.pipeline) for b in synthetic_jpegs(args.images, args.image_size, args.seed)]
     ref, ref_s = score_all(reference, prepared, args.batch)
     thr = reference.calibration.referral_threshold_mi
@@ -61,28 +95,32 @@ def main() -> None:
     ref_mi = np.array([r.mutual_information for r in ref])
     print(f"fp32 MI over these images: median {np.median(ref_mi):.3g} nat, 5-95 % "
           f"[{np.percentile(ref_mi, 5):.3g}, {np.percentile(ref_mi, 95):.3g}] (compare with |dMI| below)")
-    print(f"{'mode':<22}{'s/img':>8}{'max|dp|':>11}{'mean|dp|':>11}{'max|dMI|':>11}{'mean|dMI|':>11}"
-          f"{'label flips':>13}{'referral flips':>16}")
-    print(f"{'torch fp32 (ref)':<22}{ref_s:>8.3f}")
-    modes = [("torch bf16", dict(backend="torch", precision="bf16")),
-             ("torch fp32 grouped", dict(backend="torch", precision="fp32", strategy="grouped")),
-             ("onnxruntime fp32 loop", dict(backend="onnxruntime", precision="fp32", strategy="loop")),
-             ("onnxruntime fp32 grouped", dict(backend="onnxruntime", precision="fp32", strategy="grouped"))]
+    print(f"{'mode':<28}{'s/img':>8}{'max|dp|':>11}{'mean|dp|':>11}{'max|dMI|':>11}{'mean|dMI|':>11}"
+          f"{'label flips':>13}{'referral flips':>16}{'outcome flips':>15}")
+    print(f"{'torch fp32 cpu (ref)':<28}{ref_s:>8.3f}")
     drift: dict[str, dict[str, float | int]] = {}
-    for name, kwargs in modes:
-        if kwargs["precision"] == "bf16" and not cpu.native_bf16:
-            print(f"{name:<22}skipped: this CPU has no native bf16 (pass --emulated-bf16 to measure it slowly)")
+    for name, kwargs in modes_for(args.device):
+        if kwargs["precision"] == "bf16" and args.device == "cpu" and not cpu.native_bf16:
+            print(f"{name:<28}skipped: this CPU has no native bf16 (pass --emulated-bf16 to measure it slowly)")
             continue
-        scorer = Scorer.from_artifact(args.model_dir, cpu=cpu, **kwargs)  # type: ignore[arg-type]
+        if kwargs["precision"] == "bf16" and args.device == "cuda" and not cuda_native_bf16():
+            print(f"{name:<28}skipped: this GPU has no native bf16")
+            continue
+        try:
+            scorer = Scorer.from_artifact(args.model_dir, cpu=cpu, device=args.device, **kwargs)  # type: ignore[arg-type]
+        except ProviderFallbackError as exc:
+            print(f"{name:<28}skipped: {exc}")
+            continue
         got, secs = score_all(scorer, prepared, args.batch)
         dp = np.abs([g.probability - r.probability for g, r in zip(got, ref, strict=True)])
         dmi = np.abs([g.mutual_information - r.mutual_information for g, r in zip(got, ref, strict=True)])
         label_flips = sum(g.label != r.label for g, r in zip(got, ref, strict=True))
         referral_flips = sum((g.mutual_information > thr) != (r.mutual_information > thr)
                              for g, r in zip(got, ref, strict=True))
-        print(f"{name:<22}{secs:>8.3f}{dp.max():>11.2e}{dp.mean():>11.2e}{dmi.max():>11.2e}{dmi.mean():>11.2e}"
-              f"{label_flips:>13}{referral_flips:>16}")
-        if kwargs["precision"] == "bf16":
+        outcome_flips = sum(g.outcome != r.outcome for g, r in zip(got, ref, strict=True))
+        print(f"{name:<28}{secs:>8.3f}{dp.max():>11.2e}{dp.mean():>11.2e}{dmi.max():>11.2e}{dmi.mean():>11.2e}"
+              f"{label_flips:>13}{referral_flips:>16}{outcome_flips:>15}")
+        if kwargs["precision"] == "bf16" and args.device == "cpu":
             drift["bf16"] = {"images": len(prepared), "label_flips": int(label_flips),
                              "referral_flips": int(referral_flips), "max_abs_dp": float(dp.max()),
                              "max_abs_dmi": float(dmi.max())}

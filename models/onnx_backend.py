@@ -43,6 +43,7 @@ import onnxruntime as ort
 import torch
 from onnx import TensorProto, helper
 
+from models.cuda import ORT_CUDA_OPTIONS
 from models.draws import DrawnNetwork
 
 OPSET = 17
@@ -261,11 +262,39 @@ def default_providers(device: str) -> list[str]:
     return ["CPUExecutionProvider"]
 
 
+class ProviderFallbackError(RuntimeError):
+    """ONNX Runtime did not activate a provider that was asked for (e.g. CUDA fell back to the CPU)."""
+
+
+def _provider_options(providers: list[str]) -> list[dict[str, str]]:
+    """Per-provider options: the CUDA provider keeps fp32 in IEEE fp32 (its default allows TF32)."""
+    return [dict(ORT_CUDA_OPTIONS) if p == "CUDAExecutionProvider" else {} for p in providers]
+
+
+def check_active_providers(requested: list[str], active: list[str]) -> None:
+    """Raise :class:`ProviderFallbackError` when a requested accelerator provider is not among the active ones.
+
+    ``get_available_providers()`` lists what the build was compiled with (onnxruntime-gpu always lists
+    CUDA); whether the CUDA libraries load and a device answers is only known once a session exists, and
+    ORT then falls back to the CPU with a log line. A request for CUDA that gets the CPU is an error here.
+    """
+    missing = [p for p in requested if p != "CPUExecutionProvider" and p not in active]
+    if missing:
+        raise ProviderFallbackError(
+            f"ONNX Runtime could not activate {', '.join(missing)} (the session runs on {', '.join(active)}): "
+            "the CUDA/cuDNN libraries this onnxruntime-gpu build needs did not load or no GPU answered. "
+            "Check that the CUDA major of the installed onnxruntime-gpu (onnxruntime.capi.build_and_package_info"
+            ".cuda_version) matches the machine's libraries (docs/deploy.md), or use device cpu."
+        )
+
+
 class OnnxDrawnSession:
     """An ONNX Runtime session running all K draws of ``net`` in one call.
 
     The weights are copied out of ``net`` once (fp32) and injected as external initializers; this object
-    keeps them alive for the session's lifetime, as ORT requires. ``graph`` (a ModelProto or a file from
+    keeps them alive for the session's lifetime, as ORT requires. Construction raises
+    :class:`ProviderFallbackError` when a requested accelerator (CUDA) did not become active: ORT would
+    otherwise run on the CPU while the caller believes it runs on the GPU. ``graph`` (a ModelProto or a file from
     :func:`export_graph`) replaces the graph built from ``net``; its declared weights must match ``net``.
     """
 
@@ -298,11 +327,13 @@ class OnnxDrawnSession:
         self._values = {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in self._arrays.items()}
         options.add_external_initializers(list(self._values), list(self._values.values()))
         model = build_onnx_graph(net, strategy) if graph is None else _load_graph(graph, net, strategy)
-        self.session = ort.InferenceSession(model.SerializeToString(), options, providers=self.providers)
+        self.session = ort.InferenceSession(model.SerializeToString(), options, providers=self.providers,
+                                            provider_options=_provider_options(self.providers))
+        check_active_providers(self.providers, self.active_providers)
 
     @property
     def active_providers(self) -> list[str]:
-        """The providers ORT actually assigned (CUDA silently falls back to CPU when unusable)."""
+        """The providers ORT actually assigned (construction fails when a requested accelerator is missing)."""
         return list(self.session.get_providers())
 
     def run(self, images: np.ndarray) -> np.ndarray:

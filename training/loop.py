@@ -7,7 +7,9 @@ AUC: AUC ignores calibration, and the uncertainty the product sells needs a prop
 
 The trainer knows nothing about the architecture beyond ``create_model``; randomness comes only from
 generators whose states are checkpointed (data order is derived from (seed, epoch)), so a run killed at any
-step and resumed ends in exactly the state of an uninterrupted run.
+step and resumed ends in exactly the state of an uninterrupted run. That is tested bitwise on CPU; on CUDA
+the trainer switches cuDNN to deterministic kernels and TF32 off, which makes the promise hold on the same
+GPU, driver and library versions (the ``gpu`` test ``tests/gpu/test_cuda_training.py`` checks it there).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from models.cpu import CpuCapability, detect_cpu
+from models.cuda import cuda_native_bf16, use_deterministic_cudnn, use_ieee_fp32
 from models.kl import bayesian_layers, kl_divergence
 from models.preprocessing import FOV_LOCAL_MEAN
 from models.priors import Prior, prior_from_config
@@ -82,8 +85,8 @@ def resolve_precision(requested: str, device: torch.device, *,
     """
     if requested == "fp32":
         return "fp32"
-    if device.type == "cuda":
-        native, where = torch.cuda.is_bf16_supported(), torch.cuda.get_device_name(device)
+    if device.type == "cuda":  # native only: torch's default answer counts emulation (T4, V100)
+        native, where = cuda_native_bf16(), torch.cuda.get_device_name(device)
     else:
         capability = cpu or detect_cpu()
         native, where = capability.native_bf16, capability.summary()
@@ -175,6 +178,10 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, *, progress: bool = True, cpu: CpuCapability | None = None) -> None:
         self.device = resolve_device(config.device)
+        # On CUDA: fp32 is IEEE fp32 (not TF32), and cuDNN picks fixed deterministic kernels so that a
+        # resumed run repeats an uninterrupted one on the same GPU and library versions (models.cuda).
+        use_ieee_fp32(self.device)
+        use_deterministic_cudnn(self.device)
         # "auto" is resolved once, here, so config.json, the resume check and the card name what ran
         self.config = replace(config, precision=resolve_precision(config.precision, self.device, cpu=cpu))
         self.run_dir = Path(config.out)

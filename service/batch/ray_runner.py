@@ -6,7 +6,8 @@ the same spec the local runner and the HTTP service load; ``RayOptions.actors`` 
 driver, which commits them through the same :class:`~service.batch.parts.ChunkWriter` as the local runner,
 so resume and exactly-once semantics are the same. Row construction also stays on the driver
 (:func:`service.batch.rows.scored_row` on the ``score_payload`` body), so both runners write identical
-rows for identical model outputs.
+rows for identical model outputs. On a GPU the driver pins the actors to cuda and each reserves a GPU
+share from Ray (:func:`actor_placement`); the decode tasks stay on CPUs.
 
 Ray is an optional extra (``pip install 'radial-screen[ray]'``) and is imported only here. With no
 ``--ray-address`` (or ``RAY_ADDRESS``) a local Ray instance is started for the job and stopped after it;
@@ -20,11 +21,12 @@ import logging
 import os
 import pickle
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from service.batch.inputs import InputItem, RowError
 from service.batch.local import load_prepared
@@ -51,6 +53,30 @@ class RayOptions:
     address: str | None = None  # Ray cluster address; None: RAY_ADDRESS, else a local instance for the job
     actors: int = 1  # model actors, each holding one scorer
     batch_size: int = 16  # images per decode task and per actor call
+    gpus_per_actor: float = 1.0  # on cuda: the GPU share each actor reserves (0.5: two actors per GPU)
+
+    def __post_init__(self) -> None:
+        g = self.gpus_per_actor
+        if g <= 0 or (g > 1 and g % 1):  # Ray accepts a fraction of one GPU or whole GPUs
+            raise ValueError(f"gpus_per_actor must be a fraction in (0, 1] or a whole number, got {g}")
+
+
+def actor_placement(spec: ScorerSpec, options: RayOptions, *,
+                    gpu_visible: bool | None = None) -> tuple[ScorerSpec, dict[str, float]]:
+    """The spec the actors load and the Ray resources each actor reserves.
+
+    Ray hides every GPU from a task or actor that reserves none (``CUDA_VISIBLE_DEVICES`` is emptied), so
+    an actor left at ``device="auto"`` would score on the CPU while the driver's summary records cuda, and
+    one at ``device="cuda"`` would fail. The driver therefore resolves ``auto`` once, with the same rule
+    as the scorer (cuda when a GPU is visible here), pins the actors to that device, and on cuda reserves
+    ``options.gpus_per_actor`` GPU for each. ``gpu_visible`` is injected by tests (default: torch's answer).
+    """
+    device = spec.device
+    if device == "auto":
+        device = "cuda" if (torch.cuda.is_available() if gpu_visible is None else gpu_visible) else "cpu"
+    if device != "cuda":
+        return replace(spec, device=device), {}
+    return replace(spec, device=device), {"num_gpus": options.gpus_per_actor}
 
 
 def _import_ray() -> Any:
@@ -131,11 +157,12 @@ def run_ray(items: Sequence[InputItem], spec: ScorerSpec, emit: Callable[[list[R
         # fractional CPU request also keeps Ray from fusing the two stages into the actors.
         ds = ds.map_batches(_prepare_batch, fn_kwargs={"pipeline": pipeline},
                             batch_size=options.batch_size, batch_format="numpy", num_cpus=PREPARE_CPUS)
+        actor_spec, resources = actor_placement(spec, options)
         ds = ds.map_batches(
             ScoreActor,
-            fn_constructor_kwargs={"spec": spec, "expected_sha256": model_sha256},
+            fn_constructor_kwargs={"spec": actor_spec, "expected_sha256": model_sha256},
             batch_size=options.batch_size, batch_format="numpy",
-            compute=ray.data.ActorPoolStrategy(size=options.actors),
+            compute=ray.data.ActorPoolStrategy(size=options.actors), **resources,
         )
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
             rows: list[Row] = []

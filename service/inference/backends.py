@@ -2,9 +2,12 @@
 
 Both run the same ``DrawnNetwork`` (K materialised draws, ``models.draws``):
 
-- ``TorchBackend``: eager torch, channels-last input, optional bf16/fp16 autocast, CPU or CUDA;
-- ``OnnxBackend``: ``models.onnx_backend.OnnxDrawnSession`` (CUDA provider on GPU, CPU otherwise),
-  fp32 only, grouped or per-draw graph; the drawn weights are injected at load time, never baked in.
+- ``TorchBackend``: eager torch, channels-last input, optional bf16/fp16 autocast, CPU or CUDA (on CUDA,
+  fp32 is IEEE fp32: TF32 is switched off, ``models.cuda.use_ieee_fp32``);
+- ``OnnxBackend``: ``models.onnx_backend.OnnxDrawnSession`` (CUDA provider on GPU, with TF32 off, CPU
+  otherwise), fp32 only, grouped or per-draw graph; the drawn weights are injected at load time, never
+  baked in. A CUDA request that ONNX Runtime cannot honour fails at start (``ProviderFallbackError``), so
+  the reported device is the one that runs.
 
 The precision and strategy arrive already resolved (``service.inference.platform``: ``auto`` is decided there, from
 the machine and the artifact); ``strategy="auto"`` is still accepted here and resolved the same way.
@@ -20,6 +23,7 @@ from typing import Literal, Protocol
 import numpy as np
 import torch
 
+from models.cuda import use_ieee_fp32
 from models.draws import DrawnNetwork
 from models.layers import check_strategy
 from service.inference.platform import choose_strategy
@@ -65,6 +69,7 @@ class TorchBackend:
         self.strategy: str = net.strategy
         if intra_op_threads is not None:
             torch.set_num_threads(intra_op_threads)  # process-wide: torch has one intra-op pool
+        use_ieee_fp32(device)  # fp32 on CUDA is IEEE fp32, not TF32 (models.cuda); a no-op on CPU
         net = net.to(device)
         # channels-last applies to the 4-D (grouped-conv) weight buffers only
         self.net = net.to(memory_format=torch.channels_last).eval()  # type: ignore[call-overload]

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from models.cpu import CpuCapability, conv_probe_ms, detect_cpu
+from models.cuda import cuda_native_bf16
 
 
 class PrecisionUnavailableError(ValueError):
@@ -48,16 +49,14 @@ class PrecisionChoice:
     reason: str
 
 
-def cuda_bf16_supported() -> bool:
-    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-
-
 def choose_precision(requested: str, *, device: str, cpu: CpuCapability, allowed: frozenset[str],
                      backend: str = "torch", cuda_bf16: bool | None = None) -> PrecisionChoice:
     """Resolve ``requested`` for this device (see the module docstring for the rules).
 
     ``allowed``: the precisions the artifact's measured drift permits (always contains fp32).
-    Raises PrecisionUnavailableError for an explicit bf16/fp16 that the CPU would only emulate.
+    ``cuda_bf16``: whether the GPU runs bf16 natively (default: :func:`models.cuda.cuda_native_bf16`).
+    Raises PrecisionUnavailableError for an explicit bf16/fp16 that the CPU, or bf16 that the GPU, would only
+    emulate.
     """
     if requested not in ("auto", "fp32", "bf16", "fp16"):
         raise ValueError(f"Unknown precision {requested!r}; expected one of: auto, fp32, bf16, fp16.")
@@ -71,6 +70,12 @@ def choose_precision(requested: str, *, device: str, cpu: CpuCapability, allowed
                 f"({cpu.summary()}): autocast would be emulated, and emulated bf16 ran the served network "
                 "70x slower than fp32 (docs/benchmarks.md). Set RADSCREEN_PRECISION=auto (or fp32), or "
                 "RADSCREEN_NATIVE_BF16=yes if the detection is wrong."
+            )
+        if device != "cpu" and requested == "bf16" and not (cuda_native_bf16() if cuda_bf16 is None else cuda_bf16):
+            raise PrecisionUnavailableError(
+                "precision=bf16 was requested, but this GPU has no native bf16 (compute capability below 8.0, "
+                "e.g. T4 or V100): autocast would be emulated. Set RADSCREEN_PRECISION=auto (or fp32, or fp16 "
+                "after measuring its drift)."
             )
         return PrecisionChoice(requested, requested, f"{requested} was requested"
                                + ("" if requested in allowed else
@@ -86,10 +91,10 @@ def choose_precision(requested: str, *, device: str, cpu: CpuCapability, allowed
                                    "native bf16 (emulated bf16 is far slower than fp32), so fp32")
         return PrecisionChoice("auto", "bf16", "auto: the artifact's measured bf16 drift flips no decision "
                                "and this CPU runs bf16 natively")
-    if not (cuda_bf16_supported() if cuda_bf16 is None else cuda_bf16):
-        return PrecisionChoice("auto", "fp32", "auto: this GPU has no bf16 support, so fp32")
+    if not (cuda_native_bf16() if cuda_bf16 is None else cuda_bf16):
+        return PrecisionChoice("auto", "fp32", "auto: this GPU has no native bf16 (it would be emulated), so fp32")
     return PrecisionChoice("auto", "bf16", "auto: the artifact's measured bf16 drift flips no decision and "
-                           "this GPU supports bf16")
+                           "this GPU runs bf16 natively")
 
 
 def choose_strategy(requested: str, *, device: str, backend: str) -> tuple[str, str]:

@@ -66,7 +66,7 @@ def test_torch_is_pinned_and_no_training_extras(name: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "base"), [("Dockerfile.cpu", r"python:3\.11-slim"),
-                                          ("Dockerfile.gpu", r"nvidia/cuda:12\.\d+\.\d+-cudnn-runtime-ubuntu22\.04")])
+                                          ("Dockerfile.gpu", r"nvidia/cuda:\d+\.\d+\.\d+-cudnn-runtime-ubuntu22\.04")])
 def test_base_image_is_a_build_arg_with_the_documented_default(name: str, base: str) -> None:
     froms = [a for k, a in instructions(name) if k == "FROM"]
     # the first stage starts from the build arg; later stages only from earlier stages
@@ -93,14 +93,46 @@ def test_cpu_image_installs_only_the_cpu_torch_build_and_no_torchvision() -> Non
     assert "VIRTUAL_ENV=/opt/venv" in env and "PATH=/opt/venv/bin:$PATH" in env
 
 
-def test_gpu_image_is_cuda_with_torchvision_and_onnxruntime_gpu_pinned() -> None:
+# PyTorch's release matrix: the CUDA lines each torch release ships wheels for (download.pytorch.org/whl/cuXYZ).
+# 2.13: CUDA 12.6 and 13.0 (12.8 was dropped in 2.12). Its default PyPI wheel is the 13.0 build: torch 2.13.0's
+# metadata on PyPI requires cuda-toolkit==13.0.3 and nvidia-cudnn-cu13==9.20.0.48 (read with
+# `pip install --dry-run --no-deps --report - torch==2.13.0 --platform manylinux_2_28_x86_64`).
+TORCH_CUDA_LINES = {"2.13.0": {"12.6", "13.0"}}
+
+
+def gpu_cuda_line() -> tuple[str, str]:
+    """``(major.minor, major)`` of the GPU image's base image, e.g. ("13.0", "13")."""
+    m = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-cudnn-runtime-ubuntu22\.04", args("Dockerfile.gpu")["BASE_IMAGE"])
+    assert m, "BASE_IMAGE is not an nvidia/cuda cudnn-runtime image"
+    return f"{m.group(1)}.{m.group(2)}", m.group(1)
+
+
+def test_gpu_image_torch_comes_from_the_base_images_cuda_line() -> None:
     a = args("Dockerfile.gpu")
-    assert "/whl/cu12" in a["TORCH_INDEX"]
-    assert re.match(r"^\d+\.\d+\.\d+$", a["TORCHVISION_VERSION"])
+    line, _ = gpu_cuda_line()
+    assert a["CUDA_LINE"] == line
+    assert line in TORCH_CUDA_LINES[a["TORCH_VERSION"]], f"torch {a['TORCH_VERSION']} has no CUDA {line} wheels"
+    assert a["TORCH_INDEX"] == f"https://download.pytorch.org/whl/cu{line.replace('.', '')}"
     runs = " ".join(x for k, x in instructions("Dockerfile.gpu") if k == "RUN")
-    assert '"torchvision==${TORCHVISION_VERSION}"' in runs
-    assert '"onnxruntime-gpu==${ONNXRUNTIME_GPU_VERSION}"' in runs
+    assert '"torch==${TORCH_VERSION}"' in runs and '"onnxruntime-gpu==${ONNXRUNTIME_GPU_VERSION}"' in runs
     assert "python3.11" in runs
+    # nothing imports torchvision: the image does not carry it (images are decoded by Pillow on the CPU)
+    assert "torchvision" not in runs and "TORCHVISION_VERSION" not in a
+
+
+def test_gpu_image_onnxruntime_gpu_is_built_for_the_base_images_cuda_major() -> None:
+    """Read from the installed onnxruntime-gpu itself: its build info and the CUDA libraries its CUDA provider
+    links. A mismatch makes ORT fall back to the CPU on the GPU image (or, now, refuse to start)."""
+    from tests.helpers.cuda_line import installed_onnxruntime_cuda_line
+
+    pinned = args("Dockerfile.gpu")["ONNXRUNTIME_GPU_VERSION"]
+    ort = installed_onnxruntime_cuda_line()
+    assert (ort.package, ort.version) == ("onnxruntime-gpu", pinned), (
+        f"the GPU image pins onnxruntime-gpu {pinned}, this environment has {ort.package} {ort.version}: "
+        "install the pinned one (scripts/setup.sh) or move the pin, then re-check its CUDA line")
+    line, major = gpu_cuda_line()
+    assert ort.build_cuda is not None and ort.build_cuda.split(".")[0] == major, (ort.build_cuda, line)
+    assert ort.needed_cuda_majors == {int(major)}, ort.needed
 
 
 def test_dockerignore_keeps_heavy_and_private_paths_out_of_the_context() -> None:

@@ -153,3 +153,36 @@ def test_default_providers_follow_the_device() -> None:
     session = OnnxDrawnSession(tiny_net("leaky_relu", 4), device="cpu")
     assert session.providers == ["CPUExecutionProvider"]
     assert session.active_providers == ["CPUExecutionProvider"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU fallback; a CUDA machine activates CUDA")
+def test_a_cuda_request_that_falls_back_to_the_cpu_fails_at_start() -> None:
+    """onnxruntime-gpu lists CUDA as available on any machine; without a usable GPU the session would run
+    on the CPU while the service reports cuda. It must refuse instead, naming what actually runs."""
+    import onnxruntime as ort
+
+    from models.onnx_backend import ProviderFallbackError
+
+    assert "CUDAExecutionProvider" in ort.get_available_providers()  # the build claims CUDA ...
+    with pytest.raises(ProviderFallbackError, match=r"could not activate CUDAExecutionProvider.*CPUExecutionProvider"):
+        OnnxDrawnSession(tiny_net("leaky_relu", 4), device="cuda", intra_op_threads=1)  # ... the session lacks it
+    assert OnnxDrawnSession(tiny_net("leaky_relu", 4), device="cpu", intra_op_threads=1).active_providers == [
+        "CPUExecutionProvider"]
+
+
+def test_the_onnx_backend_reports_no_device_it_does_not_run_on() -> None:
+    from models.onnx_backend import ProviderFallbackError
+    from service.inference.backends import OnnxBackend
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU fallback; a CUDA machine activates CUDA")
+    with pytest.raises(ProviderFallbackError):
+        OnnxBackend(tiny_net("leaky_relu", 4), device="cuda", precision="fp32")
+
+
+def test_the_cuda_provider_runs_ieee_fp32() -> None:
+    """ORT's CUDA provider allows TF32 by default; the session asks for use_tf32=0."""
+    from models.onnx_backend import _provider_options
+
+    assert _provider_options(["CUDAExecutionProvider", "CPUExecutionProvider"]) == [{"use_tf32": "0"}, {}]
+    assert _provider_options(["CPUExecutionProvider"]) == [{}]

@@ -99,7 +99,10 @@ def test_precision_choice_elsewhere() -> None:
         == "fp32"
     assert choose_precision("auto", device="cuda", cpu=NO_BF16, allowed=both, cuda_bf16=True).precision == "bf16"
     assert choose_precision("auto", device="cuda", cpu=NO_BF16, allowed=both, cuda_bf16=False).precision == "fp32"
-    assert choose_precision("bf16", device="cuda", cpu=NO_BF16, allowed=both).precision == "bf16"  # GPU: CPU moot
+    assert choose_precision("bf16", device="cuda", cpu=NO_BF16, allowed=both, cuda_bf16=True).precision \
+        == "bf16"  # GPU: the CPU's bf16 is moot
+    with pytest.raises(PrecisionUnavailableError, match="this GPU has no native bf16"):
+        choose_precision("bf16", device="cuda", cpu=WITH_BF16, allowed=both, cuda_bf16=False)
     with pytest.raises(ValueError, match="expected one of: auto, fp32, bf16, fp16"):
         choose_precision("int4", device="cpu", cpu=NO_BF16, allowed=both)
 
@@ -259,3 +262,18 @@ def test_the_default_cpu_path_equals_the_reference_k_pass_loop(tiny_artifact: Pa
     np.testing.assert_allclose([s.mutual_information for s in got], ref.mutual_information.numpy(),
                                atol=1e-6, rtol=0)
     assert max(s.mutual_information for s in got) > 1e-4  # the draws differ: MI is really compared
+
+
+def test_auto_on_a_gpu_that_only_emulates_bf16_stays_fp32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A T4/V100 answers torch.cuda.is_bf16_supported() with True by counting emulation; auto must not."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    both = frozenset({"fp32", "bf16"})
+    choice = choose_precision("auto", device="cuda", cpu=WITH_BF16, allowed=both)
+    assert choice.precision == "fp32" and "no native bf16" in choice.reason
+    with pytest.raises(PrecisionUnavailableError, match="this GPU has no native bf16"):
+        choose_precision("bf16", device="cuda", cpu=WITH_BF16, allowed=both)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)  # an A100
+    assert choose_precision("auto", device="cuda", cpu=NO_BF16, allowed=both).precision == "bf16"

@@ -26,15 +26,16 @@ def test_elbo_is_mean_nll_plus_kl_over_n() -> None:
 
 
 def _config(data: Path, out: Path, **kw: object) -> TrainConfig:
-    base: dict[str, object] = dict(data=str(data), out=str(out), width=2, input_size=32, epochs=2, nll_epochs=1,
-                                   batch_size=8, eval_samples=2, mc_samples=4, checkpoint_every=100,
+    # device pinned: the CPU suite means CPU, on a GPU machine too (tests/gpu/ runs the CUDA side)
+    base: dict[str, object] = dict(data=str(data), out=str(out), device="cpu", width=2, input_size=32, epochs=2,
+                                   nll_epochs=1, batch_size=8, eval_samples=2, mc_samples=4, checkpoint_every=100,
                                    n_bootstrap=10, rho_init=-3.0, lr=1e-3)
     base.update(kw)
     return TrainConfig(**base)  # type: ignore[arg-type]
 
 
 def _final_state(out: Path) -> dict[str, torch.Tensor]:
-    ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=True, map_location="cpu")
     return ckpt["model"]
 
 
@@ -108,7 +109,7 @@ def test_cli_fit_evaluate_export_round_trip(tiny_data: Path, tmp_path: Path, cap
     art = tmp_path / "artifact"
     assert train_main(["fit", "--data", str(tiny_data), "--out", str(tmp_path / "run"), "--artifact", str(art),
                        "--width", "2", "--input-size", "32", "--epochs", "2", "--batch-size", "8",
-                       "--eval-samples", "2", "--no-progress", "--rho-init", "-3"]) == 0
+                       "--eval-samples", "2", "--no-progress", "--rho-init", "-3", "--device", "cpu"]) == 0
     artifact = load_artifact(art)
     assert artifact.config.training_data == "synthetic"
     assert "not for clinical use" in artifact.model_card.lower()
@@ -146,7 +147,8 @@ def test_cli_fit_evaluate_export_round_trip(tiny_data: Path, tmp_path: Path, cap
     weights = (art / "weights.safetensors").read_bytes()
     assert train_main(["fit", "--data", str(tiny_data), "--out", str(tmp_path / "run"), "--artifact", str(art),
                        "--width", "2", "--input-size", "32", "--epochs", "2", "--batch-size", "8",
-                       "--eval-samples", "2", "--no-progress", "--rho-init", "-3", "--head-draws", "4"]) == 0
+                       "--eval-samples", "2", "--no-progress", "--rho-init", "-3", "--head-draws", "4",
+                       "--device", "cpu"]) == 0
     rescored = load_artifact(art)
     assert rescored.config.head_draws == 4 and rescored.sha256 != artifact.sha256
     assert (art / "weights.safetensors").read_bytes() == weights
@@ -169,7 +171,7 @@ def test_baseline_family_is_evaluated_without_a_serving_artifact(tiny_data: Path
     out = tmp_path / "run"
     assert train_main(["fit", "--data", str(tiny_data), "--out", str(out), "--model", "dropout_vgg16_star",
                        "--width", "2", "--input-size", "32", "--epochs", "1", "--batch-size", "8",
-                       "--eval-samples", "2", "--no-progress"]) == 0
+                       "--eval-samples", "2", "--no-progress", "--device", "cpu"]) == 0
     assert "artifact: none" in capsys.readouterr().out
     assert not (out / "artifact").exists()
     report = json.loads((out / "eval_val" / "evaluation.json").read_text())
@@ -184,3 +186,37 @@ def test_mc_probabilities_refuses_head_draws_for_a_baseline() -> None:
     model = create_model("dropout_vgg16_star", width=2, input_size=32)
     with pytest.raises(ValueError, match="only a Bayesian model's last layer has a posterior"):
         mc_probabilities(model, [], mean=(0.5,) * 3, std=(0.2,) * 3, samples=2, seed=0, head_draws=4)  # type: ignore[arg-type]
+
+
+def test_the_cpu_suite_trains_on_the_cpu_on_a_gpu_machine_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exact-resume comparisons are bitwise CPU facts; on a GPU machine these tests must not drift to
+    cuda (tests/gpu/ covers the CUDA side)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert Trainer(_config(tmp_path, tmp_path / "run"), progress=False).device == torch.device("cpu")
+
+
+def test_a_cuda_trainer_runs_ieee_fp32_with_deterministic_cudnn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                  ) -> None:
+    """Exact resume on CUDA needs fixed cuDNN kernels, and fp32 there must not be TF32 (flags only: no GPU)."""
+    from models.cuda import MathFlags, apply_math_flags, current_math_flags, ieee_fp32_in_force
+
+    saved = current_math_flags()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    apply_math_flags(MathFlags(conv_fp32="tf32", matmul_fp32="tf32", cudnn_benchmark=True, cudnn_deterministic=False))
+    try:
+        trainer = Trainer(_config(tmp_path, tmp_path / "run", device="cuda"), progress=False)
+        assert trainer.device.type == "cuda" and trainer.config.precision == "fp32"
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark and ieee_fp32_in_force()
+    finally:
+        apply_math_flags(saved)
+
+
+def test_training_bf16_on_a_gpu_counts_only_native_support(monkeypatch: pytest.MonkeyPatch) -> None:
+    from training.loop import resolve_precision
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    assert resolve_precision("auto", torch.device("cuda")) == "fp32"
+    with pytest.raises(ValueError, match="Tesla T4 has no native bf16"):
+        resolve_precision("bf16", torch.device("cuda"))

@@ -67,3 +67,20 @@ def test_ray_runner_matches_local_runner_and_skips_done_rows(
     before = out.read_bytes()
     again = run_job(BatchJobConfig(input=folder, output=out, runner="ray", **kw), scorer=batch_scorer)
     assert again.scored_now == 0 and out.read_bytes() == before
+
+
+def test_actors_reserve_a_gpu_and_load_the_device_the_driver_resolved() -> None:
+    """Ray hides GPUs from actors that reserve none: with device auto they would score on the CPU while the
+    summary says cuda, with device cuda they would fail. Resolved here without Ray or a GPU."""
+    from service.batch.ray_runner import RayOptions, actor_placement
+
+    spec = ScorerSpec(device="auto")
+    pinned, resources = actor_placement(spec, RayOptions(), gpu_visible=True)
+    assert pinned.device == "cuda" and resources == {"num_gpus": 1.0}
+    assert actor_placement(ScorerSpec(device="cuda"), RayOptions(gpus_per_actor=0.5))[1] == {"num_gpus": 0.5}
+    pinned, resources = actor_placement(spec, RayOptions(), gpu_visible=False)
+    assert pinned.device == "cpu" and resources == {}
+    assert actor_placement(ScorerSpec(device="cpu"), RayOptions(), gpu_visible=True) == (ScorerSpec(device="cpu"), {})
+    for bad in (0.0, 1.5, -1.0):
+        with pytest.raises(ValueError, match="gpus_per_actor must be a fraction"):
+            RayOptions(gpus_per_actor=bad)
