@@ -1,4 +1,4 @@
-"""Field of view (FOV) of a fundus photograph: the bright disc, found as a robustly fitted circle.
+"""Field of view (FOV) of a fundus photograph: the bright disc, found as a robustly fitted circle (or ellipse).
 
 Real cameras record the retina as a disc on a dark (not always pure black) background, and most
 frames cut that disc: a 3:2 or 4:3 frame cuts it at the top and bottom (or left and right, in
@@ -6,6 +6,12 @@ portrait), and some cameras add a notch or text overlays at the border. So the c
 to edge points that are *not* on the frame, with RANSAC (three-point circles, the one with most
 inliers wins) followed by a least-squares refit on its inliers: notches, text blobs and the straight
 cut lines of a padded frame are outliers and do not pull the fit.
+
+Some published copies of fundus photographs were cropped and then resized to a square, which stretches the
+disc into an axis-aligned ellipse (the ODIR-5K copies: axis ratio ~1.14). A circle fits only two of its four
+arcs; when the circle's inliers are fewer than ``ELLIPSE_TRIGGER`` and an axis-aligned ellipse (ratio within
+``MAX_ASPECT``) fits more of the edge, the ellipse is the FOV (``FovCircle.radius_y``), and the crop maps it
+back onto a round disc.
 
 Everything runs on a copy whose long side is ``FIT_SIDE`` px, so the cost does not grow with the
 camera's resolution; the circle is returned in the input image's pixel coordinates.
@@ -40,6 +46,8 @@ MIN_EDGE_POINTS = 24
 STRAIGHT_RUN = 0.2  # span ends sharing one coordinate on > this share of lines are a straight cut
 STRAIGHT_MIN_POINTS = 12
 ARC_BINS = 72  # 5 degree bins for the arc-support measures
+ELLIPSE_TRIGGER = 0.9  # a circle with fewer inliers than this share is compared with an axis-aligned ellipse
+MAX_ASPECT = 1.5  # the ellipse's axis ratio: a disc resized to a square by a publisher, not any oval
 
 
 @dataclass(frozen=True)
@@ -56,17 +64,30 @@ class FovCircle:
     visible_arc: float  # share of the circle's circumference that lies inside the frame
     mask_iou: float  # IoU of the bright region with the disc clipped to the frame
     box: tuple[int, int, int, int] = (0, 0, -1, -1)  # recorded part of the frame x0, y0, x1, y1 (-1: to the end)
+    # vertical semi-axis when the disc was stretched into an axis-aligned ellipse (an image resized to a square
+    # after cropping: the ODIR-5K copies), None for a circle; ``radius`` is then the horizontal semi-axis
+    radius_y: float | None = None
+
+    @property
+    def ry(self) -> float:
+        """The vertical semi-axis (the radius, for a circle)."""
+        return self.radius if self.radius_y is None else self.radius_y
+
+    @property
+    def mean_radius(self) -> float:
+        """sqrt(rx * ry): the radius of the circle of the same area."""
+        return math.sqrt(self.radius * self.ry)
 
     @property
     def offset(self) -> float:
         """Distance of the centre from the frame's centre, in radii."""
-        return math.hypot(self.cx - self.width / 2, self.cy - self.height / 2) / self.radius
+        return math.hypot(self.cx - self.width / 2, self.cy - self.height / 2) / self.mean_radius
 
     @property
     def clipped(self) -> bool:
         """True when the frame cuts the disc on at least one side."""
-        r = self.radius
-        return self.cx - r < 0 or self.cy - r < 0 or self.cx + r > self.width or self.cy + r > self.height
+        rx, ry = self.radius, self.ry
+        return self.cx - rx < 0 or self.cy - ry < 0 or self.cx + rx > self.width or self.cy + ry > self.height
 
 
 def _small_copy(rgb: np.ndarray, side: int) -> tuple[np.ndarray, float]:
@@ -220,28 +241,68 @@ def ransac_circle(pts: np.ndarray, width: int, height: int) -> tuple[float, floa
     return circle[0], circle[1], circle[2], inliers
 
 
-def _arc_measures(cx: float, cy: float, r: float, inlier_pts: np.ndarray, box: Box) -> tuple[float, float]:
-    """(arc_support, visible_arc): shares of 5-degree arcs of the circle, see ``FovCircle``."""
+def _least_squares_ellipse(pts: np.ndarray) -> tuple[float, float, float, float] | None:
+    """Axis-aligned ellipse through pts [N, 2] (least squares on a x^2 + b y^2 + c x + d y = 1): cx, cy, rx, ry."""
+    x, y = pts[:, 0], pts[:, 1]
+    sol, *_ = np.linalg.lstsq(np.column_stack([x * x, y * y, x, y]), np.ones(len(pts)), rcond=None)
+    a, b, c, d = (float(v) for v in sol)
+    if a * b <= 0:  # not an ellipse (a hyperbola or a degenerate conic)
+        return None
+    cx, cy = -c / (2 * a), -d / (2 * b)
+    k = 1 + a * cx * cx + b * cy * cy  # a (x - cx)^2 + b (y - cy)^2 = k
+    if k / a <= 0:
+        return None
+    return cx, cy, math.sqrt(k / a), math.sqrt(k / b)
+
+
+def _ellipse_fit(pts: np.ndarray, width: int, height: int) -> tuple[float, float, float, float, np.ndarray] | None:
+    """An axis-aligned ellipse (cx, cy, rx, ry, inlier mask [N]) with the circle's inlier rule, refit on inliers."""
+    if len(pts) < MIN_EDGE_POINTS:
+        return None
+    fit = _least_squares_ellipse(pts)
+    for _ in range(2):
+        if fit is None:
+            return None
+        cx, cy, rx, ry = fit
+        resid = np.abs(np.hypot((pts[:, 0] - cx) / rx, (pts[:, 1] - cy) / ry) - 1.0)
+        inliers = resid <= max(1.5 / min(rx, ry), 2 * INLIER_TOLERANCE)
+        if inliers.sum() < MIN_EDGE_POINTS:
+            return None
+        fit = _least_squares_ellipse(pts[inliers])
+    if fit is None:
+        return None
+    cx, cy, rx, ry = fit
+    if not (0 <= cx <= width and 0 <= cy <= height and 1 / MAX_ASPECT <= rx / ry <= MAX_ASPECT):
+        return None
+    resid = np.abs(np.hypot((pts[:, 0] - cx) / rx, (pts[:, 1] - cy) / ry) - 1.0)
+    return cx, cy, rx, ry, resid <= max(1.5 / min(rx, ry), 2 * INLIER_TOLERANCE)
+
+
+def _arc_measures(cx: float, cy: float, r: float, inlier_pts: np.ndarray, box: Box,
+                  ry: float | None = None) -> tuple[float, float]:
+    """(arc_support, visible_arc): shares of 5-degree arcs of the circle (or ellipse), see ``FovCircle``."""
+    ry = r if ry is None else ry
     theta = (np.arange(ARC_BINS) + 0.5) * 2 * math.pi / ARC_BINS
-    px, py = cx + r * np.cos(theta), cy + r * np.sin(theta)
+    px, py = cx + r * np.cos(theta), cy + ry * np.sin(theta)
     m = FRAME_MARGIN + 1
     x0, y0, x1, y1 = box
     visible = (px >= x0 + m) & (px <= x1 - m) & (py >= y0 + m) & (py <= y1 - m)  # [B]
     if not visible.any():
         return 0.0, 0.0
-    ang = np.arctan2(inlier_pts[:, 1] - cy, inlier_pts[:, 0] - cx) % (2 * math.pi)
+    ang = np.arctan2((inlier_pts[:, 1] - cy) / ry, (inlier_pts[:, 0] - cx) / r) % (2 * math.pi)
     hit = np.zeros(ARC_BINS, bool)
     hit[(ang / (2 * math.pi) * ARC_BINS).astype(int) % ARC_BINS] = True
     return float((hit & visible).sum() / visible.sum()), float(visible.mean())
 
 
-def _disc_iou(mask: np.ndarray, cx: float, cy: float, r: float, box: Box) -> float:
-    """IoU of the bright region with the disc, both clipped to the recorded part of the frame."""
+def _disc_iou(mask: np.ndarray, cx: float, cy: float, r: float, box: Box, ry: float | None = None) -> float:
+    """IoU of the bright region with the disc (or ellipse), both clipped to the recorded part of the frame."""
+    ry = r if ry is None else ry
     x0, y0, x1, y1 = box
     mask = mask[y0 : y1 + 1, x0 : x1 + 1]
     h, w = mask.shape
     yy, xx = np.ogrid[y0 : y0 + h, x0 : x0 + w]
-    disc = (xx - cx) ** 2 + (yy - cy) ** 2 <= r * r
+    disc = ((xx - cx) / r) ** 2 + ((yy - cy) / ry) ** 2 <= 1.0
     union = np.logical_or(mask, disc).sum()
     return float(np.logical_and(mask, disc).sum() / union) if union else 0.0
 
@@ -258,10 +319,15 @@ def fit_fov_circle(rgb: np.ndarray) -> FovCircle | None:
     sh, sw = mask.shape
     pts, box = edge_points(mask, level)
     fit = ransac_circle(pts, sw, sh)
-    if fit is None:
+    cx, cy, r, inliers = fit if fit is not None else (0.0, 0.0, 0.0, np.zeros(len(pts), bool))
+    ry: float | None = None
+    if fit is None or inliers.mean() < ELLIPSE_TRIGGER:  # a disc stretched by a resize: try an ellipse
+        oval = _ellipse_fit(pts, sw, sh)
+        if oval is not None and oval[4].mean() >= ELLIPSE_TRIGGER and oval[4].mean() > inliers.mean():
+            cx, cy, r, ry, inliers = oval
+    if fit is None and ry is None:
         return None
-    cx, cy, r, inliers = fit
-    support, visible = _arc_measures(cx, cy, r, pts[inliers], box)
+    support, visible = _arc_measures(cx, cy, r, pts[inliers], box, ry)
     return FovCircle(
         cx=(cx + 0.5) / scale - 0.5,
         cy=(cy + 0.5) / scale - 0.5,
@@ -271,11 +337,12 @@ def fit_fov_circle(rgb: np.ndarray) -> FovCircle | None:
         inlier_share=float(inliers.mean()),
         arc_support=support,
         visible_arc=visible,
-        mask_iou=_disc_iou(mask, cx, cy, r, box),
+        mask_iou=_disc_iou(mask, cx, cy, r, box, ry),
         box=(
             math.floor(box[0] / scale),
             math.floor(box[1] / scale),
             min(w - 1, math.ceil((box[2] + 1) / scale) - 1),
             min(h - 1, math.ceil((box[3] + 1) / scale) - 1),
         ),
+        radius_y=None if ry is None else ry / scale,
     )

@@ -68,7 +68,8 @@ def disc_mask(size: int, fraction: float = 1.0) -> np.ndarray:
 def crop_to_fov(rgb: np.ndarray, circle: FovCircle | None, size: int) -> tuple[np.ndarray, np.ndarray]:
     """Square ``size`` px around the FOV circle: (uint8 [size, size, 3], bool [size, size] "from the frame").
 
-    The circle's bounding box is mapped onto the output; its part inside the frame is cut out (a
+    The circle's bounding box (an ellipse's, for a stretched disc: it comes out round) is mapped onto the
+    output; its part inside the frame is cut out (a
     view), resized, and pasted into a black output-sized canvas; black padding a previous step
     added along a straight cut (``FovCircle.box``) counts as outside the frame. ``circle=None`` uses the circle
     circumscribing the frame's centred square (the whole frame, padded to a square).
@@ -78,23 +79,24 @@ def crop_to_fov(rgb: np.ndarray, circle: FovCircle | None, size: int) -> tuple[n
     h, w = rgb.shape[:2]
     bx0, by0, bx1, by1 = 0, 0, w, h  # the recorded part of the frame (a padded upload's padding excluded)
     if circle is None:
-        cx, cy, r = (w - 1) / 2, (h - 1) / 2, max(h, w) / 2
+        cx, cy, rx = (w - 1) / 2, (h - 1) / 2, max(h, w) / 2
+        ry = rx
     else:
-        cx, cy, r = circle.cx, circle.cy, circle.radius
+        cx, cy, rx, ry = circle.cx, circle.cy, circle.radius, circle.ry
         bx0, by0 = circle.box[0], circle.box[1]
         bx1 = w if circle.box[2] < 0 else circle.box[2] + 1
         by1 = h if circle.box[3] < 0 else circle.box[3] + 1
-    scale = size / (2 * r)  # output px per input px
-    left, top = cx + 0.5 - r, cy + 0.5 - r  # the box's corner in continuous input coordinates
+    sx, sy = size / (2 * rx), size / (2 * ry)  # output px per input px (differ only for a stretched disc)
+    left, top = cx + 0.5 - rx, cy + 0.5 - ry  # the box's corner in continuous input coordinates
     x0, y0 = max(bx0, math.floor(left)), max(by0, math.floor(top))
-    x1, y1 = min(bx1, math.ceil(left + 2 * r)), min(by1, math.ceil(top + 2 * r))
+    x1, y1 = min(bx1, math.ceil(left + 2 * rx)), min(by1, math.ceil(top + 2 * ry))
     out = np.zeros((size, size, 3), np.uint8)
     valid = np.zeros((size, size), bool)
     if x1 <= x0 or y1 <= y0:
         return out, valid
     # destination rectangle of the visible part, at output scale (clipped to the canvas)
-    dx0, dy0 = round((x0 - left) * scale), round((y0 - top) * scale)
-    dx1, dy1 = min(size, round((x1 - left) * scale)), min(size, round((y1 - top) * scale))
+    dx0, dy0 = round((x0 - left) * sx), round((y0 - top) * sy)
+    dx1, dy1 = min(size, round((x1 - left) * sx)), min(size, round((y1 - top) * sy))
     dx0, dy0 = min(max(dx0, 0), size), min(max(dy0, 0), size)
     if dx1 <= dx0 or dy1 <= dy0:
         return out, valid

@@ -16,8 +16,10 @@ the camera made it (any size, any aspect: 3:2 and 4:3 frames cut the disc, squar
    camera resolution, and the cost does not grow with it. Without a plausible FOV the whole frame
    is measured. Inside the disc (rim excluded):
 
-   - **exposure**: mean luminance >= ``MIN_MEAN_LUMA`` (``too_dark``); mean luminance <=
-     ``MAX_MEAN_LUMA`` and share of near-white pixels <= ``MAX_SATURATED`` (``overexposed``);
+   - **exposure**: mean luminance >= ``MIN_MEAN_LUMA`` (``too_dark``); ``overexposed`` when the share of
+     near-white pixels exceeds ``MAX_SATURATED``, or the mean luminance exceeds ``MAX_MEAN_LUMA_SHARP``, or
+     it exceeds ``MAX_MEAN_LUMA`` on a picture that is not sharp (washed out by flare: a bright but sharp
+     photograph, common with some cameras' yellow rendering, is gradable);
    - **obstruction** (``obstructed``): share of the inner disc whose illumination (luminance blurred
      far beyond vessel scale) is below ``SHADOW_RATIO`` x its median <= ``MAX_SHADOW`` (eyelid and
      eyelash shadows);
@@ -61,15 +63,16 @@ MAX_FOV_RADIUS = 1.5
 MIN_FOV_IOU = 0.9
 # exposure, obstruction, sharpness, colour, compression
 MIN_MEAN_LUMA = 0.10
-MAX_MEAN_LUMA = 0.60
+MAX_MEAN_LUMA = 0.60  # brighter than this AND not sharp: washed out
+MAX_MEAN_LUMA_SHARP = 0.80  # brighter than this: overexposed however sharp
 SATURATED_LUMA = 0.94
 MAX_SATURATED = 0.20
 SHADOW_SIGMA = 8.0  # px at WORK_SIZE: illumination, not vessels
 SHADOW_RATIO = 0.35
 MAX_SHADOW = 0.05
-MIN_SHARPNESS = 1.6
-MIN_RED_SHARE = 0.42
-MIN_RED_OVER_GREEN = 1.15
+MIN_SHARPNESS = 1.25
+MIN_RED_SHARE = 0.37
+MIN_RED_OVER_GREEN = 1.02
 MAX_BLOCKINESS = 3.0
 BLOCK_SAMPLE_LINES = 512  # rows (columns) sampled for the blockiness profile
 
@@ -172,7 +175,7 @@ def _plausible(c: FovCircle | None) -> bool:
         and c.arc_support >= MIN_ARC_SUPPORT
         and c.visible_arc >= MIN_VISIBLE_ARC
         and c.offset <= MAX_FOV_OFFSET
-        and MIN_FOV_RADIUS <= c.radius / half_short <= MAX_FOV_RADIUS
+        and MIN_FOV_RADIUS <= c.mean_radius / half_short <= MAX_FOV_RADIUS
         and c.mask_iou >= MIN_FOV_IOU
     )
 
@@ -211,8 +214,8 @@ def measure(rgb: np.ndarray, circle: FovCircle | None = None, *, fit: bool = Tru
         fov_arc_support=c.arc_support if c else 0.0,
         fov_visible_arc=c.visible_arc if c else 0.0,
         fov_offset=c.offset if c else 1.0,
-        fov_radius=c.radius / half_short if c else 0.0,
-        fov_radius_px=c.radius if c else 0.0,
+        fov_radius=c.mean_radius / half_short if c else 0.0,
+        fov_radius_px=c.mean_radius if c else 0.0,
         fov_iou=c.mask_iou if c else 0.0,
         mean_luma=mean_luma,
         saturated_fraction=saturated,
@@ -242,7 +245,9 @@ def judge(m: QualityMeasures) -> QualityReport:
         "too_dark": _margin_score(m.mean_luma, MIN_MEAN_LUMA, 0.03),
         "overexposed": min(
             _margin_score(m.saturated_fraction, MAX_SATURATED, 0.05, higher_is_better=False),
-            _margin_score(m.mean_luma, MAX_MEAN_LUMA, 0.03, higher_is_better=False),
+            _margin_score(m.mean_luma, MAX_MEAN_LUMA_SHARP, 0.03, higher_is_better=False),
+            max(_margin_score(m.mean_luma, MAX_MEAN_LUMA, 0.03, higher_is_better=False),
+                _margin_score(m.sharpness, MIN_SHARPNESS, 0.15)),
         ),
         "obstructed": _margin_score(m.shadow_fraction, MAX_SHADOW, 0.03, higher_is_better=False),
         "blurred": _margin_score(m.sharpness, MIN_SHARPNESS, 0.15),
@@ -255,7 +260,8 @@ def judge(m: QualityMeasures) -> QualityReport:
     failed = {
         "no_field_of_view": not m.has_circle,
         "too_dark": m.mean_luma < MIN_MEAN_LUMA,
-        "overexposed": m.saturated_fraction > MAX_SATURATED or m.mean_luma > MAX_MEAN_LUMA,
+        "overexposed": (m.saturated_fraction > MAX_SATURATED or m.mean_luma > MAX_MEAN_LUMA_SHARP
+                        or (m.mean_luma > MAX_MEAN_LUMA and m.sharpness < MIN_SHARPNESS)),
         "obstructed": m.shadow_fraction > MAX_SHADOW,
         "blurred": m.sharpness < MIN_SHARPNESS,
         "not_fundus": m.red_share < MIN_RED_SHARE or m.red_over_green < MIN_RED_OVER_GREEN,
