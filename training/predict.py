@@ -54,13 +54,15 @@ def mc_probabilities(
         raise ValueError(f"head_draws={head_draws}: only a Bayesian model's last layer has a posterior to draw")
     drawn = (materialise_draws(model, k=samples, seed=seed, strategy="loop" if device.type == "cpu" else "grouped",
                                head_draws=head_draws).to(device) if is_bayesian(model) else None)
+    if drawn is not None:
+        drawn = drawn.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # as the service
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers)
     probs: list[torch.Tensor] = []
     labels: list[torch.Tensor] = []
     with seeded(model, seed):
         for x, y, _ in tqdm(loader, desc=f"scoring {len(loader.dataset)} images x {samples} draws",  # type: ignore[arg-type]
                             unit="batch", disable=not progress):
-            x = normalise(x.to(device), mean, std)
+            x = normalise(x.to(device), mean, std).contiguous(memory_format=torch.channels_last)  # as the service
             logits = drawn(x) if drawn is not None else mc_logits(model, x, samples)  # [S, B, 1]
             probs.append(torch.sigmoid(logits[..., 0].double()).cpu())
             labels.append(y.cpu())
