@@ -18,6 +18,7 @@ fixed per type, the ``status``, a human ``detail`` and the request id (also as `
 | image-too-large         | 413    | pixels or padded square above the limit, bomb        |
 | unsupported-media-type  | 415    | not an image (PDF, text, ...), wrong content type    |
 | multi-frame-image       | 415    | animated GIF/WebP/PNG, multi-page TIFF               |
+| image-too-complex       | 422    | decoding beyond its work bound (JPEG scans, deadline)|
 | validation-error        | 422    | missing/invalid fields                               |
 | overloaded              | 503    | queue full (Retry-After)                             |
 | not-ready               | 503    | model loading or failed to load (Retry-After)        |
@@ -47,6 +48,7 @@ TITLES: dict[str, str] = {
     "undecodable-image": "Image cannot be decoded",
     "image-too-small": "Image too small",
     "extreme-aspect-ratio": "Image aspect ratio not accepted",
+    "image-too-complex": "Image too costly to decode",
     "unauthorized": "Missing or invalid API key",
     "not-found": "Not found",
     "method-not-allowed": "Method not allowed",
@@ -71,6 +73,7 @@ IMAGE_PROBLEM_STATUS: dict[str, int] = {
     "image-too-large": 413,
     "unsupported-media-type": 415,
     "multi-frame-image": 415,
+    "image-too-complex": 422,
 }
 assert IMAGE_PROBLEM_STATUS.keys() == REJECTION_SLUGS, "every rejection slug needs its HTTP status"
 _STATUS_SLUGS = {

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 from service.batcher import MicroBatcher, RetryLater, Scored
+from service.inference.decode_deadline import DecodeDeadline
 from service.inference.partition import accepted, merge_in_order
 from service.inference.scoring import ImageRejected, PreparedImage, Scorer, prepare_image
 from service.inference.spec import ScorerSpec
@@ -115,10 +117,25 @@ class ModelHost:
         raise NotReady("The model is loading and warming up; retry shortly.")
 
     async def prepare(self, data: bytes) -> PreparedImage:
-        """Decode/validate/quality-check off the event loop; raises ImageRejected."""
+        """Decode/validate/quality-check off the event loop; raises ImageRejected.
+
+        The decode has ``decode_timeout_s`` from the moment a worker starts it; when the request is
+        cancelled (the client went away) a queued decode never starts and a running one stops at its
+        next read chunk (``service.inference.decode_deadline``).
+        """
         scorer = self.require_ready()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._decode_pool, prepare_image, data, scorer.pipeline)
+        cancelled = threading.Event()
+        seconds = self.settings.decode_timeout_s
+
+        def work() -> PreparedImage:
+            return prepare_image(data, scorer.pipeline, DecodeDeadline(seconds, cancelled))
+
+        try:
+            return await loop.run_in_executor(self._decode_pool, work)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
 
     async def predict(self, data: bytes) -> Prediction:
         """One image: decode, then batch with whatever else is in flight."""

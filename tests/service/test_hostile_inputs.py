@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.hostile import hostile_bodies, png_black, png_claiming
+from tests.helpers.hostile_decode import jpeg_many_scans, tiff_tile_bomb, truncated_jpeg
 from tests.helpers.hostile_service import (
     Service,
     disconnect_mid_body,
@@ -143,6 +144,38 @@ def test_batch_with_bombs_answers_each_item(suite: Suite) -> None:
     assert _numbers(items[-1]["result"]) == suite.before
 
 
+@pytest.mark.parametrize("fraction", [0.90, 0.95, 0.98])
+def test_truncated_jpeg_with_an_end_marker_is_refused_not_graded(suite: Suite, fraction: float) -> None:
+    """libjpeg fills the missing rows with grey and reports no error: the fill must not be graded."""
+    body = truncated_jpeg(fundus_like(7, size=512), fraction)
+    assert body.endswith(b"\xff\xd9")
+    r = post(suite.svc, "/v1/predict", body, "image/jpeg", f"hostile-cut-{int(fraction * 100):04d}")
+    _assert_problem(r, 400, "undecodable-image", "truncated")
+
+
+def test_tiff_tile_bomb_is_refused_from_its_header(suite: Suite) -> None:
+    """A 64x64 TIFF declaring one 16384^2 deflate tile (256 MiB inflated) is refused before decoding."""
+    bomb = tiff_tile_bomb(64, 16_384)
+    assert len(bomb) < 512 * 1024
+    for i in range(2):  # twice: each would allocate the whole tile
+        r = post(suite.svc, "/v1/predict", bomb, "image/tiff", f"hostile-tile-{i:04d}")
+        detail = _assert_problem(r, 413, "image-too-large", "tiles")["detail"]
+        assert "16384x16384" in detail
+
+
+def test_progressive_jpeg_with_thousands_of_scans_is_refused_before_decoding(suite: Suite) -> None:
+    """3,000 repeated end-of-band scans over a 2000^2 frame (~40 KB): seconds of CPU if decoded."""
+    bomb = jpeg_many_scans(2000, 3000)
+    assert len(bomb) < 128 * 1024
+    started = time.monotonic()
+    r = post(suite.svc, "/v1/predict", bomb, "image/jpeg", "hostile-scans-0001")
+    _assert_problem(r, 422, "image-too-complex", "scans")
+    assert time.monotonic() - started < 1.0  # refused from the markers, not after a decode
+    within_count = jpeg_many_scans(2000, 20)  # 30 scans: under the count cap, over scans x pixels
+    r = post(suite.svc, "/v1/predict", within_count, "image/jpeg", "hostile-scans-0002")
+    _assert_problem(r, 422, "image-too-complex", "RADSCREEN_MAX_PIXELS")
+
+
 def test_many_parts_in_one_body(suite: Suite) -> None:
     png = _normal_image()
     body, ctype = multipart_body([("image", f"{i}.png", png) for i in range(17)])
@@ -247,3 +280,21 @@ def test_integer_alpha_and_16_bit_paths_equal_exact_rounding() -> None:
     v = np.arange(65536, dtype=np.uint16).reshape(256, 256)  # every 16-bit value
     got = _to_rgb8(Image.fromarray(v))
     assert np.array_equal(got[..., 1], np.round(v.astype(np.float64) * 255.0 / 65535.0).astype(np.uint8))
+
+
+def test_a_cancelled_or_expired_decode_stops_with_its_problem() -> None:
+    """The decode deadline and the cancellation flag stop the decoder at its next read."""
+    import threading
+
+    from service.inference.decode_deadline import DecodeDeadline
+    from service.inference.imaging import ImageRejected, decode_rgb
+
+    photo = encode(fundus_like(5, size=256), "JPEG")
+    limits = {"max_pixels": MAX_PIXELS, "max_bytes": MAX_UPLOAD}
+    assert decode_rgb(photo, **limits, deadline=DecodeDeadline(60.0)).shape == (256, 256, 3)
+    gone = threading.Event()
+    gone.set()
+    for deadline, needle in ((DecodeDeadline(60.0, gone), "abandoned"), (DecodeDeadline(-1.0), "DECODE_TIMEOUT")):
+        with pytest.raises(ImageRejected) as caught:
+            decode_rgb(photo, **limits, deadline=deadline)
+        assert caught.value.problem_type == "image-too-complex" and needle in caught.value.detail
