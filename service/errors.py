@@ -129,6 +129,21 @@ def problem_response(
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
 
 
+MAX_REPORTED_ERRORS = 20  # validation errors listed in one problem; ``error_count`` gives the total
+
+
+def validation_problem(raw_errors: Any) -> ServiceProblem:
+    """422 ``validation-error`` listing at most ``MAX_REPORTED_ERRORS`` cleaned entries and the total count.
+
+    A body with millions of invalid items must not become an answer millions of entries long.
+    """
+    errors = _clean_validation_errors(raw_errors[:MAX_REPORTED_ERRORS])
+    where = ", ".join(": ".join(filter(None, (".".join(str(p) for p in e["loc"]), e["msg"]))) for e in errors[:5])
+    more = f" (and {len(raw_errors) - 5} more)" if len(raw_errors) > 5 else ""
+    return ServiceProblem("validation-error", 422, f"Invalid request fields: {where}{more}",
+                          extra={"errors": errors, "error_count": len(raw_errors)})
+
+
 def _clean_validation_errors(errors: Any) -> list[dict[str, Any]]:
     """Pydantic error entries without ``input``/``ctx`` (they could echo study_id or bytes)."""
     return [
@@ -159,11 +174,8 @@ async def _on_retry_later(request: Request, exc: Exception) -> JSONResponse:
 
 async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = _clean_validation_errors(exc.errors())
-    where = ", ".join(".".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in errors[:5])
-    return problem_response(
-        request, "validation-error", 422, f"Invalid request fields: {where}", errors=errors
-    )
+    problem = validation_problem(list(exc.errors()))
+    return problem_response(request, problem.slug, problem.status, problem.detail, **problem.extra)
 
 
 async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:

@@ -8,6 +8,7 @@ memory bound and the answer after everything above has been thrown at the servic
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
@@ -174,6 +176,46 @@ def test_progressive_jpeg_with_thousands_of_scans_is_refused_before_decoding(sui
     within_count = jpeg_many_scans(2000, 20)  # 30 scans: under the count cap, over scans x pixels
     r = post(suite.svc, "/v1/predict", within_count, "image/jpeg", "hostile-scans-0002")
     _assert_problem(r, 422, "image-too-complex", "RADSCREEN_MAX_PIXELS")
+
+
+def _prediction(suite: Suite, request_id: str) -> dict[str, Any]:
+    r = post(suite.svc, "/v1/predict", _normal_image(), "image/png", request_id)
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def test_fhir_render_refuses_amplifier_bodies_with_small_answers(suite: Suite) -> None:
+    """Millions of invalid items must not become a huge 422 (nor block the event loop parsing it)."""
+    doc = _prediction(suite, "hostile-fhir-0001")
+    big = json.dumps({**doc, "referral_reasons": [0] * 700_000}).encode()  # ~2 MB, within the upload limit
+    started = time.monotonic()
+    r = post(suite.svc, "/v1/fhir", big, "application/json", "hostile-fhir-0002")
+    _assert_problem(r, 413, "payload-too-large", "limit")
+    assert time.monotonic() - started < 5.0
+    small = json.dumps({**doc, "referral_reasons": [0] * 20_000}).encode()  # ~60 KB, under the FHIR limit
+    r = post(suite.svc, "/v1/fhir", small, "application/json", "hostile-fhir-0003")
+    body = _assert_problem(r, 422, "validation-error", "referral_reasons")
+    assert len(r.content) < 16 * 1024 and len(body["errors"]) <= 20 and body["error_count"] == 20_000
+    assert httpx.get(f"{suite.svc.base}/healthz", timeout=5).status_code == 200
+    r = post(suite.svc, "/v1/fhir", json.dumps(doc).encode(), "application/json", "hostile-fhir-0004")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/fhir+json")
+
+
+@pytest.mark.parametrize("study_id", ["a\x01b", "x" * 10_000, "étude-ü", "\ud800"])
+def test_fhir_and_predict_validate_the_study_id_alike(suite: Suite, study_id: str) -> None:
+    doc = _prediction(suite, "hostile-sid-0000")
+    raw = json.dumps({**doc, "study_id": study_id})  # ensure_ascii: the lone surrogate travels as \ud800
+    r = post(suite.svc, "/v1/fhir", raw.encode(), "application/json", "hostile-sid-0001")
+    lone_surrogate = study_id == "\ud800"  # not valid JSON text for a strict parser: refused as such
+    needle = "invalid json" if lone_surrogate else "study_id"
+    fhir_detail = _assert_problem(r, 422, "validation-error", needle)["detail"]
+    assert "number too large" not in fhir_detail
+    body, ctype = multipart_body([("image", "a.png", _normal_image()),
+                                  ("study_id", None, study_id.encode("utf-8", "surrogatepass"))])
+    r = post(suite.svc, "/v1/predict", body, ctype, "hostile-sid-0002")
+    predict_detail = _assert_problem(r, 422, "validation-error", "study_id")["detail"]
+    assert lone_surrogate or predict_detail == fhir_detail  # one rule, one message
 
 
 def test_many_parts_in_one_body(suite: Suite) -> None:
