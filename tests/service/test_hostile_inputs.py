@@ -9,9 +9,13 @@ memory bound and the answer after everything above has been thrown at the servic
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.helpers.artifacts import edit_config
 from tests.helpers.hostile import hostile_bodies, png_black, png_claiming
 from tests.helpers.hostile_decode import jpeg_many_scans, tiff_tile_bomb, truncated_jpeg
 from tests.helpers.hostile_service import (
@@ -35,6 +40,7 @@ from tests.helpers.hostile_service import (
     trickled_upload,
 )
 from tests.helpers.images import encode, fundus_like
+from tests.helpers.processes import ROOT, free_port
 
 PROBLEM = "application/problem+json"
 MAX_PIXELS = 4_000_000
@@ -278,6 +284,29 @@ def test_afterwards_clean_log_bounded_memory_same_answer(suite: Suite) -> None:
     assert not [e for e in entries if e.get("level") in ("error", "critical") or "raw" in e]  # JSON lines only
     served = [e for e in entries if e.get("logger") == "service.access" and e["endpoint"] != "/readyz"]
     assert served and not [e for e in served if e["status"] >= 500]  # /readyz is 503 while loading: expected
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda d: d["serving"].update(mc_samples=100_000), "serving.mc_samples"),
+        (lambda d: (d["input"].update(size=100_000), d["architecture"].update(input_size=100_000)), "input.size"),
+        (lambda d: d["architecture"].update(width=100_000), "architecture.width"),
+    ],
+)
+def test_serve_refuses_a_rehashed_artifact_with_absurd_serving_shapes(
+    tiny_artifact: Path, tmp_path: Path, edit: Callable[[dict[str, Any]], object], field: str
+) -> None:
+    """A consistently hashed artifact whose shapes would need gigabytes: `serve` exits 2 naming the field."""
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_artifact, bad)
+    edit_config(bad, edit)
+    command = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(free_port()),
+               "--model-dir", str(bad)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "RADSCREEN_DEVICE": "cpu"})
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"field '{field}' must be in [1, " in done.stderr and "Traceback" not in done.stderr
 
 
 def test_batch_job_turns_each_bomb_into_an_error_row_and_goes_on(tiny_artifact: Path, tmp_path: Path) -> None:
