@@ -128,6 +128,11 @@ class Settings(ScorerSettings):
     queue_size: int = Field(
         default=64, ge=1, description="Images allowed to wait; beyond it requests get 503."
     )
+    max_queue_wait_s: float = Field(
+        default=10.0, gt=0, le=3600,
+        description="Admission: a request whose expected wait (images ahead x measured seconds per image) is "
+        "longer is refused with 503 + Retry-After before decoding.",
+    )
     max_batch_items: int = Field(
         default=16, ge=1, le=256, description="Most images in one /v1/predict/batch call."
     )

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from tests.helpers.hostile_service import (
     trickled_upload,
 )
 from tests.helpers.images import encode, fundus_like
+from tests.helpers.overload import drive, summary
 from tests.helpers.processes import ROOT, free_port
 
 PROBLEM = "application/problem+json"
@@ -307,6 +309,40 @@ def test_serve_refuses_a_rehashed_artifact_with_absurd_serving_shapes(
                           env={**os.environ, "RADSCREEN_DEVICE": "cpu"})
     assert done.returncode == 2, done.stderr[-2000:]
     assert f"field '{field}' must be in [1, " in done.stderr and "Traceback" not in done.stderr
+
+
+def test_overload_is_refused_before_decoding_with_retry_after(tiny_artifact: Path, tmp_path: Path) -> None:
+    """16 closed-loop clients for 3 s against one decode worker and one inference thread, wait bound 0.1 s.
+
+    Without admission all 16 get in and wait their turn behind each other (no 503, the queue holds 64).
+    With it, a request whose expected wait is beyond the bound is refused with 503 ``overloaded`` and a
+    Retry-After, before its image is decoded; a batch of 16 arriving while the service is busy likewise.
+    The latency figures (printed here) are measured for 60 s by benchmarks/overload.py.
+    """
+    env = {"RADSCREEN_MAX_QUEUE_WAIT_S": "0.1", "RADSCREEN_THREADS": "1", "RADSCREEN_DECODE_WORKERS": "1",
+           "RADSCREEN_MAX_BATCH_SIZE": "4", "RADSCREEN_MAX_WAIT_MS": "2"}
+    with hostile_service(tiny_artifact, tmp_path / "overload.log", env) as svc:
+        image = _normal_image()
+        assert post(svc, "/v1/predict", image, "image/png", "overload-warm-0001").status_code == 200
+        batch, ctype = multipart_body([("image", f"{i}.png", image) for i in range(16)])
+
+        def batch_while_busy() -> httpx.Response:
+            time.sleep(1.5)
+            return post(svc, "/v1/predict/batch", batch, ctype, "overload-batch-0001")
+
+        with ThreadPoolExecutor(1) as pool:  # a batch of 16 while 16 clients keep the service busy
+            later = pool.submit(batch_while_busy)
+            answers = drive(svc.base, image, clients=16, duration=3.0)
+            busy = later.result()
+        entries = svc.log_entries()
+    print("\n" + summary(answers))
+    assert {a.status for a in answers} <= {200, 503} and any(a.status == 200 for a in answers)
+    refused = [a for a in answers if a.status == 503]
+    assert refused and all(a.problem_type and a.problem_type.endswith("/overloaded") for a in refused)
+    assert all(a.retry_after is not None and int(a.retry_after) >= 1 for a in refused)
+    assert busy.status_code == 503 and int(busy.headers["retry-after"]) >= 1, busy.text
+    assert "RADSCREEN_MAX_QUEUE_WAIT_S" in busy.json()["detail"]
+    assert not [e for e in entries if e.get("level") in ("error", "critical") or "raw" in e]
 
 
 def test_batch_job_turns_each_bomb_into_an_error_row_and_goes_on(tiny_artifact: Path, tmp_path: Path) -> None:
