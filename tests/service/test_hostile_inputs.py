@@ -243,6 +243,19 @@ def test_many_parts_in_one_body(suite: Suite) -> None:
                     "validation-error", "got 2 images")
 
 
+def test_malformed_multipart_bodies_leave_only_json_lines_in_the_log(suite: Suite) -> None:
+    """The multipart parser warns on a malformed body: its warning must be a JSON line like every other."""
+    before = len(suite.svc.log_entries())
+    bodies = [b"--hostile\r\nContent-Disposition: form-data; name=\"image\"\r\n\r\nxx\r\n--hostileXX",
+              b"--hostile\rgarbage", b"--hostilegarbage\r\n"]
+    for i, body in enumerate(bodies):
+        r = post(suite.svc, "/v1/predict", body, "multipart/form-data; boundary=hostile", f"hostile-mp-{i:04d}")
+        assert 400 <= r.status_code < 500, r.text
+        suite.svc.access_line(f"hostile-mp-{i:04d}")
+    raw = [e for e in suite.svc.log_entries()[before:] if "raw" in e]
+    assert not raw, raw
+
+
 def test_slow_uploads_are_cut_off(suite: Suite) -> None:
     status, headers, body = stalled_upload(suite.svc, "hostile-slow-0001")
     assert status == 408 and headers["content-type"].startswith(PROBLEM), body
