@@ -16,6 +16,7 @@ fixed per type, the ``status``, a human ``detail`` and the request id (also as `
 | request-timeout         | 408    | body chunks too slow (upload idle / total timeout)   |
 | payload-too-large       | 413    | body or image above the byte limit, too many parts   |
 | image-too-large         | 413    | pixels or padded square above the limit, bomb        |
+| cors-refused            | 400    | CORS preflight from an origin/method/header not allowed |
 | unsupported-media-type  | 415    | not an image (PDF, text, ...), wrong content type    |
 | multi-frame-image       | 415    | animated GIF/WebP/PNG, multi-page TIFF               |
 | image-too-complex       | 422    | decoding beyond its work bound (JPEG scans, deadline)|
@@ -50,6 +51,7 @@ TITLES: dict[str, str] = {
     "extreme-aspect-ratio": "Image aspect ratio not accepted",
     "image-too-complex": "Image too costly to decode",
     "unauthorized": "Missing or invalid API key",
+    "cors-refused": "Cross-origin request refused",
     "not-found": "Not found",
     "method-not-allowed": "Method not allowed",
     "not-acceptable": "Not acceptable",

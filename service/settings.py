@@ -142,6 +142,10 @@ class Settings(ScorerSettings):
     upload_timeout_s: float = Field(
         default=300.0, gt=0, le=86_400, description="Longest time to receive a whole request body (else 408)."
     )
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, le=3600,
+        description="Longest time to receive a request's headers (else 408 and the connection is closed).",
+    )
     decode_timeout_s: float = Field(
         default=10.0, gt=0, le=600,
         description="Longest time one image may take to decode once a worker starts it (else 422 image-too-complex).",

@@ -201,9 +201,12 @@ def check_geometry(width: int, height: int, *, max_pixels: int, max_aspect_ratio
         )
     ratio = side / min(width, height)
     if ratio > max_aspect_ratio:
+        digits = 1  # as many decimals as it takes to show the ratio above the limit (4.01:1, not 4.0:1)
+        while round(ratio, digits) <= max_aspect_ratio and digits < 6:
+            digits += 1
         raise ImageRejected(
             "extreme-aspect-ratio",
-            f"The image is {width}x{height} px, an aspect ratio of {ratio:.1f}:1; fundus photographs are "
+            f"The image is {width}x{height} px, an aspect ratio of {ratio:.{digits}f}:1; fundus photographs are "
             f"1:1 to about 16:9 and at most {max_aspect_ratio:g}:1 is accepted.",
         )
 

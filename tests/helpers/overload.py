@@ -23,9 +23,10 @@ class Answer:
     problem_type: str | None
 
 
-def drive(base: str, image: bytes, *, clients: int, duration: float, timeout: float = 120.0) -> list[Answer]:
+def drive(base: str, image: bytes, *, clients: int, duration: float, timeout: float = 120.0,
+          polite: bool = True) -> list[Answer]:
     """Every answer of ``clients`` closed-loop clients over ``duration`` seconds (a request started before
-    the end is waited for)."""
+    the end is waited for). ``polite``: after a 503 a client waits its Retry-After; else 50 ms."""
     answers: list[Answer] = []
     lock = threading.Lock()
     end = time.monotonic() + duration
@@ -42,8 +43,9 @@ def drive(base: str, image: bytes, *, clients: int, duration: float, timeout: fl
                 answer = Answer(r.status_code, time.monotonic() - started, r.headers.get("retry-after"), problem)
                 with lock:
                     answers.append(answer)
-                if r.status_code == 503:  # a polite client would wait Retry-After; this one retries at once
-                    time.sleep(0.05)
+                if r.status_code == 503:  # a polite client: waits Retry-After (at most until the end)
+                    pause = float(r.headers.get("retry-after", "0.05")) if polite else 0.05
+                    time.sleep(max(0.0, min(pause, end - time.monotonic())))
 
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
     for t in threads:

@@ -38,6 +38,7 @@ from tests.helpers.hostile_service import (
     reset_peak_rss,
     rss_kib,
     stalled_upload,
+    trickled_headers,
     trickled_upload,
 )
 from tests.helpers.images import encode, fundus_like
@@ -54,6 +55,8 @@ ENV = {
     "RADSCREEN_UPLOAD_TIMEOUT_S": "6",
     "RADSCREEN_MAX_WAIT_MS": "1500",  # a lone image waits 1.5 s for company: room to hang up before the answer
     "RADSCREEN_DECODE_WORKERS": "2",
+    "RADSCREEN_CORS_ORIGINS": '["https://dash.example"]',
+    "RADSCREEN_HEADER_TIMEOUT_S": "1.5",
 }
 # Stated bound on the service's peak RSS above its warmed-up baseline during this suite: two decode
 # workers each holding one image at the pixel budget (4 Mpx: 12 MB RGB plus the quality gate's
@@ -226,6 +229,20 @@ def test_fhir_and_predict_validate_the_study_id_alike(suite: Suite, study_id: st
     assert lone_surrogate or predict_detail == fhir_detail  # one rule, one message
 
 
+def test_refusal_messages_say_what_was_refused(suite: Suite) -> None:
+    """A ratio just above the limit is shown above it; a refused CORS preflight is problem+json."""
+    r = post(suite.svc, "/v1/predict", png_claiming(401, 100), "image/png", "hostile-msg-0001")
+    _assert_problem(r, 400, "extreme-aspect-ratio", "4.01:1")
+    preflight = {"Origin": "https://evil.example", "Access-Control-Request-Method": "POST",
+                 "X-Request-ID": "hostile-msg-0002"}
+    r = httpx.options(f"{suite.svc.base}/v1/predict", headers=preflight, timeout=10)
+    body = _assert_problem(r, 400, "cors-refused", "origin")
+    assert body["request_id"] == "hostile-msg-0002"
+    allowed = {**preflight, "Origin": "https://dash.example", "X-Request-ID": "hostile-msg-0003"}
+    r = httpx.options(f"{suite.svc.base}/v1/predict", headers=allowed, timeout=10)
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://dash.example"
+
+
 def test_many_parts_in_one_body(suite: Suite) -> None:
     png = _normal_image()
     body, ctype = multipart_body([("image", f"{i}.png", png) for i in range(17)])
@@ -262,6 +279,10 @@ def test_slow_uploads_are_cut_off(suite: Suite) -> None:
     assert b"RADSCREEN_UPLOAD_IDLE_TIMEOUT_S" in body
     status, headers, body = trickled_upload(suite.svc, "hostile-slow-0002")
     assert status == 408 and b"RADSCREEN_UPLOAD_TIMEOUT_S" in body, body
+    started = time.monotonic()
+    status, headers, body = trickled_headers(suite.svc)  # one header byte every 0.3 s: never idle, never done
+    assert status == 408 and headers["content-type"].startswith(PROBLEM), body
+    assert b"RADSCREEN_HEADER_TIMEOUT_S" in body and time.monotonic() - started < 20
 
 
 def test_client_disconnects_are_counted_and_logged_at_info(suite: Suite) -> None:
