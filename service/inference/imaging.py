@@ -53,7 +53,7 @@ from PIL import Image, ImageFile, ImageOps, PngImagePlugin, UnidentifiedImageErr
 
 from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
 from service.inference.decode_deadline import CHUNK, DeadlineReader, DecodeAborted, DecodeDeadline
-from service.inference.jpeg_structure import GREY_BLOCK, has_grey_tail, read_structure, scan_problem
+from service.inference.jpeg_structure import GREY_BLOCK, count_scans, has_grey_tail, scan_problem
 from service.inference.tiff_layout import tile_problem
 
 MIN_SIDE = 16
@@ -232,7 +232,7 @@ def _check_layout(img: Image.Image, data: bytes, max_pixels: int) -> None:
         if problem:
             raise ImageRejected("image-too-large", problem)
     elif img.format in ("JPEG", "MPO"):
-        problem = scan_problem(read_structure(data), width, height, max_pixels=max_pixels)
+        problem = scan_problem(count_scans(data), width, height, max_pixels=max_pixels)
         if problem:
             raise ImageRejected("image-too-complex", problem)
 

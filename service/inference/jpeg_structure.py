@@ -14,7 +14,6 @@ bottom-right corner. :func:`has_grey_tail` finds that fill.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,15 +33,7 @@ _SOS, _EOI = 0xDA, 0xD9
 _STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
 
 
-@dataclass(frozen=True)
-class JpegStructure:
-    """What the marker walk found: the number of scans and whether an end-of-image marker ends them."""
-
-    scans: int
-    complete: bool  # an EOI marker was reached (after the last scan)
-
-
-def read_structure(data: bytes, *, stop_after: int = MAX_JPEG_SCANS + 1) -> JpegStructure:
+def count_scans(data: bytes, *, stop_after: int = MAX_JPEG_SCANS + 1) -> int:
     """Walk the marker segments of the first JPEG in ``data`` (an MPO's primary frame), counting scans.
 
     Stops early after ``stop_after`` scans (enough to refuse). Linear in the size: segment lengths
@@ -51,13 +42,13 @@ def read_structure(data: bytes, *, stop_after: int = MAX_JPEG_SCANS + 1) -> Jpeg
     pos, scans, size = 2, 0, len(data)
     while pos + 1 < size:
         if data[pos] != 0xFF:
-            return JpegStructure(scans, False)  # garbage between segments: the decoder will refuse it
+            return scans  # garbage between segments: the decoder will refuse it
         marker = data[pos + 1]
         if marker == 0xFF:  # fill byte
             pos += 1
             continue
         if marker == _EOI:
-            return JpegStructure(scans, True)
+            return scans
         if marker in _STANDALONE:
             pos += 2
             continue
@@ -73,17 +64,17 @@ def read_structure(data: bytes, *, stop_after: int = MAX_JPEG_SCANS + 1) -> Jpeg
         if found is None:
             break
         pos = found.start()
-    return JpegStructure(scans, False)
+    return scans
 
 
-def scan_problem(structure: JpegStructure, width: int, height: int, *, max_pixels: int) -> str:
-    """Why decoding this many scans is refused ("" when it is within both bounds)."""
-    if structure.scans > MAX_JPEG_SCANS:
+def scan_problem(scans: int, width: int, height: int, *, max_pixels: int) -> str:
+    """Why decoding ``scans`` scans of a ``width x height`` frame is refused ("" when within both bounds)."""
+    if scans > MAX_JPEG_SCANS:
         return (f"The JPEG has more than {MAX_JPEG_SCANS} scans; at most {MAX_JPEG_SCANS} are decoded "
                 "(a progressive photograph has about 10).")
-    work = structure.scans * width * height
+    work = scans * width * height
     if work > SCAN_WORK_FACTOR * max_pixels:
-        return (f"The JPEG has {structure.scans} scans over {width}x{height} px = {work} scan-pixels of decoding; "
+        return (f"The JPEG has {scans} scans over {width}x{height} px = {work} scan-pixels of decoding; "
                 f"the limit is {SCAN_WORK_FACTOR} x RADSCREEN_MAX_PIXELS = {SCAN_WORK_FACTOR * max_pixels}.")
     return ""
 
