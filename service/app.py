@@ -18,11 +18,11 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
-from starlette.middleware.cors import CORSMiddleware
 
 from service.api import health, model, pages, predict
 from service.api.docs import install_offline_docs
 from service.api.pages import STATIC_DIR
+from service.cors import ProblemCORSMiddleware
 from service.errors import install_error_handlers
 from service.metrics import ServiceMetrics
 from service.middleware import RequestContextMiddleware
@@ -80,7 +80,7 @@ def create_app(settings: Settings | None = None, *, scorer_factory: ScorerFactor
     app.mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static")
     if settings.cors_origins:
         app.add_middleware(
-            CORSMiddleware,
+            ProblemCORSMiddleware,
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST"],
             allow_headers=["Content-Type", "X-API-Key", "X-Request-ID", "Accept"],

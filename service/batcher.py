@@ -82,6 +82,7 @@ class MicroBatcher:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="radscreen-infer")
         self._worker: asyncio.Task[None] | None = None
         self._last_batch_s = 0.05  # running estimate of one forward, for Retry-After
+        self._image_s: float | None = None  # running estimate of forward seconds per image (admission)
 
     def start(self) -> None:
         if self._worker is None:
@@ -103,6 +104,15 @@ class MicroBatcher:
     @property
     def depth(self) -> int:
         return self._queue.qsize()
+
+    def seconds_per_image(self) -> float:
+        """Measured forward seconds per image (running average; before any forward: one forward's estimate)."""
+        return self._image_s if self._image_s is not None else self._last_batch_s
+
+    def seed_seconds_per_image(self, seconds: float) -> None:
+        """Start the estimate from a measurement (the warm-up forward) instead of a guess."""
+        if self._image_s is None:
+            self._image_s = seconds
 
     def retry_after(self) -> int:
         batches_ahead = math.ceil(self.queue_size / self.max_batch_size)
@@ -177,6 +187,8 @@ class MicroBatcher:
                 continue
             elapsed = time.perf_counter() - started
             self._last_batch_s = 0.8 * self._last_batch_s + 0.2 * elapsed
+            per_image = elapsed / len(batch)
+            self._image_s = per_image if self._image_s is None else 0.8 * self._image_s + 0.2 * per_image
             if self.metrics is not None:
                 self.metrics.inference.observe(elapsed)
                 self.metrics.batch_size.observe(len(batch))

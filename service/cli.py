@@ -52,9 +52,12 @@ def serve(host: str, port: int, model_dir: Path | None, workers: int = 1) -> int
         logger.error("cannot serve: %s", exc)
         return 2
     logger.info("serving", extra={"model": artifact.config.name, "sha256": artifact.sha256, "port": port})
-    if workers > 1:
-        import os
+    import os
 
+    from service.header_timeout import HEADER_TIMEOUT_ENV, HeaderTimeoutH11Protocol
+
+    os.environ[HEADER_TIMEOUT_ENV] = str(settings.header_timeout_s)  # read by each connection, any worker
+    if workers > 1:
         os.environ["RADSCREEN_MODEL_DIR"] = str(settings.model_dir)
         uvicorn.run(
             "service.app:create_app",
@@ -64,11 +67,13 @@ def serve(host: str, port: int, model_dir: Path | None, workers: int = 1) -> int
             workers=workers,
             log_config=None,
             access_log=False,
+            http=HeaderTimeoutH11Protocol,
         )
     else:
         from service.app import create_app
 
-        uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
+        uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False,
+                    http=HeaderTimeoutH11Protocol)
     return 0
 
 

@@ -16,8 +16,10 @@ fixed per type, the ``status``, a human ``detail`` and the request id (also as `
 | request-timeout         | 408    | body chunks too slow (upload idle / total timeout)   |
 | payload-too-large       | 413    | body or image above the byte limit, too many parts   |
 | image-too-large         | 413    | pixels or padded square above the limit, bomb        |
+| cors-refused            | 400    | CORS preflight from an origin/method/header not allowed |
 | unsupported-media-type  | 415    | not an image (PDF, text, ...), wrong content type    |
 | multi-frame-image       | 415    | animated GIF/WebP/PNG, multi-page TIFF               |
+| image-too-complex       | 422    | decoding beyond its work bound (JPEG scans, deadline)|
 | validation-error        | 422    | missing/invalid fields                               |
 | overloaded              | 503    | queue full (Retry-After)                             |
 | not-ready               | 503    | model loading or failed to load (Retry-After)        |
@@ -47,7 +49,9 @@ TITLES: dict[str, str] = {
     "undecodable-image": "Image cannot be decoded",
     "image-too-small": "Image too small",
     "extreme-aspect-ratio": "Image aspect ratio not accepted",
+    "image-too-complex": "Image too costly to decode",
     "unauthorized": "Missing or invalid API key",
+    "cors-refused": "Cross-origin request refused",
     "not-found": "Not found",
     "method-not-allowed": "Method not allowed",
     "not-acceptable": "Not acceptable",
@@ -71,6 +75,7 @@ IMAGE_PROBLEM_STATUS: dict[str, int] = {
     "image-too-large": 413,
     "unsupported-media-type": 415,
     "multi-frame-image": 415,
+    "image-too-complex": 422,
 }
 assert IMAGE_PROBLEM_STATUS.keys() == REJECTION_SLUGS, "every rejection slug needs its HTTP status"
 _STATUS_SLUGS = {
@@ -126,6 +131,21 @@ def problem_response(
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
 
 
+MAX_REPORTED_ERRORS = 20  # validation errors listed in one problem; ``error_count`` gives the total
+
+
+def validation_problem(raw_errors: Any) -> ServiceProblem:
+    """422 ``validation-error`` listing at most ``MAX_REPORTED_ERRORS`` cleaned entries and the total count.
+
+    A body with millions of invalid items must not become an answer millions of entries long.
+    """
+    errors = _clean_validation_errors(raw_errors[:MAX_REPORTED_ERRORS])
+    where = ", ".join(": ".join(filter(None, (".".join(str(p) for p in e["loc"]), e["msg"]))) for e in errors[:5])
+    more = f" (and {len(raw_errors) - 5} more)" if len(raw_errors) > 5 else ""
+    return ServiceProblem("validation-error", 422, f"Invalid request fields: {where}{more}",
+                          extra={"errors": errors, "error_count": len(raw_errors)})
+
+
 def _clean_validation_errors(errors: Any) -> list[dict[str, Any]]:
     """Pydantic error entries without ``input``/``ctx`` (they could echo study_id or bytes)."""
     return [
@@ -156,11 +176,8 @@ async def _on_retry_later(request: Request, exc: Exception) -> JSONResponse:
 
 async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = _clean_validation_errors(exc.errors())
-    where = ", ".join(".".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in errors[:5])
-    return problem_response(
-        request, "validation-error", 422, f"Invalid request fields: {where}", errors=errors
-    )
+    problem = validation_problem(list(exc.errors()))
+    return problem_response(request, problem.slug, problem.status, problem.detail, **problem.extra)
 
 
 async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:

@@ -58,6 +58,9 @@ class CurrentStderrHandler(logging.StreamHandler):
 def configure_logging(level: str = "info") -> None:
     """JSON lines on stderr for the service and uvicorn loggers (called by ``radscreen serve``).
 
+    Every other library logger reaches the root logger, which gets the same JSON handler at ``warning``:
+    without it, Python's last-resort handler would print a library's warning as plain text into the
+    JSON log (the multipart parser warns on every malformed body, naming only byte offsets).
     Idempotent: calling it again replaces the handlers instead of adding more.
     """
     handler = CurrentStderrHandler()
@@ -68,4 +71,7 @@ def configure_logging(level: str = "info") -> None:
         log.handlers[:] = [handler]
         log.setLevel(level.upper())
         log.propagate = False
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
     logging.getLogger("uvicorn.access").disabled = True  # our access log replaces it (no query strings)

@@ -6,7 +6,7 @@ Pure ASGI (not ``BaseHTTPMiddleware``) so the body is streamed, never buffered h
 Body limit: a declared ``Content-Length`` above the limit is answered 413 before a byte of the body
 is read; a chunked body is counted as it streams and the request fails with 413 as soon as it
 passes the limit. The limit is ``max_upload_bytes`` + 64 KiB of multipart overhead, times
-``max_batch_items`` on the batch endpoint.
+``max_batch_items`` on the batch endpoint, ``FHIR_BODY_LIMIT`` (64 KiB) on ``/v1/fhir``.
 
 Body time: uvicorn has no request-body timeout, so a stalled upload would hold its connection and
 its partial body forever. Each body chunk must arrive within ``upload_idle_timeout_s`` of the
@@ -43,6 +43,10 @@ from service.settings import Settings
 logger = logging.getLogger("service.access")
 
 MULTIPART_OVERHEAD = 64 * 1024
+# POST /v1/fhir takes a prediction document (about 2 KB): 64 KiB is room for any real one, and keeps a
+# hostile body of millions of invalid items out before it is parsed.
+FHIR_PATH = "/v1/fhir"
+FHIR_BODY_LIMIT = 64 * 1024
 _PLAIN_ROUTES = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
 
@@ -87,6 +91,8 @@ class RequestContextMiddleware:
         self.body_timeout = settings.upload_timeout_s
 
     def _limit_for(self, path: str) -> int:
+        if path.rstrip("/") == FHIR_PATH:
+            return FHIR_BODY_LIMIT
         return self.batch_limit if path.rstrip("/").endswith("/batch") else self.single_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

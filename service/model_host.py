@@ -13,14 +13,18 @@ spec type the batch job and its Ray actors load.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal, cast
 
+from service.admission import Admission
 from service.batcher import MicroBatcher, RetryLater, Scored
+from service.inference.decode_deadline import DecodeDeadline
 from service.inference.partition import accepted, merge_in_order
 from service.inference.scoring import ImageRejected, PreparedImage, Scorer, prepare_image
 from service.inference.spec import ScorerSpec
@@ -64,6 +68,8 @@ class ModelHost:
         self.error: str | None = None
         self.scorer: Scorer | None = None
         self.batcher: MicroBatcher | None = None
+        self.admission: Admission | None = None
+        self._decode_s = 0.0  # running average of one image's decode + preprocessing, for admission
         self._decode_pool = ThreadPoolExecutor(settings.decode_workers, thread_name_prefix="radscreen-decode")
 
     async def load(self) -> None:
@@ -74,6 +80,9 @@ class ModelHost:
             # on CPU one small pass is enough; on GPU also the largest batch (cuDNN algorithm choice)
             sizes = [1] if scorer.backend.device == "cpu" else sorted({1, self.settings.max_batch_size})
             await asyncio.to_thread(scorer.warmup, sizes)
+            timed = time.perf_counter()
+            await asyncio.to_thread(scorer.warmup, [1])  # warm now: one image's forward, for admission
+            image_s = time.perf_counter() - timed
         except Exception as exc:
             self.state, self.error = "failed", f"{type(exc).__name__}: {exc}"
             logger.error("model failed to load: %s", self.error)
@@ -86,6 +95,8 @@ class ModelHost:
             queue_size=self.settings.queue_size,
             metrics=self.metrics,
         )
+        self.batcher.seed_seconds_per_image(image_s)
+        self.admission = Admission(self.settings.max_queue_wait_s, self._seconds_per_image)
         self.batcher.start()
         self.metrics.set_model(scorer.model_identity, scorer.calibration.referral_threshold_mi)
         self.metrics.ready.set(1)
@@ -115,22 +126,55 @@ class ModelHost:
         raise NotReady("The model is loading and warming up; retry shortly.")
 
     async def prepare(self, data: bytes) -> PreparedImage:
-        """Decode/validate/quality-check off the event loop; raises ImageRejected."""
+        """Decode/validate/quality-check off the event loop; raises ImageRejected.
+
+        The decode has ``decode_timeout_s`` from the moment a worker starts it; when the request is
+        cancelled (the client went away) a queued decode never starts and a running one stops at its
+        next read chunk (``service.inference.decode_deadline``).
+        """
         scorer = self.require_ready()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._decode_pool, prepare_image, data, scorer.pipeline)
+        cancelled = threading.Event()
+        seconds = self.settings.decode_timeout_s
+
+        def work() -> PreparedImage:
+            return prepare_image(data, scorer.pipeline, DecodeDeadline(seconds, cancelled))
+
+        try:
+            prepared = await loop.run_in_executor(self._decode_pool, work)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        self._decode_s = 0.8 * self._decode_s + 0.2 * prepared.decode_ms / 1e3
+        return prepared
+
+    def _seconds_per_image(self) -> float:
+        """The pipeline's measured seconds per image: its slower stage, the batched forward or the decode
+        pool (one image's decode over the number of decode workers)."""
+        assert self.batcher is not None
+        return max(self.batcher.seconds_per_image(), self._decode_s / self.settings.decode_workers)
+
+    def admit(self, images: int) -> contextlib.AbstractContextManager[None]:
+        """Admission by expected wait (``service.admission``), checked before any decoding."""
+        self.require_ready()
+        assert self.admission is not None  # set together with ready
+        return self.admission.admit(images)
 
     async def predict(self, data: bytes) -> Prediction:
-        """One image: decode, then batch with whatever else is in flight."""
-        prepared = await self.prepare(data)
-        assert self.batcher is not None  # set together with ready
-        scored = await self.batcher.submit(prepared)
+        """One image: admit, decode, then batch with whatever else is in flight."""
+        with self.admit(1):
+            prepared = await self.prepare(data)
+            assert self.batcher is not None  # set together with ready
+            scored = await self.batcher.submit(prepared)
         return Prediction(scored, prepared.decode_ms)
 
     async def predict_many(self, images: Sequence[bytes]) -> list[Prediction | ImageRejected]:
         """Several images in order; a rejected image becomes its ImageRejected, the others are scored
-        together (``service.inference.partition``)."""
-        self.require_ready()
+        together (``service.inference.partition``). Admitted (or refused) as a whole before decoding."""
+        with self.admit(len(images)):
+            return await self._predict_many(images)
+
+    async def _predict_many(self, images: Sequence[bytes]) -> list[Prediction | ImageRejected]:
         outcomes = await asyncio.gather(*(self.prepare(d) for d in images), return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException) and not isinstance(outcome, ImageRejected):

@@ -128,6 +128,11 @@ class Settings(ScorerSettings):
     queue_size: int = Field(
         default=64, ge=1, description="Images allowed to wait; beyond it requests get 503."
     )
+    max_queue_wait_s: float = Field(
+        default=10.0, gt=0, le=3600,
+        description="Admission: a request whose expected wait (images ahead x measured seconds per image) is "
+        "longer is refused with 503 + Retry-After before decoding.",
+    )
     max_batch_items: int = Field(
         default=16, ge=1, le=256, description="Most images in one /v1/predict/batch call."
     )
@@ -136,6 +141,14 @@ class Settings(ScorerSettings):
     )
     upload_timeout_s: float = Field(
         default=300.0, gt=0, le=86_400, description="Longest time to receive a whole request body (else 408)."
+    )
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, le=3600,
+        description="Longest time to receive a request's headers (else 408 and the connection is closed).",
+    )
+    decode_timeout_s: float = Field(
+        default=10.0, gt=0, le=600,
+        description="Longest time one image may take to decode once a worker starts it (else 422 image-too-complex).",
     )
     decode_workers: int = Field(
         default=2, ge=1, le=64, description="Threads decoding and preprocessing images."

@@ -109,6 +109,30 @@ def _architecture_from_dict(arch: JsonFields) -> tuple[str, VGGConfig]:
         raise arch.error(exc.field, exc.problem) from exc
 
 
+# Bounds of every field that shapes serving memory and time: an operator-built artifact with an absurd
+# value (K = 100000 draws, a 100000 px input) is refused at start-up, naming the field, instead of
+# failing later trying to allocate gigabytes. Generous against every real model (default: 512 px,
+# K = 16, width 46, blocks of 2-3 layers).
+MAX_MC_SAMPLES = 256  # also the bound of RADSCREEN_MC_SAMPLES
+MAX_HEAD_DRAWS = 4096
+MAX_INPUT_SIZE = 1024
+MAX_WIDTH = 256  # channels of the first block (the last blocks have 8x)
+MAX_BLOCK_LAYERS = 8
+MAX_OUTPUTS = 16
+MAX_FIRST_STRIDE = 8
+
+
+def _check_serving_shape(arch: VGGConfig, f: str) -> None:
+    _check(1 <= arch.width <= MAX_WIDTH, f, "architecture.width", f"must be in [1, {MAX_WIDTH}], got {arch.width}")
+    _check(all(1 <= b <= MAX_BLOCK_LAYERS for b in arch.blocks), f, "architecture.blocks",
+           f"must be 5 blocks of 1-{MAX_BLOCK_LAYERS} layers, got {list(arch.blocks)}")
+    _check(arch.in_channels == 3, f, "architecture.in_channels", f"must be 3 (RGB), got {arch.in_channels}")
+    _check(1 <= arch.num_outputs <= MAX_OUTPUTS, f, "architecture.num_outputs",
+           f"must be in [1, {MAX_OUTPUTS}], got {arch.num_outputs}")
+    _check(1 <= arch.first_stride <= MAX_FIRST_STRIDE, f, "architecture.first_stride",
+           f"must be in [1, {MAX_FIRST_STRIDE}], got {arch.first_stride}")
+
+
 @dataclass(frozen=True)
 class ArtifactConfig:
     """Everything serving needs to rebuild the model and its input pipeline (``config.json``).
@@ -168,7 +192,9 @@ class ArtifactConfig:
             f"is '{self.architecture.layer}' but the posterior is '{self.posterior}'; an artifact holds a "
             f"Bayesian model whose layers use its posterior family ({', '.join(POSTERIORS)})",
         )
-        _check(self.input_size > 0, f, "input.size", f"must be positive, got {self.input_size}")
+        _check(0 < self.input_size <= MAX_INPUT_SIZE, f, "input.size",
+               f"must be in [1, {MAX_INPUT_SIZE}] px, got {self.input_size}")
+        _check_serving_shape(self.architecture, f)
         _check(
             self.input_size == self.architecture.input_size,
             f,
@@ -192,9 +218,11 @@ class ArtifactConfig:
             f"is {self.preprocessing!r}; expected one of: {', '.join(map(repr, PREPROCESSINGS))} "
             "(models/preprocessing.py)",
         )
-        _check(self.mc_samples > 0, f, "serving.mc_samples", f"must be positive, got {self.mc_samples}")
+        _check(1 <= self.mc_samples <= MAX_MC_SAMPLES, f, "serving.mc_samples",
+               f"must be in [1, {MAX_MC_SAMPLES}], got {self.mc_samples}")
         _check(self.draw_seed >= 0, f, "serving.draw_seed", f"must be >= 0, got {self.draw_seed}")
-        _check(1 <= self.head_draws <= 4096, f, "serving.head_draws", f"must be in [1, 4096], got {self.head_draws}")
+        _check(1 <= self.head_draws <= MAX_HEAD_DRAWS, f, "serving.head_draws",
+               f"must be in [1, {MAX_HEAD_DRAWS}], got {self.head_draws}")
         _check(
             self.training_data == "synthetic" or self.training_data.startswith("real: "),
             f,

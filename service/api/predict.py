@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
+from service.api.fhir_body import parse_prediction
 from service.api.uploads import STUDY_ID_MAX, STUDY_ID_PATTERN, check_study_id, read_uploads
 from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
 from service.errors import ServiceProblem, image_problem, request_id_of
@@ -102,6 +104,10 @@ def _fhir(body: dict[str, Any]) -> Response:
     try:
         bundle = to_fhir_bundle(body)
         content = json.dumps(bundle, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError as exc:  # render endpoint only: a lone surrogate (\ud800) in a text field
+        raise ServiceProblem(
+            "validation-error", 422, "The body holds text that is not valid Unicode (a lone surrogate escape)."
+        ) from exc
     except ValueError as exc:  # render endpoint only: a contradicting outcome, or a number out of range
         detail = str(exc) if "contradicts" in str(exc) else "The body holds a number too large to render."
         raise ServiceProblem("validation-error", 422, detail) from exc
@@ -194,7 +200,10 @@ async def predict_batch(request: Request, host: ModelHostDep, settings: Settings
         "fields it is derived from (422 otherwise)."
     ),
     response_class=JSONResponse,
-    responses={200: {"content": _FHIR_CONTENT}, **problem_responses(401, 406, 422)},
+    responses={200: {"content": _FHIR_CONTENT}, **problem_responses(401, 406, 413, 422)},
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/PredictionResponse"}}}}},
 )
-async def render_fhir(body: PredictionResponse) -> Response:
-    return _fhir(body.model_dump(mode="json"))
+async def render_fhir(request: Request) -> Response:
+    body = await request.body()  # at most FHIR_BODY_LIMIT (the middleware's 413)
+    return await asyncio.to_thread(lambda: _fhir(parse_prediction(body)))

@@ -27,6 +27,7 @@ PATH_OUTSIDE_ROOT = "path-outside-input-root"
 MISSING_PATH = "missing-path"
 MALFORMED_ROW = "malformed-csv-row"  # an unbalanced quote or an unquoted comma: the row cannot be trusted
 NOT_AN_IMAGE = "not-an-image"
+UNRESOLVABLE_PATH = "unresolvable-path"  # a symlink loop (or a chain too long to follow)
 
 
 class InputError(Exception):
@@ -68,13 +69,16 @@ class InputSource:
     items: list[InputItem]
 
 
-def _inside(root: Path, file: Path) -> bool:
-    """Whether ``file`` (after resolving symlinks and ``..``) lies under ``root`` (already resolved)."""
+def _containment(root: Path, file: Path, outside: str) -> RowError | None:
+    """``None`` when ``file`` (after resolving symlinks and ``..``) lies under ``root`` (already
+    resolved); else the error row: ``outside`` as the detail, or a symlink loop that cannot be resolved."""
     try:
         file.resolve().relative_to(root)
     except ValueError:
-        return False
-    return True
+        return RowError(PATH_OUTSIDE_ROOT, outside)
+    except (RuntimeError, OSError) as exc:  # RuntimeError("Symlink loop ...") up to Python 3.12, ELOOP after
+        return RowError(UNRESOLVABLE_PATH, f"the path cannot be resolved (a symlink loop?): {type(exc).__name__}")
+    return None
 
 
 def discover_folder(folder: Path) -> InputSource:
@@ -107,9 +111,8 @@ def discover_folder(folder: Path) -> InputSource:
                 f"skipped: {suffix or 'no'} suffix is not an image type ({', '.join(IMAGE_EXTENSIONS)})",
             )
             items.append(InputItem(index, rel, shown, None, err))
-        elif not _inside(root, file):
-            err = RowError(PATH_OUTSIDE_ROOT, "symlink resolves outside the input folder")
-            items.append(InputItem(index, rel, shown, None, err))
+        elif outside := _containment(root, file, "symlink resolves outside the input folder"):
+            items.append(InputItem(index, rel, shown, None, outside))
         else:
             items.append(InputItem(index, rel, shown, file))
     return InputSource(description=f"folder:{root}", items=items)
@@ -206,9 +209,8 @@ def discover_manifest(manifest: Path, *, path_column: str | None = None, id_colu
             continue
         first_line[item_id] = line
         file = _resolve_entry(root_dir, value)
-        if not _inside(root, file):
-            err = RowError(PATH_OUTSIDE_ROOT, f"path on line {line} is outside the image root {root}")
-            items.append(InputItem(index, item_id, value, None, err))
+        if outside := _containment(root, file, f"path on line {line} is outside the image root {root}"):
+            items.append(InputItem(index, item_id, value, None, outside))
             continue
         items.append(InputItem(index, item_id, str(file), file))
     desc = f"manifest:{manifest.resolve()}|root:{root}|path:{pcol}|id:{icol}"

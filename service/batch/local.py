@@ -13,11 +13,11 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from service.batch.inputs import InputItem, RowError
-from service.batch.rows import FILE_NOT_FOUND, UNREADABLE_FILE, Row, error_row, scored_row
+from service.batch.reading import read_input_file
+from service.batch.rows import Row, error_row, scored_row
 from service.inference.partition import Accepted, score_accepted
 
 if TYPE_CHECKING:
@@ -37,12 +37,9 @@ def load_prepared(file: str, pipeline: ImagePipeline) -> PreparedImage | RowErro
     """
     from service.inference.scoring import ImageRejected, prepare_image
 
-    try:
-        data = Path(file).read_bytes()
-    except FileNotFoundError:
-        return RowError(FILE_NOT_FOUND, "the file does not exist")
-    except OSError as exc:
-        return RowError(UNREADABLE_FILE, f"the file cannot be read ({type(exc).__name__}: {exc.strerror})")
+    data = read_input_file(file, pipeline.max_bytes)
+    if isinstance(data, RowError):
+        return data
     try:
         return prepare_image(data, pipeline)
     except ImageRejected as exc:

@@ -37,10 +37,16 @@ FLOAT_COLUMNS = frozenset(
 BOOL_COLUMNS = frozenset({"gradable", "refer_to_expert"})
 LIST_COLUMNS = frozenset({"quality_issues", "referral_reasons"})
 LIST_SEPARATOR = ";"  # CSV encoding of the list columns
+# Spreadsheets run a cell that starts with one of these as a formula (OWASP "CSV injection"): such text
+# cells get a leading apostrophe in CSV output. A cell already starting with the apostrophe gets one
+# more, so reading drops exactly one and the value is exact again. JSONL and Parquet keep values as they are.
+FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
+CSV_TEXT_GUARD = "'"
 
 # Error kinds raised while reading a file (before the image reaches prepare_image).
 FILE_NOT_FOUND = "file-not-found"
 UNREADABLE_FILE = "unreadable-file"
+NOT_A_REGULAR_FILE = "not-a-regular-file"  # a FIFO, device, socket or directory named like an image
 
 
 def scored_row(item: InputItem, payload: Mapping[str, Any]) -> Row:
@@ -84,7 +90,8 @@ def error_kind(row: Mapping[str, Any]) -> str | None:
 
 
 def to_csv_cells(row: Mapping[str, Any]) -> list[str]:
-    """CSV cells in :data:`COLUMNS` order: lists joined by ``;``, booleans ``true``/``false``, None empty."""
+    """CSV cells in :data:`COLUMNS` order: lists joined by ``;``, booleans ``true``/``false``, None empty,
+    text guarded against formula evaluation (:func:`neutralise_formula`)."""
     cells: list[str] = []
     for col in COLUMNS:
         value = row.get(col)
@@ -97,8 +104,13 @@ def to_csv_cells(row: Mapping[str, Any]) -> list[str]:
         elif col in FLOAT_COLUMNS:
             cells.append(repr(float(value)))  # shortest round-trip form: no precision lost
         else:
-            cells.append(str(value))
+            cells.append(neutralise_formula(str(value)))
     return cells
+
+
+def neutralise_formula(text: str) -> str:
+    """``text`` with an apostrophe in front when a spreadsheet would evaluate it (or it starts with one)."""
+    return CSV_TEXT_GUARD + text if text.startswith((*FORMULA_TRIGGERS, CSV_TEXT_GUARD)) else text
 
 
 def from_csv_cells(record: Mapping[str, str]) -> Row:
@@ -115,5 +127,5 @@ def from_csv_cells(record: Mapping[str, str]) -> Row:
         elif col in FLOAT_COLUMNS:
             row[col] = float(text)
         else:
-            row[col] = text
+            row[col] = text[1:] if text.startswith(CSV_TEXT_GUARD) else text
     return row

@@ -17,10 +17,16 @@ Rules, in the order they are applied:
    ``extreme-aspect-ratio`` (not a fundus photograph). Metadata is bounded too: Pillow's PNG text
    limits (``MAX_TEXT_CHUNK`` 1 MiB per compressed chunk, ``MAX_TEXT_MEMORY`` 64 MiB in all) turn
    a zTXt/iCCP "zip bomb" into a ``ValueError`` -> 400; every other ICC/EXIF/XMP block is at most
-   the upload itself (``max_bytes``).
+   the upload itself (``max_bytes``). Decoding work is bounded from the header too: a TIFF's tile
+   size (``service.inference.tiff_layout``; a huge declared tile -> 413 ``image-too-large``) and a
+   JPEG's number of scans and scans x pixels (``service.inference.jpeg_structure``; -> 422
+   ``image-too-complex``).
 4. Multi-frame images (animated GIF/WebP/PNG, multi-page TIFF) -> 415 ``multi-frame-image``: the
    service grades one photograph per image, and silently picking a frame could grade the wrong one.
-5. Decoding: truncated or corrupt data -> 400 ``undecodable-image``. JPEGs are decoded at a reduced
+5. Decoding: truncated or corrupt data -> 400 ``undecodable-image``; a JPEG whose last block is
+   libjpeg's exact grey fill (pixel data cut short, whatever its trailer says) likewise. With a
+   deadline (the service's ``RADSCREEN_DECODE_TIMEOUT_S``), a decode past it or abandoned by its client
+   stops within one read chunk -> 422 ``image-too-complex``. JPEGs are decoded at a reduced
    scale (``draft``) when far larger than needed, which is exact up to resampling and much faster.
 6. Normalisation to 8-bit RGB: EXIF orientation applied; 16-bit and 32-bit integer images scaled by
    their container range (65535), not clipped; float images scaled to [0, 1]; alpha composited on
@@ -43,9 +49,12 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image, ImageOps, PngImagePlugin, UnidentifiedImageError
+from PIL import Image, ImageFile, ImageOps, PngImagePlugin, UnidentifiedImageError
 
 from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
+from service.inference.decode_deadline import CHUNK, DeadlineReader, DecodeAborted, DecodeDeadline
+from service.inference.jpeg_structure import GREY_BLOCK, count_scans, has_grey_tail, scan_problem
+from service.inference.tiff_layout import tile_problem
 
 MIN_SIDE = 16
 # Real fundus frames are 1:1 (most cameras, Optos) to about 16:9 (1.78, consumer-camera backs); 4:1
@@ -82,6 +91,7 @@ REJECTION_SLUGS = frozenset({
     "image-too-large",  # more pixels than the budget (declared or as a bomb)
     "image-too-small",  # a side below MIN_SIDE
     "extreme-aspect-ratio",  # beyond MAX_ASPECT_RATIO
+    "image-too-complex",  # decoding work beyond its bounds (JPEG scans, the decode deadline)
 })
 
 
@@ -191,9 +201,12 @@ def check_geometry(width: int, height: int, *, max_pixels: int, max_aspect_ratio
         )
     ratio = side / min(width, height)
     if ratio > max_aspect_ratio:
+        digits = 1  # as many decimals as it takes to show the ratio above the limit (4.01:1, not 4.0:1)
+        while round(ratio, digits) <= max_aspect_ratio and digits < 6:
+            digits += 1
         raise ImageRejected(
             "extreme-aspect-ratio",
-            f"The image is {width}x{height} px, an aspect ratio of {ratio:.1f}:1; fundus photographs are "
+            f"The image is {width}x{height} px, an aspect ratio of {ratio:.{digits}f}:1; fundus photographs are "
             f"1:1 to about 16:9 and at most {max_aspect_ratio:g}:1 is accepted.",
         )
 
@@ -211,10 +224,28 @@ def _metadata_rejection() -> ImageRejected:
     )
 
 
+def _check_layout(img: Image.Image, data: bytes, max_pixels: int) -> None:
+    """Refuse from the header what would cost more than the frame size says: TIFF tiles, JPEG scans."""
+    width, height = img.size
+    if img.format == "TIFF":
+        problem = tile_problem(getattr(img, "tag_v2", {}), width, height, max_pixels=max_pixels)
+        if problem:
+            raise ImageRejected("image-too-large", problem)
+    elif img.format in ("JPEG", "MPO"):
+        problem = scan_problem(count_scans(data), width, height, max_pixels=max_pixels)
+        if problem:
+            raise ImageRejected("image-too-complex", problem)
+
+
 def open_image(
-    data: bytes, *, max_pixels: int, max_bytes: int, max_aspect_ratio: float = MAX_ASPECT_RATIO
+    data: bytes, *, max_pixels: int, max_bytes: int, max_aspect_ratio: float = MAX_ASPECT_RATIO,
+    deadline: DecodeDeadline | None = None,
 ) -> Image.Image:
-    """Identify the image and check size limits from its header; nothing is decoded yet."""
+    """Identify the image and check size limits from its header; nothing is decoded yet.
+
+    With a ``deadline``, the decoder later reads the bytes in ``CHUNK``-sized pieces through a
+    :class:`DeadlineReader` that stops it when the deadline passes or the request is abandoned.
+    """
     if not data:
         raise ImageRejected("undecodable-image", "The image is empty (0 bytes).")
     if len(data) > max_bytes:
@@ -222,7 +253,7 @@ def open_image(
             "payload-too-large", f"The image is {len(data)} bytes; the limit is {max_bytes} bytes."
         )
     try:
-        img = Image.open(io.BytesIO(data))
+        img = Image.open(io.BytesIO(data) if deadline is None else DeadlineReader(data, deadline))
     except Image.DecompressionBombError as exc:
         raise ImageRejected(
             "image-too-large",
@@ -246,8 +277,11 @@ def open_image(
         )
     width, height = img.size
     check_geometry(width, height, max_pixels=max_pixels, max_aspect_ratio=max_aspect_ratio)
+    _check_layout(img, data, max_pixels)
     if img.format != "MPO":
         _refuse_multi_frame(img)
+    if deadline is not None and isinstance(img, ImageFile.ImageFile):
+        img.decodermaxblock = CHUNK
     return img
 
 
@@ -289,13 +323,33 @@ def _to_rgb8(img: Image.Image) -> np.ndarray:
     return np.asarray(img.convert("RGB"), dtype=np.uint8)
 
 
-def decode_rgb(data: bytes, *, max_pixels: int, max_bytes: int, target: int | None = None) -> np.ndarray:
+def _refuse_grey_tail(img: Image.Image, declared_width: int) -> None:
+    """400 when a decoded JPEG ends in libjpeg's exact mid-grey fill: its pixel data stopped early."""
+    block = max(1, GREY_BLOCK * img.size[0] // declared_width)  # one 8x8 block at the draft scale
+    w, h = img.size
+    if has_grey_tail(np.asarray(img.crop((w - block, h - block, w, h)))):
+        raise ImageRejected(
+            "undecodable-image",
+            "The JPEG pixel data ends early (truncated file): its last blocks decode to the flat grey a "
+            "decoder puts in place of missing data. Send the complete file.",
+        )
+
+
+def decode_rgb(
+    data: bytes, *, max_pixels: int, max_bytes: int, target: int | None = None,
+    deadline: DecodeDeadline | None = None,
+) -> np.ndarray:
     """Validate and decode to oriented 8-bit RGB, uint8 [H, W, 3].
 
     ``target``: the side the caller will resize to; JPEGs much larger than that are decoded at a
-    reduced DCT scale (still >= 2*target px) to save time and memory.
+    reduced DCT scale (still >= 2*target px) to save time and memory. ``deadline``: stop decoding
+    (``image-too-complex``) when it passes or the request is cancelled.
     """
-    img = open_image(data, max_pixels=max_pixels, max_bytes=max_bytes)
+    try:
+        img = open_image(data, max_pixels=max_pixels, max_bytes=max_bytes, deadline=deadline)
+    except DecodeAborted as exc:
+        raise ImageRejected("image-too-complex", str(exc)) from exc
+    declared_width = img.size[0]
     if img.format in ("JPEG", "MPO") and b"\xff\xd9" not in data[-4096:]:
         # libjpeg pads a truncated scan with grey instead of failing: require the end-of-image marker
         raise ImageRejected(
@@ -305,10 +359,14 @@ def decode_rgb(data: bytes, *, max_pixels: int, max_bytes: int, target: int | No
         if img.format in ("JPEG", "MPO") and target is not None:
             img.draft("RGB", (2 * target, 2 * target))
         img.load()
+        if img.format in ("JPEG", "MPO") and img.mode in ("RGB", "L", "YCbCr"):
+            _refuse_grey_tail(img, declared_width)  # before any rotation moves the last block
         img = ImageOps.exif_transpose(img) or img
         return _to_rgb8(img)
     except Image.DecompressionBombError as exc:
         raise ImageRejected("image-too-large", f"Decompression bomb refused: {exc}") from exc
+    except DecodeAborted as exc:
+        raise ImageRejected("image-too-complex", str(exc)) from exc
     except (OSError, SyntaxError, ValueError, EOFError, struct.error) as exc:
         if _metadata_too_large(exc):
             raise _metadata_rejection() from exc

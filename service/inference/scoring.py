@@ -30,6 +30,7 @@ from models.fov import fit_fov_circle
 from models.preprocessing import DECODE_SIDE, FOV_LOCAL_MEAN, preprocess_fundus
 from models.uncertainty import binary_uncertainty
 from service.inference.backends import Backend, make_backend, resolve_device
+from service.inference.decode_deadline import DecodeDeadline
 from service.inference.imaging import ImagePipeline, ImageRejected, decode_rgb, fov_square, resize_square
 from service.inference.platform import PrecisionChoice, choose_backend, choose_precision
 from service.inference.quality import QualityReport, assess_quality
@@ -104,7 +105,7 @@ class PreparedImage:
     decode_ms: float
 
 
-def prepare_image(data: bytes, pipeline: ImagePipeline) -> PreparedImage:
+def prepare_image(data: bytes, pipeline: ImagePipeline, deadline: DecodeDeadline | None = None) -> PreparedImage:
     """Decode, validate, quality-check and preprocess one image; raises ImageRejected (400/413/415).
 
     The FOV circle is fitted once on the decoded frame and used by both the quality gate and,
@@ -116,7 +117,8 @@ def prepare_image(data: bytes, pipeline: ImagePipeline) -> PreparedImage:
     start = time.perf_counter()
     # decode large enough for the compression check (JPEG block grid) and the FOV fit
     target = max(pipeline.size, DECODE_SIDE)
-    rgb = decode_rgb(data, max_pixels=pipeline.max_pixels, max_bytes=pipeline.max_bytes, target=target)
+    rgb = decode_rgb(data, max_pixels=pipeline.max_pixels, max_bytes=pipeline.max_bytes, target=target,
+                     deadline=deadline)
     circle = fit_fov_circle(rgb)
     quality = assess_quality(rgb, circle)
     if pipeline.preprocessing == FOV_LOCAL_MEAN:

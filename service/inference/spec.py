@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
+from models.artifact.schema import MAX_MC_SAMPLES
 from models.cpu import NativeBf16Setting
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ StrategySetting = Literal["auto", "grouped", "loop"]
 
 DEFAULT_MAX_PIXELS = 40_000_000
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
-MAX_MC_SAMPLES = 256  # also the bound of RADSCREEN_MC_SAMPLES
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "backend": get_args(BackendSetting),

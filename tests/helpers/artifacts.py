@@ -7,7 +7,7 @@ the arguments (name, MI threshold, seed, ...); the defaults are those of the ser
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -90,3 +90,27 @@ def build_e2e_artifact(directory: Path, *, referral_threshold_mi: float = 0.002,
         seed=seed,
         model_card="# Tiny e2e model\n\nUntrained; for tests only.\n",
     )
+
+
+def resign(directory: Path) -> None:
+    """Recompute the manifest after a deliberate edit (simulates a consistently-hashed but bad artifact)."""
+    import hashlib
+    import json
+
+    from models.artifact import MANIFEST_FILE
+
+    manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    for name in manifest["files"]:
+        manifest["files"][name] = hashlib.sha256((directory / name).read_bytes()).hexdigest()
+    (directory / MANIFEST_FILE).write_text(json.dumps(manifest))
+
+
+def edit_config(directory: Path, edit: Callable[[dict[str, Any]], object]) -> None:
+    """Apply ``edit`` to ``config.json`` and re-hash the manifest: a consistent artifact with the edited values."""
+    import json
+
+    path = directory / "config.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    resign(directory)

@@ -164,6 +164,22 @@ def trickled_upload(svc: Service, request_id: str, every_s: float = 0.25) -> tup
         return read_response(sock)
 
 
+def trickled_headers(svc: Service, every_s: float = 0.3, guard_s: float = 30.0) -> tuple[int, dict[str, str], bytes]:
+    """Send a request head one byte every ``every_s`` s, never finishing it: the server must answer (408)."""
+    import select
+
+    head = f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{svc.port}\r\nX-Slow: " + "a" * 10_000
+    with socket.create_connection(("127.0.0.1", svc.port), timeout=10) as sock:
+        deadline = time.monotonic() + guard_s  # the test's own hang guard, far above the server's bound
+        for byte in head.encode():
+            readable, _, _ = select.select([sock], [], [], every_s)
+            if readable or time.monotonic() > deadline:
+                break
+            with contextlib.suppress(OSError):
+                sock.sendall(bytes([byte]))
+        return read_response(sock)
+
+
 def multipart_body(parts: Sequence[tuple[str, str | None, bytes]], boundary: str = "hostile") -> tuple[bytes, str]:
     """``(name, filename or None, data)`` parts -> (body, content type)."""
     out = []

@@ -24,6 +24,7 @@ from models.artifact import (
 from models.artifact import storage as artifact_storage
 from models.sampling import seeded
 from models.vgg import VGGConfig, VGGStar, build_vgg16_star, mc_logits
+from tests.helpers.artifacts import edit_config, resign
 
 ARCH = VGGConfig(width=4, input_size=64, layer="radial", rho_init=-4.0)
 CARD = "# Tiny test model\n\nIntended use: tests only. Trained on nothing.\n"
@@ -68,22 +69,6 @@ def save(directory: Path, model: VGGStar | None = None, **kwargs: Any) -> str:
     kwargs.setdefault("calibration", CALIBRATION)
     kwargs.setdefault("model_card", CARD)
     return save_artifact(directory, model=model, **kwargs)
-
-
-def resign(directory: Path) -> None:
-    """Recompute the manifest after a deliberate edit (simulates a consistently-hashed but bad artifact)."""
-    manifest = json.loads((directory / MANIFEST_FILE).read_text())
-    for name in manifest["files"]:
-        manifest["files"][name] = hashlib.sha256((directory / name).read_bytes()).hexdigest()
-    (directory / MANIFEST_FILE).write_text(json.dumps(manifest))
-
-
-def edit_config(directory: Path, edit: Any) -> None:
-    path = directory / "config.json"
-    data = json.loads(path.read_text())
-    edit(data)
-    path.write_text(json.dumps(data))
-    resign(directory)
 
 
 def test_round_trip_fp32_is_exact(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from service.errors import IMAGE_PROBLEM_STATUS
 from service.inference.imaging import ImageRejected, decode_rgb, fov_square, open_image
 from tests.helpers.hostile import png_claiming
 
-LIMITS = {"max_pixels": 10_000_000, "max_bytes": 5_000_000}
+LIMITS: dict[str, Any] = {"max_pixels": 10_000_000, "max_bytes": 5_000_000}
 
 
 def _save(img: Image.Image, fmt: str, **kw: object) -> bytes:

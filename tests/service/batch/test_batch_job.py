@@ -88,10 +88,10 @@ def test_manifest_bad_rows_all_accounted_for(
     assert [r["id"] for r in rows] == ["s1", "s2", "s3", "s4", "s1", "s5", "s6"]
     kinds = [r["error"].split(": ")[0] if r["error"] else None for r in rows]
     assert kinds == [None, "file-not-found", "undecodable-image", "path-outside-input-root", "duplicate-id",
-                     "unreadable-file", None]
+                     "not-a-regular-file", None]
     assert result.summary["counts"]["errors_by_type"] == {
         "duplicate-id": 1, "file-not-found": 1, "path-outside-input-root": 1, "undecodable-image": 1,
-        "unreadable-file": 1}
+        "not-a-regular-file": 1}
     assert rows[0]["path"] == str(folder / "eye001.png") and rows[0]["referable_dr_probability"] is not None
     assert rows[3]["path"] == "../outside.png"  # rejected before reading: the value as written
 
