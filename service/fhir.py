@@ -7,7 +7,7 @@ reference on its own, and the bundle is a single POSTable document. It holds:
 - ``DiagnosticReport`` — status ``preliminary`` (an automated, unreviewed result of a model that is not
   cleared for clinical use; a human must confirm it), ``conclusionCode`` = the screening outcome
   (``retake_ungradable`` / ``grader_review_uncertain`` / ``refer_referable_dr`` / ``no_referable_dr``,
-  computed once in ``service.inference.scoring.screening_outcome``), conclusion text stating that outcome in plain
+  computed once in ``models.decision.screening_outcome``), conclusion text stating that outcome in plain
   words and the not-for-clinical-use note, ``result`` references to the observations, ``identifier`` for
   the request id and (if given) the caller's opaque ``study_id``;
 - ``Observation`` referable-DR probability — ``valueQuantity`` in ``%`` (UCUM), the decision threshold
@@ -46,7 +46,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from service.inference.scoring import OUTCOME_TEXT, ScorerCalibration, ScreeningOutcome, screening_outcome
+from models.decision import OUTCOME_TEXT, ScreeningOutcome, screening_outcome
 
 FHIR_MEDIA_TYPE = "application/fhir+json"
 CODE_SYSTEM = "urn:radial-screen:fhir:codes"
@@ -102,21 +102,16 @@ def outcome_of(body: dict[str, Any]) -> ScreeningOutcome:
     """The response's screening outcome, checked against the rule it must follow.
 
     The outcome is recomputed from the fields it derives from (gradable, MI vs threshold, probability vs
-    decision threshold) with :func:`service.inference.scoring.screening_outcome`; a body whose stated outcome
+    decision threshold) with :func:`models.decision.screening_outcome`; a body whose stated outcome
     disagrees (edited or corrupted JSON) is refused rather than rendered into a clinical document.
     """
     diagnosis, unc, quality = _require(body, "diagnosis"), _require(body, "uncertainty"), _require(body, "quality")
-    calibration = ScorerCalibration(
-        referral_threshold_mi=float(unc["referral_threshold"]),
-        decision_threshold=float(diagnosis["decision_threshold"]),
-        target_referral_rate=0.0,
-        dataset="",
-    )
     derived = screening_outcome(
         gradable=bool(quality["gradable"]),
         mutual_information=float(unc["mutual_information"]),
         probability=float(diagnosis["referable_dr_probability"]),
-        calibration=calibration,
+        referral_threshold_mi=float(unc["referral_threshold"]),
+        decision_threshold=float(diagnosis["decision_threshold"]),
     )
     stated = _require(body, "outcome")
     if stated != derived.value:

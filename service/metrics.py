@@ -11,7 +11,8 @@ import math
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from service.inference.scoring import ImageScore, ScorerIdentity, ScreeningOutcome
+from models.decision import ScreeningOutcome
+from service.inference.scoring import ImageScore, ScorerIdentity
 
 __all__ = ["CONTENT_TYPE_LATEST", "ServiceMetrics"]
 

@@ -42,7 +42,8 @@ RunnerKind = Literal["local", "ray"]  # what runs the scoring loop (CLI --runner
 # draws, the uncertainty maths, the decision and the row itself. A resume after any of them changed (an
 # upgrade between a kill and a rerun) is refused rather than mixing two versions in one results file.
 SCORING_CODE = ("models.fov", "models.preprocessing", "models.layers", "models.vgg", "models.draws",
-                "models.onnx_backend", "models.uncertainty", "service.inference.imaging",
+                "models.onnx_backend", "models.uncertainty", "models.decision", "service.inference.imaging",
+                "service.inference.dicom",
                 "service.inference.quality", "service.inference.scoring", "service.inference.backends",
                 "service.inference.partition", "service.batch.rows")
 
