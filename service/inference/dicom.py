@@ -189,9 +189,8 @@ def decode_dicom_rgb(data: bytes, *, max_pixels: int, max_bytes: int, target: in
     """Validate a DICOM photograph from its header, then decode it to uint8 [H, W, 3] (module docstring)."""
     if len(data) > max_bytes:
         raise ImageRejected("payload-too-large", f"The image is {len(data)} bytes; the limit is {max_bytes} bytes.")
-    header = _read(data, pixels=False)
-    syntax, rows, columns = _check_header(header, max_pixels=max_pixels)
-    ds = _read(data, pixels=True)
+    ds = _read(data, pixels=True)  # the raw element bytes only (at most max_bytes): nothing is decoded yet
+    syntax, rows, columns = _check_header(ds, max_pixels=max_pixels)
     pixel_data = ds.get("PixelData")
     if not isinstance(pixel_data, bytes | bytearray) or not pixel_data:
         raise ImageRejected("undecodable-image", "The DICOM pixel data is empty or truncated.")
