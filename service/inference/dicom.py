@@ -21,13 +21,15 @@ Rules, in the order they are applied, all from the header before any pixel is de
    truncation included) and its size must match the header's.
 
 Identifiers: :func:`read_dicom_tags` returns the laterality and the StudyInstanceUID for grouping eyes into an
-exam; this module never logs them (nor any other tag), and pydicom's own warnings about odd values, which
-can quote them, are silenced while reading.
+exam; this module never logs them (nor any other tag), and pydicom's own value validation, whose warnings and
+log lines quote the values, is switched off and its logger silenced before the first read (``_quiet_pydicom``).
 """
 
 from __future__ import annotations
 
+import functools
 import io
+import logging
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -70,11 +72,25 @@ class DicomTags:
     study_uid: str | None  # StudyInstanceUID (0020,000D): the visit
 
 
+@functools.cache
+def _quiet_pydicom() -> None:
+    """Once per process, before the first read: pydicom neither validates values it reads (this module checks
+    what it uses) nor logs. Its validation messages quote the offending value, e.g. a malformed
+    StudyInstanceUID, and it logs them as well as warning: identifiers must never reach the logs."""
+    from pydicom import config
+
+    config.settings.reading_validation_mode = config.IGNORE
+    pydicom_logger = logging.getLogger("pydicom")
+    pydicom_logger.propagate = False
+    pydicom_logger.handlers[:] = [logging.NullHandler()]
+
+
 def _read(data: bytes, *, pixels: bool) -> Any:
     """pydicom's Dataset of the file; any parse failure -> 400 ``undecodable-image``."""
     import pydicom
     from pydicom.errors import InvalidDicomError
 
+    _quiet_pydicom()
     try:
         with warnings.catch_warnings():  # pydicom's value warnings can quote identifiers
             warnings.simplefilter("ignore")
