@@ -159,6 +159,10 @@ def format_summary(summary: dict[str, Any]) -> str:
                      f"({referral['rate']:.1%} of scored); by reason:")
         for reason, entry in referral["by_reason"].items():
             lines.append(f"  {reason}: {entry['count']} ({entry['rate']:.1%})")
+    exams = summary.get("exams")
+    if exams:
+        lines.append(f"exams (patient visits): {exams['count']}; by exam outcome:")
+        lines.extend(f"  {key}: {n}" for key, n in exams["by_outcome"].items())
     for name, dist in summary["distributions"].items():
         if dist:
             label = f"{name} (graded images)" if name == "referable_dr_probability" else name
