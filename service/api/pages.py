@@ -1,4 +1,5 @@
-"""GET /: the clinician-facing page (``service/static/index.html``), or a placeholder without it."""
+"""GET /: the clinician-facing page (``service/static/index.html``), or a placeholder without it;
+GET /exam: the patient exam page, both eyes of one visit (``service/static/exam.html``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,14 @@ router = APIRouter(tags=["dashboard"])
 @router.get("/", include_in_schema=False)
 async def index() -> Response:
     page = STATIC_DIR / "index.html"
+    if page.is_file():
+        return FileResponse(page, media_type="text/html")
+    return HTMLResponse(PLACEHOLDER)
+
+
+@router.get("/exam", include_in_schema=False)
+async def exam_page() -> Response:
+    page = STATIC_DIR / "exam.html"
     if page.is_file():
         return FileResponse(page, media_type="text/html")
     return HTMLResponse(PLACEHOLDER)
