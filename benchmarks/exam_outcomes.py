@@ -39,7 +39,7 @@ import platform
 import subprocess
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report = {
         "command": " ".join(["benchmarks/exam_outcomes.py", *(argv if argv is not None else sys.argv[1:])]),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cpu": cpu_model(), "python": platform.python_version()},
+        "machine": {"cpu": cpu_model(), "python": platform.python_version(), "backend": scorer.backend.name,
+                    "precision": scorer.precision},
         "model": {"name": ident.name, "version": ident.version, "sha256": ident.sha256,
                   "training_data": ident.training_data, "mc_samples": ident.mc_samples,
                   "referral_threshold_mi": cal.referral_threshold_mi, "decision_threshold": cal.decision_threshold},
@@ -239,7 +240,8 @@ def print_report(r: dict[str, Any]) -> None:
     print(f"{s['source']}: {s['patients']} patients, {s['photographs']} photographs "
           f"({s['one_eye_patients_skipped']} one-eye patients skipped, {len(s['refused_photographs'])} photographs "
           f"refused, {s['patients_left_out_for_refused_photographs']} patients left out for them)")
-    print(f"machine: {r['machine']['cpu']}; {r['date']}; scoring took {r['seconds']} s")
+    mach = r["machine"]
+    print(f"machine: {mach['cpu']}; {mach['backend']} {mach['precision']}; {r['date']}; scoring took {r['seconds']} s")
     print(f"{'':44s} {'patients (exam rule)':38s} eyes (per photograph)")
     for key, label in (("sensitivity_not_cleared", "referable: not answered no_referable_dr"),
                        ("referred_outright", "referable: refer_referable_dr"),
