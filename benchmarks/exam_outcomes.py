@@ -118,7 +118,8 @@ def figures(outcomes: list[str], truth: list[bool]) -> dict[str, Any]:
         "referred_outright": share(sum(o == REFER for o in pos), len(pos)),
         "non_referable_answered_automatically": share(sum(o == CLEAR for o in neg), len(neg)),
         "non_referable_sent_to_human_or_referred": share(sum(o != CLEAR for o in neg), len(neg)),
-        "table": {"referable": {o: pos.count(o) for o in OUTCOMES}, "non_referable": {o: neg.count(o) for o in OUTCOMES}},
+        "table": {"referable": {o: pos.count(o) for o in OUTCOMES},
+                  "non_referable": {o: neg.count(o) for o in OUTCOMES}},
     }
 
 

@@ -24,9 +24,8 @@ body raises ``ValueError`` and is never rendered into a clinical document.
 
 from __future__ import annotations
 
-import html
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from models.decision import EXAM_OUTCOME_TEXT, OUTCOME_TEXT, Eye, ScreeningOutcome
@@ -37,11 +36,13 @@ from service.fhir import (
     SNOMED,
     UCUM,
     _code,
-    _device,
     _observation,
     _percent,
     _urn,
+    collection_bundle,
     outcome_of,
+    screening_report,
+    stamp_of,
 )
 
 EXAM_ID_SYSTEM = "urn:radial-screen:exam-id"
@@ -105,10 +106,10 @@ def _eye_observation(eye: Eye, body: dict[str, Any], device_ref: str, issued: st
 def to_fhir_exam_bundle(body: dict[str, Any], *, issued: datetime | None = None) -> dict[str, Any]:
     """Render one ``/v1/exams`` response dict as a FHIR R4 ``Bundle`` (module docstring)."""
     request_id = str(body.get("request_id") or uuid.uuid4())
-    stamp = (issued or datetime.now(UTC)).astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    stamp = stamp_of(issued)
     outcome = checked_exam_outcome(body)
     device_ref = _urn(request_id, "device")
-    observations = {eye.value: _eye_observation(eye, body, device_ref, stamp) for eye in Eye}
+    observations = {f"eye-{eye.value}": _eye_observation(eye, body, device_ref, stamp) for eye in Eye}
     model = body.get("model") or {}
     conclusion = (
         f"{body['outcome_reason']} Model {model.get('name', '?')} {model.get('version', '?')} "
@@ -118,35 +119,12 @@ def to_fhir_exam_bundle(body: dict[str, Any], *, issued: datetime | None = None)
     identifiers = [{"system": REQUEST_ID_SYSTEM, "value": request_id}]
     if body.get("exam_id"):
         identifiers.append({"system": EXAM_ID_SYSTEM, "value": str(body["exam_id"])})
-    report: dict[str, Any] = {
-        "resourceType": "DiagnosticReport",
-        "identifier": identifiers,
-        "status": "preliminary",
-        "code": {
-            "coding": [
-                {"system": SNOMED, "code": "4855003", "display": "Retinopathy due to diabetes mellitus"},
-                _code("referable-dr-screening-exam", "Referable DR screening exam (both eyes)")["coding"][0],
-            ],
-            "text": "Automated referable diabetic retinopathy screening of one visit, both eyes (research prototype)",
-        },
-        "issued": stamp,
-        "result": [{"reference": _urn(request_id, f"eye-{eye}")} for eye in observations],
-        "conclusion": conclusion,
-        "conclusionCode": [_code(outcome.value, EXAM_OUTCOME_TEXT[outcome])],
-        "text": {
-            "status": "generated",
-            "div": f'<div xmlns="http://www.w3.org/1999/xhtml"><p>{html.escape(conclusion)}</p></div>',
-        },
-    }
+    report = screening_report(
+        request_id, stamp, identifiers, observations,
+        code=("referable-dr-screening-exam", "Referable DR screening exam (both eyes)"),
+        text="Automated referable diabetic retinopathy screening of one visit, both eyes (research prototype)",
+        conclusion=conclusion, conclusion_code=_code(outcome.value, EXAM_OUTCOME_TEXT[outcome]),
+    )
     if body.get("patient_ref"):
         report["subject"] = {"identifier": {"system": PATIENT_REF_SYSTEM, "value": str(body["patient_ref"])}}
-    entries: list[dict[str, Any]] = [{"fullUrl": _urn(request_id, "report"), "resource": report}]
-    entries += [{"fullUrl": _urn(request_id, f"eye-{eye}"), "resource": obs} for eye, obs in observations.items()]
-    entries.append({"fullUrl": device_ref, "resource": _device(model)})
-    return {
-        "resourceType": "Bundle",
-        "identifier": {"system": REQUEST_ID_SYSTEM, "value": request_id},
-        "type": "collection",
-        "timestamp": stamp,
-        "entry": entries,
-    }
+    return collection_bundle(request_id, stamp, report, observations, model)

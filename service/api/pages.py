@@ -18,17 +18,18 @@ PLACEHOLDER = """<!doctype html><html lang="en"><head><meta charset="utf-8">
 router = APIRouter(tags=["dashboard"])
 
 
-@router.get("/", include_in_schema=False)
-async def index() -> Response:
-    page = STATIC_DIR / "index.html"
+def _page(name: str) -> Response:
+    page = STATIC_DIR / name
     if page.is_file():
         return FileResponse(page, media_type="text/html")
     return HTMLResponse(PLACEHOLDER)
+
+
+@router.get("/", include_in_schema=False)
+async def index() -> Response:
+    return _page("index.html")
 
 
 @router.get("/exam", include_in_schema=False)
 async def exam_page() -> Response:
-    page = STATIC_DIR / "exam.html"
-    if page.is_file():
-        return FileResponse(page, media_type="text/html")
-    return HTMLResponse(PLACEHOLDER)
+    return _page("exam.html")

@@ -4,7 +4,8 @@ The lines are taken from the documents' fenced ``bash`` blocks (nothing is resta
 ``http://127.0.0.1:8000`` is replaced by a live uvicorn server with the tiny test model, and each line
 runs with the real ``curl`` in a shell: README lines from the repository root (they use
 ``examples/*.jpg``), docs/integration.md lines in order in a folder holding the ``fundus.jpg``, ``a.jpg``,
-``b.png``, ``right.dcm`` and ``left.dcm`` they name (the DICOM files wrap the example photograph). Lines that send ``X-API-Key: s3cret`` go to a server started with that key.
+``b.png``, ``right.dcm`` and ``left.dcm`` they name (the DICOM files wrap the example photograph).
+Lines that send ``X-API-Key: s3cret`` go to a server started with that key.
 Each answer must be a success of the kind the line asks for: no problem+json, and the documented
 shape (a prediction with its outcome, a FHIR Bundle, a batch of results, the model, metrics).
 """
