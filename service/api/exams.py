@@ -113,6 +113,8 @@ async def read_exam(request: Request, max_images: int) -> tuple[list[Photograph]
             raise _field_error(key, "unknown field; expected 'right', 'left', 'image', 'exam_id' or 'patient_ref'")
         if key in FILE_FIELDS and not isinstance(value, UploadFile):
             raise _field_error(key, "must be a file part (filename=...), not a text field")
+        if key in TEXT_FIELDS and isinstance(value, UploadFile):
+            raise _field_error(key, "must be a text field, not a file part")
     fields = {name: _opaque(name, v if isinstance(v := form.get(name), str) else None) for name in TEXT_FIELDS}
     photographs: list[Photograph] = []
     studies: set[str] = set()

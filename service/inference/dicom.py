@@ -27,10 +27,12 @@ log lines quote the values, is switched off and its logger silenced before the f
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import logging
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,19 +87,30 @@ def _quiet_pydicom() -> None:
     pydicom_logger.handlers[:] = [logging.NullHandler()]
 
 
-def _read(data: bytes, *, pixels: bool) -> Any:
-    """pydicom's Dataset of the file; any parse failure -> 400 ``undecodable-image``."""
-    import pydicom
-    from pydicom.errors import InvalidDicomError
+@contextlib.contextmanager
+def _corrupt_is_rejected() -> Iterator[None]:
+    """Any failure while parsing hostile bytes -> 400 ``undecodable-image``.
 
-    _quiet_pydicom()
+    pydicom parses lazily and raises many types on malformed data (its own errors, ``struct.error``,
+    ``ValueError``, ``KeyError``, ``UnicodeDecodeError``, ...), at read time or when an element is first
+    accessed; every one of them means the file is corrupt, never a server error.
+    """
     try:
         with warnings.catch_warnings():  # pydicom's value warnings can quote identifiers
             warnings.simplefilter("ignore")
-            return pydicom.dcmread(io.BytesIO(data), stop_before_pixels=not pixels)
-    except (InvalidDicomError, OSError, ValueError, KeyError, TypeError, IndexError, EOFError,
-            NotImplementedError, AttributeError) as exc:
+            yield
+    except ImageRejected:
+        raise
+    except Exception as exc:  # the parser's failure modes are open-ended (docstring); none is a server error
         raise ImageRejected("undecodable-image", "The DICOM file is corrupt or truncated and cannot be read.") from exc
+
+
+def _read(data: bytes, *, pixels: bool) -> Any:
+    """pydicom's Dataset of the file (call inside ``_corrupt_is_rejected``)."""
+    import pydicom
+
+    _quiet_pydicom()
+    return pydicom.dcmread(io.BytesIO(data), stop_before_pixels=not pixels)
 
 
 def _text(ds: Any, keyword: str) -> str:
@@ -107,10 +120,11 @@ def _text(ds: Any, keyword: str) -> str:
 
 def read_dicom_tags(data: bytes) -> DicomTags:
     """Laterality and study UID from the header (the pixel data is not read)."""
-    ds = _read(data, pixels=False)
-    side = _text(ds, "ImageLaterality") or _text(ds, "Laterality")
-    uid = ds.get("StudyInstanceUID")
-    return DicomTags(laterality=_LATERALITY.get(side), study_uid=str(uid).strip() or None if uid else None)
+    with _corrupt_is_rejected():
+        ds = _read(data, pixels=False)
+        side = _text(ds, "ImageLaterality") or _text(ds, "Laterality")
+        uid = ds.get("StudyInstanceUID")
+        return DicomTags(laterality=_LATERALITY.get(side), study_uid=str(uid).strip() or None if uid else None)
 
 
 def _int(ds: Any, keyword: str, default: int | None = None) -> int:
@@ -205,14 +219,15 @@ def decode_dicom_rgb(data: bytes, *, max_pixels: int, max_bytes: int, target: in
     """Validate a DICOM photograph from its header, then decode it to uint8 [H, W, 3] (module docstring)."""
     if len(data) > max_bytes:
         raise ImageRejected("payload-too-large", f"The image is {len(data)} bytes; the limit is {max_bytes} bytes.")
-    ds = _read(data, pixels=True)  # the raw element bytes only (at most max_bytes): nothing is decoded yet
-    syntax, rows, columns = _check_header(ds, max_pixels=max_pixels)
-    pixel_data = ds.get("PixelData")
-    if not isinstance(pixel_data, bytes | bytearray) or not pixel_data:
-        raise ImageRejected("undecodable-image", "The DICOM pixel data is empty or truncated.")
-    if syntax in UNCOMPRESSED_SYNTAXES:
-        return _uncompressed_rgb(ds, bytes(pixel_data), rows, columns)
-    frame = _jpeg_frame(bytes(pixel_data))
+    with _corrupt_is_rejected():
+        ds = _read(data, pixels=True)  # the raw element bytes only (at most max_bytes): nothing is decoded yet
+        syntax, rows, columns = _check_header(ds, max_pixels=max_pixels)
+        pixel_data = ds.get("PixelData")
+        if not isinstance(pixel_data, bytes | bytearray) or not pixel_data:
+            raise ImageRejected("undecodable-image", "The DICOM pixel data is empty or truncated.")
+        if syntax in UNCOMPRESSED_SYNTAXES:
+            return _uncompressed_rgb(ds, bytes(pixel_data), rows, columns)
+        frame = _jpeg_frame(bytes(pixel_data))
     inner = open_image(frame, max_pixels=max_pixels, max_bytes=max_bytes)
     if inner.format != "JPEG" or inner.size != (columns, rows):
         raise ImageRejected(

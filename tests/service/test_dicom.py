@@ -6,10 +6,13 @@ photographs when the shared data is present (skipped with a printed reason other
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from models.decision import Eye
 from service.errors import IMAGE_PROBLEM_STATUS
@@ -143,3 +146,14 @@ def test_byte_limit_applies_to_dicom() -> None:
 def test_garbage_after_the_dicom_magic_is_refused() -> None:
     exc = _rejected(b"\0" * 128 + b"DICM" + b"\xff" * 300)
     assert exc.problem_type in ("undecodable-image", "unsupported-media-type")  # unreadable, or no SOP class
+
+
+@given(tail=st.binary(max_size=600), cut=st.integers(min_value=0, max_value=4000))
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+def test_corrupt_dicom_bytes_are_only_ever_refused(tail: bytes, cut: int) -> None:
+    """Garbage after the DICOM magic, and real files cut anywhere or with garbage spliced in, give an
+    ImageRejected (a 4xx), never another exception (a 500)."""
+    real = op_dicom(fundus_like(1, size=32), syntax=JPEG_BASELINE if cut % 2 else EXPLICIT_VR_LE)
+    for data in (b"\0" * 128 + b"DICM" + tail, real[: 132 + cut], real[: 132 + cut] + tail + real[132 + cut:]):
+        with contextlib.suppress(ImageRejected):
+            decode_photograph(data, **LIMITS)

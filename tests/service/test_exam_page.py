@@ -7,27 +7,48 @@ photograph stands for which eye, and what the page shows is compared with what P
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.service.test_dashboard import (  # noqa: F401 (fixtures)
-    API_KEY,
-    GREEN,
-    browser,
-    calibrated,
-    images,
-    screenshot,
-    service,
-)
+from tests.helpers.browser import launch, require_chromium, screenshot
+from tests.helpers.outcomes import build_outcome_artifact
+from tests.helpers.service_process import running_service
 
 pytestmark = pytest.mark.browser
+API_KEY = "exam-page-test-key"
+GREEN = "outcome-clear"  # the only colour class of no_referable_dr
+sync_api = require_chromium()
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
+    return build_outcome_artifact(tmp_path_factory.mktemp("exam-page") / "artifact")
+
+
+@pytest.fixture(scope="module")
+def images(calibrated: tuple[Path, dict[str, bytes]]) -> dict[str, bytes]:
+    return calibrated[1]
+
+
+@pytest.fixture(scope="module")
+def service(calibrated: tuple[Path, dict[str, bytes]], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("exam-page-log") / "service.log"
+    with running_service(calibrated[0], log, env={"RADSCREEN_API_KEY": API_KEY}) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with launch(sync_api) as b:
+        yield b
 
 
 @pytest.fixture
-def exam_page(browser: Any, service: str) -> Any:  # noqa: F811
+def exam_page(browser: Any, service: str) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     pg = context.new_page()
     errors: list[str] = []
@@ -40,7 +61,7 @@ def exam_page(browser: Any, service: str) -> Any:  # noqa: F811
     assert not errors, f"JavaScript errors on the page: {errors}"
 
 
-def exam_json(service: str, right: bytes | None, left: bytes | None) -> dict[str, Any]:  # noqa: F811
+def exam_json(service: str, right: bytes | None, left: bytes | None) -> dict[str, Any]:
     files = [(eye, (f"{eye}.png", data, "image/png")) for eye, data in (("right", right), ("left", left)) if data]
     response = httpx.post(f"{service}/v1/exams", files=files, headers={"X-API-Key": API_KEY}, timeout=60)
     assert response.status_code == 200, response.text
@@ -52,7 +73,7 @@ def choose(page: Any, eye: str, data: bytes) -> None:
 
 
 def test_exam_shows_both_eyes_side_by_side_under_one_patient_headline(
-    exam_page: Any, service: str, images: dict[str, bytes], tmp_path: Path  # noqa: F811
+    exam_page: Any, service: str, images: dict[str, bytes], tmp_path: Path
 ) -> None:
     right, left = images["refer_referable_dr"], images["no_referable_dr"]
     choose(exam_page, "right", right)
@@ -84,7 +105,7 @@ def test_exam_shows_both_eyes_side_by_side_under_one_patient_headline(
 
 
 def test_one_eye_only_is_a_retake_and_the_missing_eye_is_said(
-    exam_page: Any, service: str, images: dict[str, bytes], tmp_path: Path  # noqa: F811
+    exam_page: Any, service: str, images: dict[str, bytes], tmp_path: Path
 ) -> None:
     choose(exam_page, "left", images["no_referable_dr"])
     exam_page.click("#analyse-exam")
@@ -96,7 +117,7 @@ def test_one_eye_only_is_a_retake_and_the_missing_eye_is_said(
     screenshot(exam_page, tmp_path, "exam-one-eye.png")
 
 
-def test_single_image_page_links_to_the_exam_page(browser: Any, service: str) -> None:  # noqa: F811
+def test_single_image_page_links_to_the_exam_page(browser: Any, service: str) -> None:
     context = browser.new_context()
     pg = context.new_page()
     pg.goto(service + "/")

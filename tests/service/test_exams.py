@@ -188,6 +188,8 @@ def test_refusals_are_problems(service: str, photos: dict[str, bytes]) -> None:
     huge = op_dicom(pixels(photos[CLEAR])[:32, :32], Rows=65535, Columns=65535)
     problem(exam(service, [("right", dcm(huge)), ("left", clear)]), 413, "image-too-large")
     problem(exam(service, [("both", clear)]), 422, "validation-error")
+    assert "text field" in problem(exam(service, [("right", clear), ("exam_id", clear)]), 422, "validation-error")
+    assert "file part" in problem(exam(service, [("right", clear)], data={"left": "x"}), 422, "validation-error")
     problem(exam(service, [("right", clear)], data={"exam_id": "é" * 3}), 422, "validation-error")
 
 
