@@ -1,9 +1,11 @@
 """Driving Debian's Chromium with Playwright for the page tests, and their screenshots.
 
-``launch()`` yields a headless Chromium (the module that uses it skips itself first with
-``require_chromium()`` when the browser or Playwright is missing); ``screenshot()`` saves a PNG of the
-page or of one element, palette-compressed, and copies it to ``$RADSCREEN_SCREENSHOT_DIR`` when set (the
-ones in docs/screenshots/ were made with RADSCREEN_SCREENSHOT_DIR=docs/screenshots).
+``launch()`` yields a headless Chromium (the page test modules skip themselves first with
+``require_chromium()`` when the browser or Playwright is missing; their fixtures are in
+tests/service/conftest.py). ``open_page()``
+opens a page and fails the test on any JavaScript error; ``screenshot()`` saves a PNG of the page or of one
+element, palette-compressed, and copies it to ``$RADSCREEN_SCREENSHOT_DIR`` when set (the ones in
+docs/screenshots/ were made with RADSCREEN_SCREENSHOT_DIR=docs/screenshots).
 """
 
 from __future__ import annotations
@@ -33,12 +35,26 @@ def require_chromium() -> Any:
 
 
 @contextmanager
-def launch(sync_api: Any) -> Iterator[Any]:
-    """A headless Chromium browser for one test module."""
+def launch() -> Iterator[Any]:
+    """A headless Chromium browser (skips the calling module without one)."""
+    sync_api = require_chromium()
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS, headless=True)
         yield browser
         browser.close()
+
+
+@contextmanager
+def open_page(browser: Any, url: str) -> Iterator[Any]:
+    """A 1280x900 page at ``url``; the test fails if the page raised a JavaScript error."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(url)
+    yield page
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
 
 
 def screenshot(page: Any, tmp_path: Path, name: str, selector: str | None = None) -> Path:

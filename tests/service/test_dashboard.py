@@ -18,9 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers.browser import launch, require_chromium, screenshot
-from tests.helpers.outcomes import OUTCOMES, build_outcome_artifact
-from tests.helpers.service_process import running_service
+from tests.helpers.browser import open_page, require_chromium, screenshot
+from tests.helpers.outcomes import OUTCOMES
 
 pytestmark = pytest.mark.browser  # deselect locally with -m "not browser"; CI runs it
 
@@ -58,39 +57,10 @@ EXPECTED = {
 GREEN = "outcome-clear"
 
 
-@pytest.fixture(scope="module")
-def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
-    return build_outcome_artifact(tmp_path_factory.mktemp("dashboard") / "artifact")
-
-
-@pytest.fixture(scope="module")
-def images(calibrated: tuple[Path, dict[str, bytes]]) -> dict[str, bytes]:
-    return calibrated[1]
-
-
-@pytest.fixture(scope="module")
-def service(calibrated: tuple[Path, dict[str, bytes]], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    log = tmp_path_factory.mktemp("dashboard-log") / "service.log"
-    with running_service(calibrated[0], log, env={"RADSCREEN_API_KEY": API_KEY}) as base:
-        yield base
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with launch(sync_api) as b:
-        yield b
-
-
 @pytest.fixture
 def page(browser: Any, service: str) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    pg.goto(service + "/")
-    yield pg
-    context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+    with open_page(browser, service + "/") as pg:
+        yield pg
 
 
 def enter_api_key(page: Any) -> None:

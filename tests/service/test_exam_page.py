@@ -14,9 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers.browser import launch, require_chromium, screenshot
-from tests.helpers.outcomes import build_outcome_artifact
-from tests.helpers.service_process import running_service
+from tests.helpers.browser import open_page, require_chromium, screenshot
 
 pytestmark = pytest.mark.browser
 API_KEY = "exam-page-test-key"
@@ -24,41 +22,12 @@ GREEN = "outcome-clear"  # the only colour class of no_referable_dr
 sync_api = require_chromium()
 
 
-@pytest.fixture(scope="module")
-def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
-    return build_outcome_artifact(tmp_path_factory.mktemp("exam-page") / "artifact")
-
-
-@pytest.fixture(scope="module")
-def images(calibrated: tuple[Path, dict[str, bytes]]) -> dict[str, bytes]:
-    return calibrated[1]
-
-
-@pytest.fixture(scope="module")
-def service(calibrated: tuple[Path, dict[str, bytes]], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    log = tmp_path_factory.mktemp("exam-page-log") / "service.log"
-    with running_service(calibrated[0], log, env={"RADSCREEN_API_KEY": API_KEY}) as base:
-        yield base
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with launch(sync_api) as b:
-        yield b
-
-
 @pytest.fixture
 def exam_page(browser: Any, service: str) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    pg.goto(service + "/exam")
-    pg.click("#settings-summary")
-    pg.fill("#api-key", API_KEY)
-    yield pg
-    context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+    with open_page(browser, service + "/exam") as pg:
+        pg.click("#settings-summary")
+        pg.fill("#api-key", API_KEY)
+        yield pg
 
 
 def exam_json(service: str, right: bytes | None, left: bytes | None) -> dict[str, Any]:
