@@ -29,7 +29,8 @@ from service.inference.imaging import decode_rgb
 from service.inference.quality import QualityMeasures, judge, measure
 
 CATEGORIES = ("normal_fundus", "dr_keyword", "other_non_dr")
-SHARED_DATA = Path(os.environ.get("RADSCREEN_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
+SHARED_DATA = Path(os.environ.get("RADSCREEN_SHARED_DATA",
+                                  Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
 
 
 def _measure(path: str) -> dict[str, float | str]:

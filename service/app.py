@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from service.api import health, model, pages, predict
+from service.api import exams, health, model, pages, predict
 from service.api.docs import install_offline_docs
 from service.api.pages import STATIC_DIR
 from service.cors import ProblemCORSMiddleware
@@ -74,7 +74,7 @@ def create_app(settings: Settings | None = None, *, scorer_factory: ScorerFactor
     app.state.model_host = ModelHost(settings, metrics, scorer_factory)
 
     install_error_handlers(app)
-    for router in (predict.router, model.router, health.router, pages.router):
+    for router in (predict.router, exams.router, model.router, health.router, pages.router):
         app.include_router(router)
     install_offline_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static")

@@ -7,7 +7,7 @@ reference on its own, and the bundle is a single POSTable document. It holds:
 - ``DiagnosticReport`` — status ``preliminary`` (an automated, unreviewed result of a model that is not
   cleared for clinical use; a human must confirm it), ``conclusionCode`` = the screening outcome
   (``retake_ungradable`` / ``grader_review_uncertain`` / ``refer_referable_dr`` / ``no_referable_dr``,
-  computed once in ``service.inference.scoring.screening_outcome``), conclusion text stating that outcome in plain
+  computed once in ``models.decision.screening_outcome``), conclusion text stating that outcome in plain
   words and the not-for-clinical-use note, ``result`` references to the observations, ``identifier`` for
   the request id and (if given) the caller's opaque ``study_id``;
 - ``Observation`` referable-DR probability — ``valueQuantity`` in ``%`` (UCUM), the decision threshold
@@ -46,7 +46,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from service.inference.scoring import OUTCOME_TEXT, ScorerCalibration, ScreeningOutcome, screening_outcome
+from models.decision import OUTCOME_TEXT, ScreeningOutcome, screening_outcome
 
 FHIR_MEDIA_TYPE = "application/fhir+json"
 CODE_SYSTEM = "urn:radial-screen:fhir:codes"
@@ -102,21 +102,16 @@ def outcome_of(body: dict[str, Any]) -> ScreeningOutcome:
     """The response's screening outcome, checked against the rule it must follow.
 
     The outcome is recomputed from the fields it derives from (gradable, MI vs threshold, probability vs
-    decision threshold) with :func:`service.inference.scoring.screening_outcome`; a body whose stated outcome
+    decision threshold) with :func:`models.decision.screening_outcome`; a body whose stated outcome
     disagrees (edited or corrupted JSON) is refused rather than rendered into a clinical document.
     """
     diagnosis, unc, quality = _require(body, "diagnosis"), _require(body, "uncertainty"), _require(body, "quality")
-    calibration = ScorerCalibration(
-        referral_threshold_mi=float(unc["referral_threshold"]),
-        decision_threshold=float(diagnosis["decision_threshold"]),
-        target_referral_rate=0.0,
-        dataset="",
-    )
     derived = screening_outcome(
         gradable=bool(quality["gradable"]),
         mutual_information=float(unc["mutual_information"]),
         probability=float(diagnosis["referable_dr_probability"]),
-        calibration=calibration,
+        referral_threshold_mi=float(unc["referral_threshold"]),
+        decision_threshold=float(diagnosis["decision_threshold"]),
     )
     stated = _require(body, "outcome")
     if stated != derived.value:
@@ -331,7 +326,7 @@ def to_fhir_bundle(body: dict[str, Any], *, issued: datetime | None = None) -> d
     if not isinstance(body, dict):
         raise ValueError(f"expected the prediction response as a dict, got {type(body).__name__}")
     request_id = str(body.get("request_id") or uuid.uuid4())
-    stamp = (issued or datetime.now(UTC)).astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    stamp = stamp_of(issued)
     model = _require(body, "model")
     outcome = outcome_of(body)
     device_ref = _urn(request_id, "device")
@@ -340,29 +335,55 @@ def to_fhir_bundle(body: dict[str, Any], *, issued: datetime | None = None) -> d
     identifiers = [{"system": REQUEST_ID_SYSTEM, "value": request_id}]
     if body.get("study_id"):
         identifiers.append({"system": STUDY_ID_SYSTEM, "value": str(body["study_id"])})
-    report = {
+    report = screening_report(
+        request_id, stamp, identifiers, observations,
+        code=("referable-dr-screening", "Referable DR screen"),
+        text="Automated referable diabetic retinopathy screening (research prototype)",
+        conclusion=conclusion, conclusion_code=_code(outcome.value, OUTCOME_TEXT[outcome]),
+    )
+    return collection_bundle(request_id, stamp, report, observations, model)
+
+
+def screening_report(request_id: str, stamp: str, identifiers: list[dict[str, str]], observations: dict[str, Any], *,
+                     code: tuple[str, str], text: str, conclusion: str, conclusion_code: dict[str, Any]
+                     ) -> dict[str, Any]:
+    """The preliminary DiagnosticReport of one answer (one image or one exam): SNOMED CT 4855003 plus our
+    ``code``, the observations as results, the conclusion in words and as a code, and its narrative."""
+    return {
         "resourceType": "DiagnosticReport",
         "identifier": identifiers,
         "status": "preliminary",
         "code": {
             "coding": [
                 {"system": SNOMED, "code": "4855003", "display": "Retinopathy due to diabetes mellitus"},
-                {"system": CODE_SYSTEM, "code": "referable-dr-screening", "display": "Referable DR screen"},
+                {"system": CODE_SYSTEM, "code": code[0], "display": code[1]},
             ],
-            "text": "Automated referable diabetic retinopathy screening (research prototype)",
+            "text": text,
         },
         "issued": stamp,
         "result": [{"reference": _urn(request_id, key)} for key in observations],
         "conclusion": conclusion,
-        "conclusionCode": [_code(outcome.value, OUTCOME_TEXT[outcome])],
-        "text": {
-            "status": "generated",
-            "div": f'<div xmlns="http://www.w3.org/1999/xhtml"><p>{html.escape(conclusion)}</p></div>',
-        },
+        "conclusionCode": [conclusion_code],
+        "text": narrative(conclusion),
     }
+
+
+def stamp_of(issued: datetime | None) -> str:
+    """The FHIR instant of ``issued`` (default: now), UTC, to the second: ``2026-01-02T03:04:05Z``."""
+    return (issued or datetime.now(UTC)).astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def narrative(text: str) -> dict[str, str]:
+    """A generated XHTML narrative holding ``text`` (escaped)."""
+    return {"status": "generated", "div": f'<div xmlns="http://www.w3.org/1999/xhtml"><p>{html.escape(text)}</p></div>'}
+
+
+def collection_bundle(request_id: str, stamp: str, report: dict[str, Any], observations: dict[str, dict[str, Any]],
+                      model: dict[str, Any]) -> dict[str, Any]:
+    """The ``collection`` Bundle of one answer: the report, its observations (by entry name), the model's Device."""
     entries: list[dict[str, Any]] = [{"fullUrl": _urn(request_id, "report"), "resource": report}]
     entries += [{"fullUrl": _urn(request_id, key), "resource": obs} for key, obs in observations.items()]
-    entries.append({"fullUrl": device_ref, "resource": _device(model)})
+    entries.append({"fullUrl": _urn(request_id, "device"), "resource": _device(model)})
     return {
         "resourceType": "Bundle",
         "identifier": {"system": REQUEST_ID_SYSTEM, "value": request_id},

@@ -11,12 +11,14 @@ import math
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from service.inference.scoring import ImageScore, ScorerIdentity, ScreeningOutcome
+from models.decision import ScreeningOutcome
+from service.inference.scoring import ImageScore, ScorerIdentity
 
 __all__ = ["CONTENT_TYPE_LATEST", "ServiceMetrics"]
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128)
+EXAM_IMAGE_BUCKETS = (1, 2, 3, 4, 6, 8, 16, 32, 64)
 PROBABILITY_BUCKETS = tuple(round(0.1 * i, 1) for i in range(1, 11))
 # MI bucket bounds as multiples of the artifact's calibrated referral threshold: MI lives on the scale of
 # that threshold (8.1e-4 nat for the embedded model 0.3.0, 1.3e-4 for 0.2.0, 1e-6 for 0.1.0), so fixed bounds
@@ -101,6 +103,27 @@ class ServiceMetrics:
         for outcome in ScreeningOutcome:
             self.outcomes.labels(outcome=outcome.value)
         self._add_client_disconnects(r)
+        self._add_exams(r)
+
+    def _add_exams(self, r: CollectorRegistry) -> None:
+        """Patient visits scored by POST /v1/exams: by exam outcome, and photographs per exam."""
+        self.exams = Counter(
+            "radscreen_exams",
+            "Screening exams (patient visits) by exam outcome (models.decision.exam_decision).",
+            ["outcome"],
+            registry=r,
+        )
+        self.exam_images = Histogram(
+            "radscreen_exam_images", "Photographs per screening exam (both eyes).", buckets=EXAM_IMAGE_BUCKETS,
+            registry=r,
+        )
+        for outcome in ScreeningOutcome:
+            self.exams.labels(outcome=outcome.value)
+
+    def observe_exam(self, outcome: ScreeningOutcome, images: int) -> None:
+        """Count one scored exam (its photographs are counted one by one by :meth:`observe_score`)."""
+        self.exams.labels(outcome=outcome.value).inc()
+        self.exam_images.observe(images)
 
     def _add_client_disconnects(self, r: CollectorRegistry) -> None:
         """Requests the client abandoned (issue 14): counted, logged at info, never scored or 5xx."""

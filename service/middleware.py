@@ -6,7 +6,8 @@ Pure ASGI (not ``BaseHTTPMiddleware``) so the body is streamed, never buffered h
 Body limit: a declared ``Content-Length`` above the limit is answered 413 before a byte of the body
 is read; a chunked body is counted as it streams and the request fails with 413 as soon as it
 passes the limit. The limit is ``max_upload_bytes`` + 64 KiB of multipart overhead, times
-``max_batch_items`` on the batch endpoint, ``FHIR_BODY_LIMIT`` (64 KiB) on ``/v1/fhir``.
+``max_batch_items`` on the batch endpoint, ``max_exam_images`` on ``/v1/exams``, ``FHIR_BODY_LIMIT`` (64 KiB)
+on ``/v1/fhir``.
 
 Body time: uvicorn has no request-body timeout, so a stalled upload would hold its connection and
 its partial body forever. Each body chunk must arrive within ``upload_idle_timeout_s`` of the
@@ -87,13 +88,17 @@ class RequestContextMiddleware:
         self.metrics = metrics
         self.single_limit = settings.max_upload_bytes + MULTIPART_OVERHEAD
         self.batch_limit = (settings.max_upload_bytes + MULTIPART_OVERHEAD) * settings.max_batch_items
+        self.exam_limit = (settings.max_upload_bytes + MULTIPART_OVERHEAD) * settings.max_exam_images
         self.idle_timeout = settings.upload_idle_timeout_s
         self.body_timeout = settings.upload_timeout_s
 
     def _limit_for(self, path: str) -> int:
-        if path.rstrip("/") == FHIR_PATH:
+        path = path.rstrip("/")
+        if path == FHIR_PATH:
             return FHIR_BODY_LIMIT
-        return self.batch_limit if path.rstrip("/").endswith("/batch") else self.single_limit
+        if path.endswith("/batch"):
+            return self.batch_limit
+        return self.exam_limit if path.endswith("/v1/exams") else self.single_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

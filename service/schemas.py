@@ -151,6 +151,45 @@ class BatchResponse(BaseModel):
     items: list[BatchItem]
 
 
+EyeName = Literal["right", "left"]
+
+
+class ExamEye(BaseModel):
+    outcome: Outcome = Field(description="This eye's outcome from its photographs (models.decision.eye_outcome).")
+    outcome_reason: str
+    photographs: int = Field(ge=0, description="Photographs of this eye in the exam (0: the eye is missing).")
+
+
+class ExamImage(BaseModel):
+    index: int = Field(description="Position of the photograph's part in the request.")
+    eye: EyeName
+    filename: str | None = None
+    format: Literal["dicom", "image"] = Field(description="'dicom' for a DICOM file, else 'image' (JPEG, PNG, ...).")
+    result: ImageResult = Field(description="The same result POST /v1/predict gives for this photograph alone.")
+
+
+class ExamResponse(BaseModel):
+    """One patient visit: one outcome for the patient, each eye's outcome, each photograph's result."""
+
+    model_config = ConfigDict(protected_namespaces=())
+    request_id: str
+    exam_id: str | None = Field(default=None, description="Opaque id echoed back (never logged).")
+    patient_ref: str | None = Field(default=None, description="Opaque reference echoed back (never logged).")
+    model: ModelIdentity
+    outcome: Outcome = Field(
+        description=(
+            "The patient's outcome (models.decision.exam_decision): refer_referable_dr if any gradable photograph "
+            "is referable and certain; else grader_review_uncertain if any photograph is uncertain; else "
+            "retake_ungradable if an eye has no gradable photograph or is missing; else no_referable_dr."
+        )
+    )
+    outcome_reason: str = Field(description="The patient's outcome in one plain-language line, naming the eyes.")
+    eyes: dict[EyeName, ExamEye]
+    missing_eyes: list[EyeName]
+    images: list[ExamImage]
+    disclaimer: str
+
+
 class Calibration(BaseModel):
     referral_threshold_mi: float
     decision_threshold: float

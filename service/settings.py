@@ -136,6 +136,9 @@ class Settings(ScorerSettings):
     max_batch_items: int = Field(
         default=16, ge=1, le=256, description="Most images in one /v1/predict/batch call."
     )
+    max_exam_images: int = Field(
+        default=8, ge=2, le=64, description="Most photographs (both eyes together) in one /v1/exams call."
+    )
     upload_idle_timeout_s: float = Field(
         default=30.0, gt=0, le=3600, description="Longest silence between two chunks of a request body (else 408)."
     )

@@ -1,4 +1,5 @@
-"""GET /: the clinician-facing page (``service/static/index.html``), or a placeholder without it."""
+"""GET /: the clinician-facing page (``service/static/index.html``), or a placeholder without it;
+GET /exam: the patient exam page, both eyes of one visit (``service/static/exam.html``)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,18 @@ PLACEHOLDER = """<!doctype html><html lang="en"><head><meta charset="utf-8">
 router = APIRouter(tags=["dashboard"])
 
 
-@router.get("/", include_in_schema=False)
-async def index() -> Response:
-    page = STATIC_DIR / "index.html"
+def _page(name: str) -> Response:
+    page = STATIC_DIR / name
     if page.is_file():
         return FileResponse(page, media_type="text/html")
     return HTMLResponse(PLACEHOLDER)
+
+
+@router.get("/", include_in_schema=False)
+async def index() -> Response:
+    return _page("index.html")
+
+
+@router.get("/exam", include_in_schema=False)
+async def exam_page() -> Response:
+    return _page("exam.html")

@@ -24,7 +24,7 @@ COUNT_SLACK = 48  # extra parts parsed beyond the limit, to say how many were se
 STUDY_ID_MAX = 128
 STUDY_ID_PATTERN = r"^[\x20-\x7E]{1,128}$"  # printable ASCII, opaque to us
 _STUDY_ID_RE = re.compile(STUDY_ID_PATTERN)
-RAW_TYPES = ("image/", "application/octet-stream")
+RAW_TYPES = ("image/", "application/octet-stream", "application/dicom")
 HOW_TO_SEND = (
     "send multipart/form-data with an 'image' file part, or the raw image bytes with an image/* Content-Type"
 )

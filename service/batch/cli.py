@@ -8,6 +8,9 @@ Example (a day's screening images, resumable; rerun the same command after an in
     radscreen-batch score --input trainLabels.csv --image-root train/ --id-column image \\
         --output eyepacs.parquet --batch-size 32 --workers 4
 
+    # one outcome per patient visit as well: ODIR/EyePACS file names {patient}_{left|right}
+    radscreen-batch score --input odir/images --output odir.csv --group-by filename   # + odir.exams.csv
+
     # the model settings are the service's: flags, else RADSCREEN_* variables (service/settings.py)
     RADSCREEN_MODEL_DIR=models/my-run radscreen-batch score --input day/ --output day.csv \\
         --backend torch --precision fp32 --strategy loop --max-pixels 54200000
@@ -98,6 +101,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--path-column", default=None, help="manifest column of image paths (default: image|path)")
     p.add_argument("--image-root", type=Path, default=None,
                    help="folder that manifest paths are relative to (default: the manifest's folder)")
+    exams = p.add_argument_group(
+        "exams", "also score each patient visit (both eyes) into one outcome, written to a second CSV")
+    exams.add_argument("--group-by", choices=("patient", "filename", "study"), default=None,
+                       help="patient: the manifest's patient and eye columns; filename: {patient}_{left|right} file "
+                       "names (EyePACS, ODIR); study: DICOM StudyInstanceUID and laterality")
+    exams.add_argument("--patient-column", default="patient", help="manifest column of patient ids (default patient)")
+    exams.add_argument("--eye-column", default="eye", help="manifest column of the eye, left/right (default eye)")
+    exams.add_argument("--exams-output", type=Path, default=None,
+                       help="exam rows CSV (default: <output stem>.exams.csv beside --output)")
     p.add_argument("--chunk-size", type=int, default=256, help="rows per committed part file (default 256)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
@@ -154,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         pool=args.pool, runner=args.runner, restart=args.restart, summary=args.summary, plot=args.plot,
         id_column=args.id_column, path_column=args.path_column, image_root=args.image_root,
         chunk_size=args.chunk_size, progress=not args.no_progress, ray_address=args.ray_address,
-        ray_actors=args.ray_actors,
+        ray_actors=args.ray_actors, group_by=args.group_by, patient_column=args.patient_column,
+        eye_column=args.eye_column, exams_output=args.exams_output,
     )
     try:
         result = run_job(cfg)
@@ -163,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(format_summary(result.summary))
     print(f"wrote {result.rows} rows to {result.output}")
+    if result.exams_output is not None:
+        print(f"wrote {result.summary['exams']['count']} exam rows to {result.exams_output}")
     return 0
 
 

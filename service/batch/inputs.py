@@ -18,7 +18,7 @@ from typing import Any
 
 # Lower-case suffixes treated as images when scanning a folder (and tried for extension-less
 # manifest entries, e.g. the EyePACS ``image`` column "10_left" for ``10_left.jpeg``).
-IMAGE_EXTENSIONS: tuple[str, ...] = (".jpeg", ".jpg", ".png", ".tif", ".tiff", ".bmp", ".webp")
+IMAGE_EXTENSIONS: tuple[str, ...] = (".jpeg", ".jpg", ".png", ".tif", ".tiff", ".bmp", ".webp", ".dcm")
 DEFAULT_PATH_COLUMNS: tuple[str, ...] = ("image", "path")
 
 # Stable error kinds for rows rejected before reading (also used as summary keys).

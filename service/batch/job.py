@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tqdm import tqdm
 
+from service.batch.exams import GroupBy, exam_rows, exam_summary, exams_path_for, memberships, write_exams
 from service.batch.inputs import InputSource, discover
 from service.batch.local import PoolKind, run_local
 from service.batch.output import output_format, output_model_shas, write_output
@@ -42,7 +43,8 @@ RunnerKind = Literal["local", "ray"]  # what runs the scoring loop (CLI --runner
 # draws, the uncertainty maths, the decision and the row itself. A resume after any of them changed (an
 # upgrade between a kill and a rerun) is refused rather than mixing two versions in one results file.
 SCORING_CODE = ("models.fov", "models.preprocessing", "models.layers", "models.vgg", "models.draws",
-                "models.onnx_backend", "models.uncertainty", "service.inference.imaging",
+                "models.onnx_backend", "models.uncertainty", "models.decision", "service.inference.imaging",
+                "service.inference.dicom",
                 "service.inference.quality", "service.inference.scoring", "service.inference.backends",
                 "service.inference.partition", "service.batch.rows")
 
@@ -69,6 +71,10 @@ class BatchJobConfig:
     progress: bool = True
     ray_address: str | None = None
     ray_actors: int = 1
+    group_by: GroupBy | None = None  # score exams too (service.batch.exams): patient, filename or study
+    patient_column: str = "patient"
+    eye_column: str = "eye"
+    exams_output: Path | None = None  # default: <output stem>.exams.csv beside the output
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,7 @@ class JobResult:
     rows: int
     scored_now: int
     summary: dict[str, Any]
+    exams_output: Path | None = None
 
 
 def parts_dir_for(output: Path) -> Path:
@@ -153,6 +160,8 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
     output_format(cfg.output)  # unsupported suffix or missing pyarrow: fail before any work
     source = discover(cfg.input, path_column=cfg.path_column, id_column=cfg.id_column,
                       image_root=cfg.image_root)
+    groups = (memberships(source, cfg.input, cfg.group_by, patient_column=cfg.patient_column,
+                          eye_column=cfg.eye_column) if cfg.group_by else None)  # an unusable manifest fails now
     scorer = scorer if scorer is not None else cfg.spec.load()
     runtime = runtime_summary(scorer)
     log_runtime(runtime)
@@ -190,14 +199,27 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
             model={"name": scorer.model_identity.name, "version": scorer.model_identity.version,
                    "sha256": scorer.model_identity.sha256},
         )
-        n_rows = write_output(cfg.output, (builder.add(r) for r in assemble(source, store, sha)))
+        kept: list[Row] = []  # the columns the exam rule reads, only when grouping into exams
+
+        def keep(row: Row) -> Row:
+            if groups is not None:
+                kept.append({"id": row["id"], "outcome": row["outcome"], "error": row["error"]})
+            return row
+
+        n_rows = write_output(cfg.output, (keep(builder.add(r)) for r in assemble(source, store, sha)))
 
     summary = {**builder.build(), "runtime": runtime}
+    exams_output = None
+    if groups is not None:
+        exams = exam_rows(kept, source.items, groups, sha)
+        exams_output = cfg.exams_output or exams_path_for(cfg.output)
+        write_exams(exams_output, exams)
+        summary["exams"] = exam_summary(exams)
     if cfg.summary is not None:
         write_summary_json(cfg.summary, summary)
     if cfg.plot is not None:
         plot_summary(cfg.plot, builder)
-    return JobResult(output=cfg.output, rows=n_rows, scored_now=len(todo), summary=summary)
+    return JobResult(output=cfg.output, rows=n_rows, scored_now=len(todo), summary=summary, exams_output=exams_output)
 
 
 __all__ = ["BatchJobConfig", "JobResult", "format_summary", "parts_dir_for", "run_job"]

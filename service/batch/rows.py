@@ -16,7 +16,7 @@ Row = dict[str, Any]
 COLUMNS: tuple[str, ...] = (
     "id",
     "path",
-    "outcome",  # the screening outcome (service.inference.scoring.screening_outcome); empty on error rows
+    "outcome",  # the screening outcome (models.decision.screening_outcome); empty on error rows
     "referable_dr_probability",
     "label",
     "mutual_information",

@@ -1,7 +1,7 @@
 """End-of-job summary: counts by screening outcome (failed files included), by deferral reason,
 distributions of probability and MI, and a plot; every form is titled with the model that scored.
 
-Outcome counts are over every input row: the four screening outcomes of ``service.inference.scoring`` plus
+Outcome counts are over every input row: the four screening outcomes of ``models.decision`` plus
 ``failed`` (rows with an error: unreadable, not an image, ...), so they always add up to the inputs.
 Deferral reasons and MI are over the scored images; the probability distribution only over the *graded*
 ones (an ungradable image's probability is not a finding). The thresholds shown come from the model's
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from models.decision import OUTCOME_TEXT, ScreeningOutcome
 from service.batch.rows import Row, error_kind
-from service.inference.scoring import OUTCOME_TEXT, ScreeningOutcome
 
 FAILED = "failed"  # the by-outcome key of rows that were not scored (see errors_by_type for why)
 OUTCOME_ORDER: tuple[str, ...] = (
@@ -159,6 +159,10 @@ def format_summary(summary: dict[str, Any]) -> str:
                      f"({referral['rate']:.1%} of scored); by reason:")
         for reason, entry in referral["by_reason"].items():
             lines.append(f"  {reason}: {entry['count']} ({entry['rate']:.1%})")
+    exams = summary.get("exams")
+    if exams:
+        lines.append(f"exams (patient visits): {exams['count']}; by exam outcome:")
+        lines.extend(f"  {key}: {n}" for key, n in exams["by_outcome"].items())
     for name, dist in summary["distributions"].items():
         if dist:
             label = f"{name} (graded images)" if name == "referable_dr_probability" else name

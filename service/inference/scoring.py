@@ -18,7 +18,6 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +25,14 @@ import numpy as np
 import torch
 
 from models.cpu import CpuCapability, detect_cpu
+from models.decision import OUTCOME_TEXT, ScreeningOutcome, screening_outcome
 from models.fov import fit_fov_circle
 from models.preprocessing import DECODE_SIDE, FOV_LOCAL_MEAN, preprocess_fundus
 from models.uncertainty import binary_uncertainty
 from service.inference.backends import Backend, make_backend, resolve_device
 from service.inference.decode_deadline import DecodeDeadline
-from service.inference.imaging import ImagePipeline, ImageRejected, decode_rgb, fov_square, resize_square
+from service.inference.dicom import decode_photograph
+from service.inference.imaging import ImagePipeline, ImageRejected, fov_square, resize_square
 from service.inference.platform import PrecisionChoice, choose_backend, choose_precision
 from service.inference.quality import QualityReport, assess_quality
 
@@ -57,45 +58,6 @@ REASON_UNCERTAIN = "uncertain"
 REASON_QUALITY = "image_quality"
 
 
-class ScreeningOutcome(StrEnum):
-    """What a clinic acts on for one image (DESIGN.md §4), in precedence order.
-
-    ``refer_to_expert`` only says the model defers the image to a human; this is the decision shown on
-    every surface (JSON, page, FHIR, batch, metrics), computed once in :func:`screening_outcome`.
-    """
-
-    RETAKE_UNGRADABLE = "retake_ungradable"
-    GRADER_REVIEW_UNCERTAIN = "grader_review_uncertain"
-    REFER_REFERABLE_DR = "refer_referable_dr"
-    NO_REFERABLE_DR = "no_referable_dr"
-
-
-# The one plain-language line per outcome, shared by the page, FHIR and the batch summary.
-OUTCOME_TEXT: dict[ScreeningOutcome, str] = {
-    ScreeningOutcome.RETAKE_UNGRADABLE: "Retake the photograph: the image cannot be graded",
-    ScreeningOutcome.GRADER_REVIEW_UNCERTAIN: "Human grader review: the model is uncertain about this image",
-    ScreeningOutcome.REFER_REFERABLE_DR: "Refer to an eye-care professional: referable diabetic retinopathy",
-    ScreeningOutcome.NO_REFERABLE_DR: "No referable diabetic retinopathy found: rescreen at the routine interval",
-}
-
-
-def screening_outcome(
-    *, gradable: bool, mutual_information: float, probability: float, calibration: ScorerCalibration
-) -> ScreeningOutcome:
-    """The screening outcome with fixed precedence: ungradable, then uncertain, then the probability.
-
-    An ungradable image is never graded (its probability is not a finding); an uncertain one goes to a
-    human whatever its probability; only a gradable, confident answer is a referral decision.
-    """
-    if not gradable:
-        return ScreeningOutcome.RETAKE_UNGRADABLE
-    if mutual_information > calibration.referral_threshold_mi:
-        return ScreeningOutcome.GRADER_REVIEW_UNCERTAIN
-    if probability >= calibration.decision_threshold:
-        return ScreeningOutcome.REFER_REFERABLE_DR
-    return ScreeningOutcome.NO_REFERABLE_DR
-
-
 @dataclass(frozen=True)
 class PreparedImage:
     """A validated, quality-assessed, normalised image ready for the network."""
@@ -108,6 +70,9 @@ class PreparedImage:
 def prepare_image(data: bytes, pipeline: ImagePipeline, deadline: DecodeDeadline | None = None) -> PreparedImage:
     """Decode, validate, quality-check and preprocess one image; raises ImageRejected (400/413/415).
 
+    JPEG/PNG/TIFF/WebP/BMP go through ``service.inference.imaging``, DICOM photographs through
+    ``service.inference.dicom``; both end in the same uint8 RGB array.
+
     The FOV circle is fitted once on the decoded frame and used by both the quality gate and,
     for artifacts with the ``fov-local-mean/1`` contract, the preprocessing
     (``models.preprocessing.preprocess_fundus``, the very function training used). Artifacts with
@@ -117,8 +82,8 @@ def prepare_image(data: bytes, pipeline: ImagePipeline, deadline: DecodeDeadline
     start = time.perf_counter()
     # decode large enough for the compression check (JPEG block grid) and the FOV fit
     target = max(pipeline.size, DECODE_SIDE)
-    rgb = decode_rgb(data, max_pixels=pipeline.max_pixels, max_bytes=pipeline.max_bytes, target=target,
-                     deadline=deadline)
+    rgb = decode_photograph(data, max_pixels=pipeline.max_pixels, max_bytes=pipeline.max_bytes, target=target,
+                            deadline=deadline)
     circle = fit_fov_circle(rgb)
     quality = assess_quality(rgb, circle)
     if pipeline.preprocessing == FOV_LOCAL_MEAN:
@@ -141,7 +106,7 @@ class ImageScore:
     refer_to_expert: bool  # the model defers this image to a human (uncertain or ungradable)
     referral_reasons: list[str]
     quality: QualityReport
-    outcome: ScreeningOutcome  # what the clinic acts on: see screening_outcome()
+    outcome: ScreeningOutcome  # what the clinic acts on: models.decision.screening_outcome
 
 
 @dataclass(frozen=True)
@@ -333,7 +298,8 @@ class Scorer:
             if not im.quality.gradable:
                 reasons.append(REASON_QUALITY)
             outcome = screening_outcome(
-                gradable=im.quality.gradable, mutual_information=mi, probability=p, calibration=cal
+                gradable=im.quality.gradable, mutual_information=mi, probability=p,
+                referral_threshold_mi=cal.referral_threshold_mi, decision_threshold=cal.decision_threshold,
             )
             out.append(
                 ImageScore(

@@ -12,7 +12,7 @@
     uncertain: "the model is uncertain about this image",
     image_quality: "image quality too low to grade",
   };
-  // The four screening outcomes (service.inference.scoring.ScreeningOutcome): headline, colour class, what to do.
+  // The four screening outcomes (models.decision.ScreeningOutcome): headline, colour class, what to do.
   const OUTCOMES = {
     refer_referable_dr: { cls: "outcome-refer", headline: "Refer to an eye-care professional",
       sub: "Referable diabetic retinopathy: the model is confident and the image is gradable." },

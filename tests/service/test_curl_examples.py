@@ -3,8 +3,9 @@
 The lines are taken from the documents' fenced ``bash`` blocks (nothing is restated here), the host
 ``http://127.0.0.1:8000`` is replaced by a live uvicorn server with the tiny test model, and each line
 runs with the real ``curl`` in a shell: README lines from the repository root (they use
-``examples/*.jpg``), docs/integration.md lines in order in a folder holding the ``fundus.jpg``, ``a.jpg``
-and ``b.png`` they name. Lines that send ``X-API-Key: s3cret`` go to a server started with that key.
+``examples/*.jpg``), docs/integration.md lines in order in a folder holding the ``fundus.jpg``, ``a.jpg``,
+``b.png``, ``right.dcm`` and ``left.dcm`` they name (the DICOM files wrap the example photograph).
+Lines that send ``X-API-Key: s3cret`` go to a server started with that key.
 Each answer must be a success of the kind the line asks for: no problem+json, and the documented
 shape (a prediction with its outcome, a FHIR Bundle, a batch of results, the model, metrics).
 """
@@ -28,6 +29,7 @@ from tests.helpers.processes import ROOT
 
 DOC_HOST = "http://127.0.0.1:8000"
 API_KEY = "s3cret"
+OUTCOMES = {"refer_referable_dr", "grader_review_uncertain", "retake_ungradable", "no_referable_dr"}
 FENCE = re.compile(r"```bash\n(.*?)```", re.DOTALL)
 
 pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="needs the curl command line tool")
@@ -73,11 +75,13 @@ def check_answer(line: str, out: str) -> None:
     assert "/problems/" not in str(body.get("type", "")), (line, body)
     if "fhir" in line:
         assert body["resourceType"] == "Bundle" and body["entry"], line
+    elif "/v1/exams" in line:
+        assert body["outcome"] in OUTCOMES and set(body["eyes"]) == {"right", "left"}, line
+        assert len(body["images"]) == len(re.findall(r"-F (?:right|left|image)=@", line)), line
     elif "/v1/predict/batch" in line:
         assert body["count"] == len(re.findall(r"-F image=@", line)) and all("result" in i for i in body["items"])
     elif "/predict" in line:
-        assert body["outcome"] in {"refer_referable_dr", "grader_review_uncertain", "retake_ungradable",
-                                   "no_referable_dr"}, line
+        assert body["outcome"] in OUTCOMES, line
         assert body["model"]["training_data"] and body["model"]["intended_use"], line
     elif "/v1/model" in line:
         assert body["model"]["name"] and body["calibration"]["referral_threshold_mi"] > 0, line
@@ -99,6 +103,10 @@ def test_integration_doc_curl_lines_answer_as_documented(servers: dict[bool, str
     from PIL import Image
 
     Image.open(example).save(tmp_path / "b.png")
+    from tests.helpers.dicom_files import JPEG_BASELINE, op_dicom, rgb_of
+
+    for side, name in (("R", "right.dcm"), ("L", "left.dcm")):  # the DICOM examples: the same photograph
+        (tmp_path / name).write_bytes(op_dicom(rgb_of(example), syntax=JPEG_BASELINE, laterality=side))
     for line in lines:  # in order: a later line may read what an earlier one wrote (result.json)
         check_answer(line, run(line, servers, tmp_path))
     assert json.loads((tmp_path / "result.json").read_text())["outcome"]

@@ -4,15 +4,13 @@ The service runs with an API key and a tiny artifact calibrated (tests/helpers/o
 of the four screening outcomes occurs for one generated image: every outcome is checked on the single
 view and in the batch table (headline words and colour class), and the FHIR download is checked to reuse
 the result on screen. Screenshots go to a temp dir and, when $RADSCREEN_SCREENSHOT_DIR is set, there too
-(the ones in docs/screenshots/ were made with RADSCREEN_SCREENSHOT_DIR=docs/screenshots).
+(the ones in docs/screenshots/ were made with RADSCREEN_SCREENSHOT_DIR=docs/screenshots; tests.helpers.browser).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,22 +18,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers.outcomes import OUTCOMES, build_outcome_artifact
-from tests.helpers.service_process import running_service
+from tests.helpers.browser import open_page, require_chromium, screenshot
+from tests.helpers.outcomes import OUTCOMES
 
 pytestmark = pytest.mark.browser  # deselect locally with -m "not browser"; CI runs it
 
-CHROMIUM = "/usr/bin/chromium"
 API_KEY = "dashboard-test-key"
-BROWSER_ARGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-]
-
-if not Path(CHROMIUM).is_file():
-    pytest.skip(f"{CHROMIUM} not installed: run scripts/install-system-deps.sh (Debian package chromium)",
-                allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (dev extra) drives the browser")
+sync_api = require_chromium()
 
 # WCAG 2.x contrast ratio of an element's text against its first opaque ancestor background.
 CONTRAST_JS = """
@@ -68,60 +57,10 @@ EXPECTED = {
 GREEN = "outcome-clear"
 
 
-@pytest.fixture(scope="module")
-def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
-    return build_outcome_artifact(tmp_path_factory.mktemp("dashboard") / "artifact")
-
-
-@pytest.fixture(scope="module")
-def images(calibrated: tuple[Path, dict[str, bytes]]) -> dict[str, bytes]:
-    return calibrated[1]
-
-
-@pytest.fixture(scope="module")
-def service(calibrated: tuple[Path, dict[str, bytes]], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    log = tmp_path_factory.mktemp("dashboard-log") / "service.log"
-    with running_service(calibrated[0], log, env={"RADSCREEN_API_KEY": API_KEY}) as base:
-        yield base
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS, headless=True)
-        yield b
-        b.close()
-
-
 @pytest.fixture
 def page(browser: Any, service: str) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    pg.goto(service + "/")
-    yield pg
-    context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
-
-
-def screenshot(page: Any, tmp_path: Path, name: str, selector: str | None = None) -> Path:
-    """Save a PNG of the page (or of one element); copied to $RADSCREEN_SCREENSHOT_DIR when set."""
-    path = tmp_path / name
-    if selector is None:
-        page.screenshot(path=str(path), full_page=True)
-    else:
-        page.locator(selector).screenshot(path=str(path))
-    from PIL import Image
-
-    with Image.open(path) as shot:  # a 256-colour palette keeps the docs copies small (< 150 KB)
-        small = shot.convert("RGB").quantize(colors=256)
-    small.save(path, optimize=True)
-    target = os.environ.get("RADSCREEN_SCREENSHOT_DIR")
-    if target:
-        Path(target).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(target) / name)
-    return path
+    with open_page(browser, service + "/") as pg:
+        yield pg
 
 
 def enter_api_key(page: Any) -> None:

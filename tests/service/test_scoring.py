@@ -130,7 +130,9 @@ CAL = ScorerCalibration(referral_threshold_mi=1e-6, decision_threshold=0.5, targ
     ],
 )
 def test_screening_outcome_precedence(gradable: bool, mi: float, p: float, expected: str) -> None:
-    got = screening_outcome(gradable=gradable, mutual_information=mi, probability=p, calibration=CAL)
+    got = screening_outcome(gradable=gradable, mutual_information=mi, probability=p,
+                            referral_threshold_mi=CAL.referral_threshold_mi,
+                            decision_threshold=CAL.decision_threshold)
     assert got == ScreeningOutcome(expected) and got.value == expected
 
 

@@ -40,7 +40,7 @@ def test_folder_is_recursive_sorted_and_ids_are_relative_posix_paths(tmp_path: P
     assert set(skipped) == {"a/x.pdf", "readme.txt"}
     assert all(it.error.kind == NOT_AN_IMAGE and it.file is None for it in skipped.values())  # type: ignore[union-attr]
     assert skipped["a/x.pdf"].error.text() == (  # type: ignore[union-attr]
-        "not-an-image: skipped: .pdf suffix is not an image type (.jpeg, .jpg, .png, .tif, .tiff, .bmp, .webp)")
+        "not-an-image: skipped: .pdf suffix is not an image type (.jpeg, .jpg, .png, .tif, .tiff, .bmp, .webp, .dcm)")
     assert source.description == f"folder:{tmp_path.resolve()}"
 
 

@@ -1,0 +1,192 @@
+"""POST /v1/exams: the photographs of one patient visit in, one patient-level outcome out.
+
+Multipart parts ``right`` and ``left`` (repeatable: several photographs per eye), and ``image`` for DICOM
+files that carry their laterality (ImageLaterality / Laterality); optional text fields ``exam_id`` and
+``patient_ref``, echoed back and never logged. A DICOM file sent as ``right``/``left`` must not contradict its
+own laterality, and the DICOM files of one exam must share one StudyInstanceUID (the visit).
+
+Every photograph goes through the same path as ``/v1/predict`` (decode, quality gate, batched K-draw
+forward); the exam outcome comes from the one rule in ``models.decision``. A photograph the service refuses
+fails the whole exam with that photograph's problem (status and type as on ``/v1/predict``), its detail
+naming the eye and part: an exam is never answered from some of its photographs silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from starlette.datastructures import UploadFile
+
+from models.decision import Eye, ScreeningOutcome
+from service.api.predict import FHIR_MEDIA_TYPE, FormatQuery, _result, _wants_fhir
+from service.api.uploads import _field_error, _media_type, _read_form
+from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
+from service.errors import ServiceProblem, request_id_of
+from service.exams import exam_fields
+from service.inference.dicom import is_dicom, read_dicom_tags
+from service.inference.imaging import ImageRejected
+from service.schemas import ExamResponse, problem_responses
+
+router = APIRouter(tags=["exams"], dependencies=[ApiKeyDep])
+
+FILE_FIELDS = ("right", "left", "image")
+TEXT_FIELDS = ("exam_id", "patient_ref")
+OPAQUE_MAX = 128
+_OPAQUE_RE = re.compile(r"^[\x20-\x7E]{1,128}$")  # printable ASCII, opaque to us
+
+_PHOTO = {"type": "string", "format": "binary", "description": "JPEG, PNG, TIFF, WebP, BMP or DICOM."}
+_EXAM_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "right": {"type": "array", "items": _PHOTO, "description": "Photographs of the right eye."},
+                        "left": {"type": "array", "items": _PHOTO, "description": "Photographs of the left eye."},
+                        "image": {"type": "array", "items": _PHOTO,
+                                  "description": "DICOM photographs whose header gives the eye (R/L)."},
+                        "exam_id": {"type": "string", "maxLength": OPAQUE_MAX},
+                        "patient_ref": {"type": "string", "maxLength": OPAQUE_MAX},
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class Photograph:
+    index: int
+    eye: Eye
+    data: bytes
+    filename: str | None
+    dicom: bool
+
+    def where(self) -> str:
+        return f"{self.eye.value}-eye photograph (part {self.index + 1})"
+
+
+def _opaque(name: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not _OPAQUE_RE.match(value):
+        raise _field_error(name, f"must be 1-{OPAQUE_MAX} printable ASCII characters")
+    return value
+
+
+async def _dicom_tags(data: bytes, part: int) -> Any:
+    try:
+        return await asyncio.to_thread(read_dicom_tags, data)
+    except ImageRejected as exc:
+        raise ImageRejected(exc.problem_type, f"Photograph (part {part + 1}): {exc.detail}") from exc
+
+
+async def read_exam(request: Request, max_images: int) -> tuple[list[Photograph], dict[str, str | None], str | None]:
+    """The tagged photographs, the opaque fields, and the DICOM study UID shared by the DICOM files (if any)."""
+    if _media_type(request) != "multipart/form-data":
+        raise ServiceProblem(
+            "unsupported-media-type", 415,
+            "Send the exam as multipart/form-data with 'right' and 'left' file parts (or DICOM 'image' parts).",
+        )
+    form = await _read_form(request, max_images)
+    parts = [(key, value) for key, value in form.multi_items() if isinstance(value, UploadFile)]
+    if len(parts) > max_images:
+        await form.close()
+        raise ServiceProblem(
+            "payload-too-large", 413,
+            f"The exam has {len(parts)} photographs; at most {max_images} are accepted per exam "
+            f"(RADSCREEN_MAX_EXAM_IMAGES={max_images}).",
+        )
+    if not parts:
+        raise _field_error("right", "an exam needs at least one photograph: send 'right' and 'left' file parts")
+    for key, value in form.multi_items():
+        if key not in FILE_FIELDS + TEXT_FIELDS:
+            raise _field_error(key, "unknown field; expected 'right', 'left', 'image', 'exam_id' or 'patient_ref'")
+        if key in FILE_FIELDS and not isinstance(value, UploadFile):
+            raise _field_error(key, "must be a file part (filename=...), not a text field")
+        if key in TEXT_FIELDS and isinstance(value, UploadFile):
+            raise _field_error(key, "must be a text field, not a file part")
+    fields = {name: _opaque(name, v if isinstance(v := form.get(name), str) else None) for name in TEXT_FIELDS}
+    photographs: list[Photograph] = []
+    studies: set[str] = set()
+    for index, (key, part) in enumerate(parts):
+        data = await part.read()
+        dicom = is_dicom(data)
+        eye = Eye(key) if key != "image" else None
+        if dicom:
+            tags = await _dicom_tags(data, index)
+            if tags.study_uid:
+                studies.add(tags.study_uid)
+            if eye is not None and tags.laterality is not None and tags.laterality is not eye:
+                raise _field_error(key, f"part {index + 1} was sent as the {eye.value} eye but its DICOM header says "
+                                   f"{tags.laterality.value}")
+            eye = eye or tags.laterality
+        if eye is None:
+            raise _field_error(
+                "image", f"part {index + 1}: the eye is unknown (no DICOM ImageLaterality/Laterality R or L); "
+                "send it as a 'right' or 'left' part",
+            )
+        photographs.append(Photograph(index, eye, data, part.filename, dicom))
+    if len(studies) > 1:
+        raise _field_error("image", f"the DICOM files belong to {len(studies)} different studies; send one visit "
+                           "per exam")
+    return photographs, fields, next(iter(studies), None)
+
+
+@router.post(
+    "/v1/exams",
+    response_model=ExamResponse,
+    summary="Score one patient visit (both eyes) into one outcome",
+    description=(
+        "Photographs tagged with their eye (`right`, `left`, repeatable; DICOM files may come as `image` and "
+        "carry their laterality). Returns the patient's outcome with its reason, each eye's outcome, and each "
+        "photograph's result in the shape of `/v1/predict`. A visit with one eye is never `no_referable_dr`. "
+        "`Accept: application/fhir+json` (or `?format=fhir`) returns one DiagnosticReport with one Observation "
+        "per eye."
+    ),
+    responses={200: {"content": {FHIR_MEDIA_TYPE: {"schema": {"type": "object"}}}},
+               **problem_responses(400, 401, 406, 413, 415, 422, 503)},
+    openapi_extra=_EXAM_BODY,
+)
+async def score_exam(request: Request, host: ModelHostDep, settings: SettingsDep, format: FormatQuery = None) -> Any:
+    scorer = host.require_ready()
+    photographs, fields, study_uid = await read_exam(request, settings.max_exam_images)
+    predictions = await host.predict_many([p.data for p in photographs])
+    images: list[dict[str, Any]] = []
+    for photo, pred in zip(photographs, predictions, strict=True):
+        if isinstance(pred, ImageRejected):
+            raise ImageRejected(pred.problem_type, f"The {photo.where()} was refused: {pred.detail}")
+        images.append({"index": photo.index, "eye": photo.eye.value, "filename": photo.filename,
+                       "format": "dicom" if photo.dicom else "image", "result": _result(pred, scorer, None)})
+    exam = exam_fields([(Eye(im["eye"]), ScreeningOutcome(im["result"]["outcome"])) for im in images])
+    host.metrics.observe_exam(ScreeningOutcome(exam["outcome"]), len(images))
+    body = {
+        "request_id": request_id_of(request),
+        "exam_id": fields["exam_id"] or study_uid,
+        "patient_ref": fields["patient_ref"],
+        "model": scorer.model_identity.to_dict(),
+        **exam,
+        "images": images,
+        "disclaimer": scorer.disclaimer,
+    }
+    if _wants_fhir(request, format):
+        return _fhir(body)
+    return ExamResponse(**body)
+
+
+def _fhir(body: dict[str, Any]) -> Response:
+    try:
+        from service.fhir_exam import to_fhir_exam_bundle
+    except ImportError as exc:
+        raise ServiceProblem("not-acceptable", 406, "FHIR output is not available in this build.") from exc
+    bundle = to_fhir_exam_bundle(body)
+    return Response(json.dumps(bundle, ensure_ascii=False, allow_nan=False).encode("utf-8"), media_type=FHIR_MEDIA_TYPE)
