@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 
 from models.artifact import Artifact, load_artifact
+from models.decision import Eye, ScreeningOutcome, exam_decision, screening_outcome
 from models.preprocessing import DECODE_SIDE
 from service.inference.imaging import decode_rgb
 from service.inference.quality import assess_quality, judge
-from service.inference.scoring import ScorerCalibration, screening_outcome
 from training.config import TrainConfig
 from training.data.dataset import ManifestDataset
 from training.data.manifest import ManifestRow, read_odir, read_synthetic
@@ -58,10 +58,9 @@ SHARED = Path(os.environ.get("RADSCREEN_SHARED_DATA", Path(__file__).resolve().p
 
 
 def exam_outcome(eyes: dict[str, list[str]]) -> str:
-    """The visit's outcome from its photographs' outcomes (the exam rule; docs/architecture.md)."""
-    from models.decision import exam_outcome_from_outcomes
-
-    return exam_outcome_from_outcomes(eyes)
+    """The visit's outcome from its photographs' outcomes: the service's exam rule (models.decision)."""
+    photos = {Eye(eye): [ScreeningOutcome(o) for o in outcomes] for eye, outcomes in eyes.items() if eye in set(Eye)}
+    return exam_decision(photos).outcome.value
 
 
 def _gate(path: str) -> bool:
@@ -105,16 +104,14 @@ def gate_verdicts(rows: Sequence[ManifestRow], workers: int, measures: Path | No
 def evaluate_set(name: str, rows: Sequence[ManifestRow], probs: np.ndarray, artifact: Artifact, out: Path,
                  *, labelled: bool, workers: int, measures: Path | None = None) -> dict[str, Any]:
     cal = artifact.calibration
-    calibration = ScorerCalibration(referral_threshold_mi=cal.referral_threshold_mi,
-                                    decision_threshold=cal.decision_threshold,
-                                    target_referral_rate=cal.target_referral_rate, dataset=cal.dataset)
     gradable = gate_verdicts(rows, workers, measures)
     unc = mc_uncertainty(probs)
     records = []
     for i, row in enumerate(rows):
         p, mi = float(unc.probability[i]), float(unc.mutual_information[i])
         outcome = screening_outcome(gradable=gradable[i], mutual_information=mi, probability=p,
-                                    calibration=calibration).value
+                                    referral_threshold_mi=cal.referral_threshold_mi,
+                                    decision_threshold=cal.decision_threshold).value
         records.append(EyeRecord(image=row.path.name, probability=p, mutual_information=mi, gradable=gradable[i],
                                  outcome=outcome, grade=row.grade if labelled else None, category=row.category,
                                  patient=row.patient_id, eye=row.eye))
