@@ -40,7 +40,7 @@ FormatQuery = Annotated[
     Query(description="'fhir' returns a FHIR R4 Bundle (same as Accept: application/fhir+json)."),
 ]
 
-_IMAGE_SCHEMA = {"type": "string", "format": "binary", "description": "JPEG, PNG, TIFF, WebP or BMP."}
+_IMAGE_SCHEMA = {"type": "string", "format": "binary", "description": "JPEG, PNG, TIFF, WebP, BMP or DICOM."}
 _SINGLE_BODY = {
     "requestBody": {
         "required": True,

@@ -1,4 +1,5 @@
-"""The embedded default model: verifies, is the full VGG-16*, and says plainly what it is (synthetic data)."""
+"""The embedded default model: verifies, is the full VGG-16*, and says plainly what it is trained on (real ODIR-5K
+photographs, research use) and what it is not (clinically validated)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,17 @@ from models.vgg import build_vgg16_star, count_parameters
 def test_default_artifact_verifies_and_states_its_provenance() -> None:
     artifact = load_artifact()  # the embedded default, hash-verified
     cfg = artifact.config
-    assert cfg.training_data == "synthetic"
-    assert "not for clinical use" in cfg.intended_use.lower()
+    assert cfg.training_data.startswith("real: ODIR-5K")
+    assert "research use" in cfg.training_data and "not for clinical use" in cfg.intended_use.lower()
     card = artifact.model_card
-    for needed in ("SYNTHETIC", "NOT for clinical use", "Command:", "Machine:", "seed"):
+    for needed in ("ODIR-5K", "research use", "NOT for clinical use", "NOT validated clinically", "Command:",
+                   "Machine:", "seed", "Screening operating point"):
         assert needed in card, f"model card lacks {needed!r}"
+    assert "/work/" not in card and "/home/" not in card  # names the data set, not a path of the training machine
+    op = artifact.calibration.validation["operating_point"]
+    assert op["decision_threshold"] == artifact.calibration.decision_threshold
+    assert op["referral_threshold_mi"] == artifact.calibration.referral_threshold_mi
+    assert op["missed_share"] <= op["max_missed_share"]
     assert cfg.architecture.width == 46 and cfg.architecture.layer == "radial"
     assert cfg.input_size in (256, 512)
     assert count_parameters(build_vgg16_star(cfg.architecture)) == 15_207_142
@@ -51,7 +58,7 @@ def test_default_config_and_calibration_reserialise_byte_for_byte() -> None:
 
 
 @pytest.mark.slow
-def test_default_model_scores_a_synthetic_fundus_image() -> None:
+def test_default_model_scores_a_fundus_image_at_full_size() -> None:
     import io
 
     from PIL import Image
