@@ -4,7 +4,7 @@ PY ?= .venv/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup setup-serve test test-all lint serve bench gpu-check
+.PHONY: setup setup-serve test test-all lint serve bench gpu-check clean-docker
 
 setup:
 	bash scripts/setup.sh dev
@@ -12,6 +12,7 @@ setup:
 setup-serve:
 	bash scripts/setup.sh core
 
+# RADSCREEN_SKIP_DOCKER=1 make test: without the container test (no Docker engine started, no image built)
 test: setup
 	bash scripts/test.sh
 
@@ -28,3 +29,7 @@ serve: setup-serve
 # steps, into runs/gpu-check/. No setup step: it reports the torch it finds (PY=python for the machine's own).
 gpu-check:
 	$(PY) scripts/gpu_check.py
+
+# Remove the container test's images and build caches (listed at the end of `make test`)
+clean-docker:
+	bash scripts/docker-clean.sh

@@ -42,8 +42,9 @@ from models.cpu import detect_cpu
 from models.draws import materialise_draws
 from service.inference.backends import make_backend
 from service.inference.scoring import ImagePipeline, prepare_image
+from tests.helpers.shared_data import IDRID
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "idrid-lesion-54"
+DATA = IDRID  # $RADSCREEN_SHARED_DATA/idrid-lesion-54
 # name -> (backend, strategy) of the served path, as make_backend takes them
 PATHS: dict[str, tuple[str, str]] = {
     "torch-loop": ("torch", "loop"),

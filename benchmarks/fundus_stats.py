@@ -40,10 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.fov import FovCircle, fit_fov_circle
 from models.preprocessing import crop_to_fov
 from service.inference.quality import measure
+from tests.helpers.shared_data import IDRID
 
 NORM_DIAMETER = 512  # px: FOV diameter of the normalised image
 FOV_LEVEL = 12  # of 255, brightest channel (smoothed): inside the FOV
-DEFAULT_IDRID = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "idrid-lesion-54"
+DEFAULT_IDRID = IDRID  # $RADSCREEN_SHARED_DATA/idrid-lesion-54
 
 
 def normalise_to_fov(rgb: np.ndarray, circle: FovCircle, diameter: int = NORM_DIAMETER) -> np.ndarray:

@@ -32,8 +32,9 @@ from models.draws import DrawnConv, DrawnLinear, DrawnNetwork, materialise_draws
 from models.onnx_backend import INPUT_NAME, build_onnx_graph, drawn_weights
 from models.uncertainty import binary_uncertainty_from_logits
 from service.inference.scoring import ImagePipeline, prepare_image
+from tests.helpers.shared_data import IDRID
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "idrid-lesion-54"
+DATA = IDRID  # $RADSCREEN_SHARED_DATA/idrid-lesion-54
 
 
 def first_draws(net: DrawnNetwork, k: int) -> DrawnNetwork:

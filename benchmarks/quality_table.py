@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from collections.abc import Iterable
-from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -31,10 +30,10 @@ from service.inference import quality
 from service.inference.quality import QualityMeasures, judge, measure
 from tests.helpers.degradations import DEGRADATIONS
 from tests.helpers.nonfundus import NON_FUNDUS
+from tests.helpers.shared_data import IDRID  # $RADSCREEN_SHARED_DATA/idrid-lesion-54
 from training.synthetic.camera import UNGRADABLE_KINDS
 from training.synthetic.render import render_fundus
 
-IDRID = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "idrid-lesion-54"
 EXPECTED_SYNTHETIC = {
     "blur": "blurred",
     "dark": "too_dark",

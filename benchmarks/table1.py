@@ -41,6 +41,7 @@ from safetensors.torch import load_file
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.helpers.shared_data import IDRID as SHARED_IDRID  # noqa: E402
 from training.cli import main as train_main  # noqa: E402
 from training.config import TrainConfig  # noqa: E402
 from training.data.photos import PhotoDataset, list_photos  # noqa: E402
@@ -59,7 +60,7 @@ from training.loop import BEST_WEIGHTS, build_model  # noqa: E402
 from training.predict import is_bayesian, mc_probabilities  # noqa: E402
 from training.synthetic.dataset import generate_dataset  # noqa: E402
 
-IDRID = ROOT / ".." / "shared" / "data" / "idrid-lesion-54"  # the shared/ folder beside the checkout
+IDRID = SHARED_IDRID  # $RADSCREEN_SHARED_DATA/idrid-lesion-54, default the shared/ folder beside the checkout
 FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.5)
 MI, ENTROPY = "mutual_information", "predictive_entropy"
 

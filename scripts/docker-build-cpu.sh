@@ -12,7 +12,8 @@
 #   4. `docker build --network host` (pip inside reaches the package registry like pip on the host) with
 #      the classic builder (BuildKit would try to pull the docker/dockerfile frontend): first the "deps"
 #      stage, tagged $DEPS_TAG as a cache that outlives the image, then the image itself.
-# Clear every cache: docker image rm radscreen-build-cache:cpu-deps radscreen-base:bookworm-py311;
+# Clear every cache: make clean-docker (scripts/docker-clean.sh), or by hand: docker image rm
+# radscreen-build-cache:cpu-deps radscreen-base:bookworm-py311;
 # rm ~/.cache/radscreen/debootstrap-*.tar.
 # Prints the build time and the image size on the last line. Needs root or membership of the docker group.
 set -euo pipefail

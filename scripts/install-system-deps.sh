@@ -9,11 +9,17 @@
 #                       images cannot be pulled
 #   curl             -> the README and docs/integration.md curl lines, run as written by a test
 # Tolerant: does nothing when everything is already installed, and never fails the caller when apt is
-# unavailable (the tests then skip with a reason naming the missing binary).
+# unavailable (the tests then skip with a reason naming the missing binary). With RADSCREEN_SKIP_DOCKER=1
+# (the container test skipped) docker.io and debootstrap are not installed. Says what it installed, and
+# the packages stay installed (apt-get remove removes them).
 set -uo pipefail
 
-packages=(prometheus chromium chromium-driver docker.io debootstrap curl)
-binaries=(promtool chromium chromedriver dockerd debootstrap curl)
+packages=(prometheus chromium chromium-driver curl)
+binaries=(promtool chromium chromedriver curl)
+if [ "${RADSCREEN_SKIP_DOCKER:-}" != 1 ]; then
+    packages+=(docker.io debootstrap)
+    binaries+=(dockerd debootstrap)
+fi
 
 missing=()
 for i in "${!packages[@]}"; do
@@ -46,7 +52,9 @@ export DEBIAN_FRONTEND=noninteractive
 echo "install-system-deps: installing ${missing[*]}"
 $SUDO apt-get update -qq || echo "install-system-deps: apt-get update failed" >&2
 # --no-install-recommends keeps the Prometheus package from pulling node-exporter and friends.
-if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
+if $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
+    echo "install-system-deps: installed ${missing[*]} (they stay installed; remove with: apt-get remove ${missing[*]})"
+else
     echo "install-system-deps: apt-get install failed for ${missing[*]} (related tests will skip)" >&2
 fi
 exit 0

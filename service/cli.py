@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args_list[:1] == ["batch"]:
         from service.batch.cli import main as batch_main
 
-        return int(batch_main(args_list[1:]) or 0)
+        return int(batch_main(args_list[1:], prog="radscreen batch") or 0)
     args = _parser().parse_args(args_list)
     if args.command == "serve":
         return serve(args.host, args.port, args.model_dir, args.workers)

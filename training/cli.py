@@ -1,11 +1,17 @@
 """``radscreen-train``: synthesise data, fit, evaluate and export models.
 
-Examples (each works on a fresh checkout after ``make setup``)::
+Examples (each works on a fresh checkout after ``make setup``; a CPU-sized model, minutes on 2 cores)::
 
-    radscreen-train synth --out data/synth --n 2000 --seed 1 --size 256
-    radscreen-train fit --data data/synth --out runs/radial --epochs 10 --artifact models/my-model
+    radscreen-train synth --out data/synth --n 2000 --seed 1 --size 128
+    radscreen-train fit --data data/synth --out runs/radial --artifact models/my-model \\
+        --width 16 --input-size 128 --epochs 3
+    radscreen-train synth --out data/synth-test --n 400 --seed 99 --size 128
     radscreen-train evaluate --artifact models/my-model --data data/synth-test --out runs/eval
     radscreen-train export --artifact models/my-model --out graph.onnx
+
+Such a small run checks the pipeline; its uncertainty is not useful (README "Train"). Without --width and
+--input-size, fit trains the full-size model (width 46, 256 px): about 20 min an epoch on 2 CPU cores, hours
+for the default 10 epochs; use a GPU for it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,17 @@ from training.config import LAYOUTS, OPTIMIZERS, PRECISIONS, SCHEDULES, SELECT_B
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows every option's default after its help text, and keeps the examples' line breaks."""
+    """Shows an option's default after its help text, and keeps the examples' line breaks.
+
+    No default is appended where it says nothing or is already said: required options, on/off flags and
+    options without a default (None), and help texts that state their default in words.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.required or action.default in (None, False) or "default" in text:
+            return text
+        return super()._get_help_string(action)
 
 
 SYNTH_ENTRIES = frozenset({"train", "trainLabels.csv", "metadata.csv", "dataset.json"})
@@ -164,7 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--data", required=True, help="dataset folder or manifest CSV")
     e.add_argument("--layout", choices=LAYOUTS, default="synthetic", help="how --data is organised")
     e.add_argument("--out", required=True, help="report directory (JSON + PNG plots)")
-    e.add_argument("--include-ungradable", action="store_true", help="evaluate ungradable images too")
+    e.add_argument("--include-ungradable", action="store_true",
+                   help="evaluate ungradable images too (by default they are left out, as the quality gate would "
+                        "refuse them; the summary says how many)")
     e.add_argument("--n-bootstrap", type=int, default=200, help="bootstrap resamples for SEs and 95 %% intervals")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
     x = sub.add_parser("export", help="write the weight-free ONNX graph of an artifact's serving draws",
@@ -232,6 +250,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     cfg = artifact.config
     rows = read_rows(TrainConfig(data=args.data, out=args.out, layout=args.layout,
                                  gradable_only=not args.include_ungradable))
+    listed = len(rows) if args.include_ungradable else len(read_rows(TrainConfig(
+        data=args.data, out=args.out, layout=args.layout, gradable_only=False)))
     dataset = ManifestDataset(list(rows), size=cfg.input_size, preprocessing=cfg.preprocessing)
     probs, labels = mc_probabilities(artifact.build_model(), dataset, mean=cfg.mean, std=cfg.std,
                                      samples=cfg.mc_samples, seed=cfg.draw_seed, head_draws=cfg.head_draws,
@@ -240,9 +260,26 @@ def _evaluate(args: argparse.Namespace) -> int:
                                   decision_threshold=artifact.calibration.decision_threshold,
                                   referral_threshold_mi=artifact.calibration.referral_threshold_mi)
     paths = write_report(report, args.out)
-    print(json.dumps(report.calibration_summary(), indent=2))
+    print(json.dumps(_evaluation_summary(report.calibration_summary(), data=args.data, images=len(rows),
+                                         listed=listed), indent=2))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
+
+
+def _evaluation_summary(calibration: dict[str, object], *, data: str, images: int, listed: int) -> dict[str, object]:
+    """What ``evaluate`` prints: the metrics of *these* images (the artifact's calibration summary stores its
+    validation split's under ``validation``), how many were evaluated, and how many were left out as ungradable."""
+    metrics = dict(calibration)
+    measured = metrics.pop("validation")
+    return {
+        "data": data,
+        "images_evaluated": images,
+        "ungradable_left_out": listed - images,
+        "metrics": measured,
+        "artifact_referral_threshold_mi": metrics.pop("referral_threshold_mi"),
+        "referral_rate_at_that_threshold": metrics.pop("achieved_referral_rate"),
+        **metrics,
+    }
 
 
 def _export(args: argparse.Namespace) -> int:

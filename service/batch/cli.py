@@ -42,9 +42,9 @@ from service.inference.spec import (
 logger = logging.getLogger("service.batch")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (``score`` is the one subcommand)."""
-    parser = argparse.ArgumentParser(prog="radscreen-batch",
+def build_parser(prog: str = "radscreen-batch") -> argparse.ArgumentParser:
+    """The argument parser (``score`` is the one subcommand); ``prog``: the command as the user typed it."""
+    parser = argparse.ArgumentParser(prog=prog,
                                      description="Batch referral scoring of fundus images.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("score", help="score a folder or CSV manifest into CSV/JSONL/Parquet results",
@@ -144,9 +144,12 @@ def scorer_spec(args: argparse.Namespace) -> ScorerSpec:
         raise ValueError(problems) from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` (default: ``sys.argv[1:]``), run the job, print the summary; returns the exit status."""
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, *, prog: str = "radscreen-batch") -> int:
+    """Parse ``argv`` (default: ``sys.argv[1:]``), run the job, print the summary; returns the exit status.
+
+    ``prog``: how the command was invoked (``radscreen batch`` from the main CLI), for usage and help.
+    """
+    args = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from models.artifact import ArtifactError
     from service.batch.job import BatchJobConfig, run_job

@@ -1,8 +1,10 @@
 /* Radial Screen clinician page: choose or drop fundus photographs, send them to the service, show the
    screening outcome as the headline (the service's `outcome`, computed in one place server-side), then
    probability, uncertainty (low / borderline / high relative to the calibrated threshold) and image
-   quality. A referable finding is never green; an ungradable image's probability is "not graded". Plain browser JavaScript, no build step, no
-   network access beyond this service. The API key lives only in this tab's memory. */
+   quality. A referable finding is never green. On a deferral the probability is never worded as a finding:
+   an ungradable image's is "not graded", an uncertain image's is shown small, as the model's uncertain
+   estimate, with no likely/unlikely words. Plain browser JavaScript, no build step, no network access
+   beyond this service. The API key lives only in this tab's memory. */
 "use strict";
 
 (function () {
@@ -99,11 +101,19 @@
 
   const deferralText = (body) => (body.referral_reasons || []).map((r) => REASONS[r] || r.replace(/_/g, " ")).join("; ");
 
+  /** Pass/fail with the failed checks: the score itself is not a measure of how good a photograph is. */
   function qualityText(q) {
-    if (q.gradable) return `Gradable (quality score ${q.score.toFixed(2)})`;
+    if (q.gradable) return "Gradable: passed every quality check";
     const issues = (q.issues || []).map((i) => ISSUES[i] || i.replace(/_/g, " "));
-    return `Not gradable (quality score ${q.score.toFixed(2)})` + (issues.length ? `: ${issues.join(", ")}` : "");
+    return "Not gradable" + (issues.length ? `: ${issues.join(", ")}` : "");
   }
+
+  /** What the quality score is, so that it is not read as a grade of image quality. */
+  const qualityScoreNote = (q) =>
+    `Quality score ${q.score.toFixed(2)}: the smallest of the per-check margins, 0.50 exactly at a check's ` +
+    "threshold (gradable at 0.50 or more). It stops rising once every check passes comfortably (the " +
+    "obstruction check caps it), so photographs with the same score are not equally good: it says pass or " +
+    "fail and how close the nearest check was, not how good the image is.";
 
   /** A problem+json body (or a network failure) in plain words. */
   async function problemText(response) {
@@ -163,23 +173,43 @@
       el("small", {}, o.sub));
   }
 
+  /** Ungradable: no number. Uncertain: the number small, as an uncertain estimate, never as a finding. */
   function probabilityBlock(d, q, outcome) {
-    if (!q.gradable) {
+    if (!q.gradable || outcome === "retake_ungradable") {
       return el("div", { class: "metric", id: "probability" },
         el("h3", {}, "Referable-DR probability"),
         el("div", { class: "value not-graded" }, "Not graded"),
         el("p", { class: "explain" }, "The image cannot be graded, so the model's number is not a finding."));
     }
-    const labelWords = d.label === "referable" ? "referable DR likely" : "referable DR unlikely";
+    if (outcome !== "refer_referable_dr" && outcome !== "no_referable_dr") {
+      return el("div", { class: "metric", id: "probability" },
+        el("h3", {}, "Referable-DR probability"),
+        el("div", { class: "value estimate" },
+          `Model's uncertain estimate: ${pct(d.referable_dr_probability)} (not a finding)`),
+        el("p", { class: "explain" },
+          "The model is uncertain about this image, so this number may be far from the truth in either " +
+          "direction. It is not a result: a trained grader grades the image."));
+    }
+    const labelWords = outcome === "refer_referable_dr" ? "referable DR likely" : "referable DR unlikely";
     return el("div", { class: "metric", id: "probability" },
       el("h3", {}, "Referable-DR probability"),
       el("div", { class: "value" }, `${pct(d.referable_dr_probability)} — ${labelWords}`),
       gauge("prob", d.referable_dr_probability, d.decision_threshold, 1,
         `Probability ${pct(d.referable_dr_probability)}, decision threshold ${pct(d.decision_threshold)}`),
-      el("p", { class: "explain" }, outcome === "grader_review_uncertain"
-        ? `The model is uncertain: this number is not a result until a grader has reviewed the image ` +
-          `(decision threshold ${pct(d.decision_threshold)}).`
-        : `Label “${d.label.replace("_", " ")}” at decision threshold ${pct(d.decision_threshold)}.`));
+      el("p", { class: "explain" }, `Decision threshold ${pct(d.decision_threshold)}.`));
+  }
+
+  /** The batch table's probability cell: the same rules as the single view. */
+  function probabilityCell(result) {
+    const d = result.diagnosis;
+    if (!result.quality.gradable || result.outcome === "retake_ungradable") {
+      return el("span", { class: "not-graded" }, "Not graded");
+    }
+    if (result.outcome !== "refer_referable_dr" && result.outcome !== "no_referable_dr") {
+      return el("span", { class: "estimate" }, `uncertain estimate ${pct(d.referable_dr_probability)}`,
+        el("div", { class: "meta" }, "not a finding"));
+    }
+    return [pct(d.referable_dr_probability), el("div", { class: "meta" }, d.label.replace("_", " "))];
   }
 
   function uncertaintyBlock(u) {
@@ -204,7 +234,8 @@
       uncertaintyBlock(body.uncertainty),
       el("div", { class: "metric", id: "quality" },
         el("h3", {}, "Image quality"),
-        el("div", { class: `quality ${q.gradable ? "ok" : "bad"}` }, qualityText(q))));
+        el("div", { class: `quality ${q.gradable ? "ok" : "bad"}` }, qualityText(q)),
+        el("details", { class: "explain" }, el("summary", {}, "About the quality score"), qualityScoreNote(q))));
     const fhir = el("button", { type: "button", class: "secondary fhir-link", id: "fhir" }, "Download FHIR R4 report");
     fhir.addEventListener("click", () => downloadFhir(body, file.name));
     return el("article", { "aria-label": `Result for ${file.name}` },
@@ -229,18 +260,16 @@
         cells.push(el("td", { class: "outcome-cell outcome-failed" }, "Not analysed: check the file"),
           el("td", { colspan: 3 }, problem.text, problem.detail ? ` (${problem.detail})` : ""));
       } else {
-        const d = result.diagnosis, u = result.uncertainty, o = outcomeOf(result);
+        const u = result.uncertainty, o = outcomeOf(result);
         cells.push(
           el("td", { class: `outcome-cell ${o.cls}`, "data-outcome": result.outcome }, o.headline),
-          el("td", {}, result.quality.gradable
-            ? [pct(d.referable_dr_probability), el("div", { class: "meta" }, d.label.replace("_", " "))]
-            : el("span", { class: "not-graded" }, "Not graded")),
+          el("td", {}, probabilityCell(result)),
           el("td", { title: `Mutual information ${nat(u.mutual_information)} nat, threshold ${nat(u.referral_threshold)} nat` },
             `Uncertainty: ${uncertaintyLevel(u)}`,
             gauge("mi", u.mutual_information, u.referral_threshold, miScale(u.referral_threshold),
               `Mutual information ${nat(u.mutual_information)}, threshold ${nat(u.referral_threshold)}`, true),
             el("div", { class: "meta" }, `${nat(u.mutual_information)} nat`)),
-          el("td", {}, qualityText(result.quality)));
+          el("td", { title: qualityScoreNote(result.quality) }, qualityText(result.quality)));
       }
       return el("tr", {}, cells);
     });

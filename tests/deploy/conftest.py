@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -19,11 +20,16 @@ def promtool() -> str:
 
 @pytest.fixture(scope="session")
 def docker_engine() -> str:
-    """Path of the ``docker`` client once a Docker engine answers; skip only where the daemon cannot start.
+    """Path of the ``docker`` client once a Docker engine answers; skip where the daemon cannot start or
+    RADSCREEN_SKIP_DOCKER=1 asks to skip the container tests.
 
     scripts/docker-daemon.sh starts ``dockerd`` (Debian package docker.io, from scripts/install-system-deps.sh)
-    when none is running and leaves it running; its reason for failing becomes the printed skip reason.
+    when none is running and records it; its reason for failing becomes the printed skip reason.
+    scripts/test.sh (``make test``) stops that daemon when the run ends; after running pytest directly,
+    ``bash scripts/docker-daemon.sh stop`` does it (an engine that was already running is never stopped).
     """
+    if os.environ.get("RADSCREEN_SKIP_DOCKER") == "1":
+        pytest.skip("RADSCREEN_SKIP_DOCKER=1: container tests skipped, no Docker engine started")
     docker = shutil.which("docker")
     script = ROOT / "scripts" / "docker-daemon.sh"
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=180, check=False)

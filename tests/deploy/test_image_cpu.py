@@ -7,7 +7,8 @@ HEALTHCHECK, run as the non-root user, answer /readyz 200, and return for ``POST
 numbers of the local service (same torch build, same embedded default model, same settings). The container
 and the image are removed afterwards; the base image and the debootstrap tarball stay cached.
 
-Skips (with the reason printed) only where no Docker engine can start (no docker.io, not root).
+Skips (with the reason printed) where no Docker engine can start (no docker.io, not root), and with
+RADSCREEN_SKIP_DOCKER=1.
 """
 
 from __future__ import annotations

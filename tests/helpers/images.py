@@ -14,13 +14,11 @@ upload the same kind of images the tests do. All seeded, all small.
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
-# the real photographs (54 IDRiD images, CC BY 4.0): ../shared/data beside the checkout, as in CI
-IDRID = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "idrid-lesion-54"
+from tests.helpers.shared_data import IDRID as IDRID  # the 54 real IDRiD photographs ($RADSCREEN_SHARED_DATA)
 
 
 def fundus_like(seed: int, size: int = 96) -> np.ndarray:

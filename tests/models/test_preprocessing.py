@@ -20,6 +20,7 @@ from models.preprocessing import FOV_LOCAL_MEAN, LEGACY, crop_to_fov, disc_mask,
 from service.inference.imaging import ImagePipeline, fov_square, resize_square
 from service.inference.scoring import prepare_image
 from tests.helpers.images import IDRID
+from tests.helpers.shared_data import missing_reason
 from training.data.dataset import load_image
 
 SIZE = 256
@@ -91,7 +92,7 @@ def test_local_mean_normalisation_removes_brightness_and_colour_cast() -> None:
     assert 0.4 < sb[0] / sa[0] < 0.6  # contrast scales with the signal (x0.5 in red); the mean does not
 
 
-@pytest.mark.skipif(not IDRID.is_dir(), reason=f"real photographs not found at {IDRID}")
+@pytest.mark.skipif(not IDRID.is_dir(), reason=missing_reason(IDRID))
 def test_real_and_synthetic_images_get_comparable_statistics() -> None:
     synthetic = pytest.importorskip("training.synthetic.render")
     real = np.asarray(Image.open(IDRID / "IDRiD_07.jpg").convert("RGB"))  # 1024 x 855, disc cut top/bottom

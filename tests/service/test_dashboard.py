@@ -55,6 +55,13 @@ EXPECTED = {
     "no_referable_dr": ("No referable diabetic retinopathy found", "outcome-clear"),
 }
 GREEN = "outcome-clear"
+DEFERRALS = ("grader_review_uncertain", "retake_ungradable")
+
+
+def font_px(page: Any, selector: str) -> float:
+    """Computed font size of the first element matching ``selector``, in CSS pixels."""
+    return float(page.evaluate(
+        "(s) => parseFloat(getComputedStyle(document.querySelector(s)).fontSize)", selector))
 
 
 @pytest.fixture
@@ -124,7 +131,10 @@ def test_single_image_report_with_provenance_keyboard_and_contrast(
         "Uncertainty: low", "Uncertainty: borderline (near the threshold)")
     page.click("#uncertainty details summary")
     assert "against the calibrated threshold" in page.inner_text("#uncertainty details")
-    assert page.inner_text("#quality").endswith(f"Gradable (quality score {expected['quality']['score']:.2f})")
+    assert page.inner_text("#quality .quality") == "Gradable: passed every quality check"
+    page.click("#quality details summary")  # the score is explained, not shown as a grade of the image
+    assert f"Quality score {expected['quality']['score']:.2f}: the smallest of the per-check margins" in (
+        page.inner_text("#quality details"))
     assert model["sha256"][:12] in page.inner_text("#results")
     assert page.inner_text("#status") == "Analysis complete. Refer to an eye-care professional."
     assert page.get_attribute("#results", "aria-live") == "polite"
@@ -160,10 +170,21 @@ def test_each_outcome_on_the_single_view(
     assert colour == {"outcome-refer": "rgb(253, 236, 236)", "outcome-review": "rgb(255, 237, 213)",
                       "outcome-retake": "rgb(237, 233, 254)", "outcome-clear": "rgb(231, 246, 236)"}[cls]
     prob_text = page.inner_text("#probability .value")
+    probability = f"{100 * body['diagnosis']['referable_dr_probability']:.1f}%"
     if outcome == "retake_ungradable":
         assert prob_text == "Not graded" and "%" not in prob_text  # the number is not a finding
+    elif outcome == "grader_review_uncertain":
+        assert prob_text == f"Model's uncertain estimate: {probability} (not a finding)"
+        assert page.query_selector("#probability .gauge") is None  # no bar against the decision threshold
     else:
-        assert prob_text.startswith(f"{100 * body['diagnosis']['referable_dr_probability']:.1f}%")
+        assert prob_text.startswith(probability)
+    if outcome in DEFERRALS:  # a deferral's probability is never worded as a finding
+        words = page.inner_text("#results").lower()
+        assert "likely" not in words and "not referable" not in words, words
+    # the outcome is the largest text of the result: no number outranks what to do
+    assert font_px(page, "#probability .value") < font_px(page, "#decision .outcome-headline")
+    if outcome == "grader_review_uncertain":
+        assert font_px(page, "#probability .value") <= 0.8 * font_px(page, "#decision .outcome-headline")
     level = page.inner_text("#uncertainty .value")
     assert (level == "Uncertainty: high (above the threshold)") == (outcome == "grader_review_uncertain")
     assert "No referral" not in page.inner_text("#results")
@@ -215,6 +236,10 @@ def test_batch_table_shows_every_outcome_and_counts_failed_files(
         cells = [c.inner_text() for c in row.query_selector_all("td")]
         if outcome == "retake_ungradable":
             assert cells[2] == "Not graded" and "Not gradable" in cells[4]
+        elif outcome == "grader_review_uncertain":
+            expected = predict_json(service, images[outcome])
+            probability = f"{100 * expected['diagnosis']['referable_dr_probability']:.1f}%"
+            assert cells[2].split("\n") == [f"uncertain estimate {probability}", "not a finding"]
         else:
             expected = predict_json(service, images[outcome])
             assert cells[2].startswith(f"{100 * expected['diagnosis']['referable_dr_probability']:.1f}%")

@@ -18,8 +18,9 @@ from service.inference.imaging import fov_square
 from service.inference.quality import assess_quality
 from tests.helpers.degradations import DEGRADATIONS
 from tests.helpers.images import IDRID
+from tests.helpers.shared_data import missing_reason
 
-pytestmark = pytest.mark.skipif(not IDRID.is_dir(), reason=f"real photographs not found at {IDRID}")
+pytestmark = pytest.mark.skipif(not IDRID.is_dir(), reason=missing_reason(IDRID))
 
 
 @cache

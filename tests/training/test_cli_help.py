@@ -4,6 +4,8 @@ bar, and the documented weight-free ONNX export snippet (run from docs/training.
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import re
 from pathlib import Path
 
@@ -35,13 +37,16 @@ def test_help_has_a_line_and_the_default_for_every_option(command: str, capsys: 
         if action.dest == "help":
             continue
         assert action.help, f"{command} {action.option_strings}: no help text"
-        rendered = formatter._get_help_string(action)
-        assert rendered is not None and "%(default)s" in rendered, f"{command} {action.option_strings}: no default"
-    # ArgumentDefaultsHelpFormatter appends the defaults to the rendered help.
+        rendered = formatter._get_help_string(action) or ""
+        says_nothing = action.required or action.default in (None, False)
+        # a default that says something is shown once (appended, or in the help's own words); none otherwise
+        assert ("%(default)s" in rendered) == (not says_nothing and "default" not in action.help), action.dest
     flat = re.sub(r"\s+", " ", text)
     expected = {"synth": "number of images (default: 2000)", "fit": "(default: auto)",
-                "evaluate": "(default: 200)", "export": "(default: None)"}[command]
+                "evaluate": "(default: 200)", "export": "(default: the embedded model)"}[command]
     assert expected in flat
+    assert "(default: None)" not in flat and "(default: False)" not in flat
+    assert not re.search(r"\(default: [^()]*\) \(default:", flat)  # never two defaults for one option
 
 
 def test_fit_defaults_to_device_auto_and_the_authors_recipe() -> None:
@@ -76,6 +81,45 @@ def test_evaluate_shows_a_progress_bar(tmp_path: Path, capsys: pytest.CaptureFix
     assert train_main(["evaluate", "--artifact", str(art), "--data", str(data), "--out", str(tmp_path / "eval"),
                        "--n-bootstrap", "3"]) == 0
     assert re.search(r"scoring 8 images x 16 draws: 100%", capsys.readouterr().err)
+
+
+def test_top_level_help_examples_are_cpu_sized_and_warn_about_the_full_size_model(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        train_main(["--help"])
+    text = capsys.readouterr().out.replace("\\\n", " ")  # join the examples' continued lines
+    fits = [line.split() for line in text.splitlines() if line.strip().startswith("radscreen-train fit")]
+    assert fits and all("--width" in f and "--input-size" in f for f in fits)
+    args = build_parser().parse_args(fits[0][1:])
+    assert (args.width, args.input_size) == (16, 128)
+    assert "full-size model" in text and "use a GPU" in text
+
+
+def test_evaluate_says_what_it_measured_and_what_it_left_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "synth"
+    assert train_main(["synth", "--out", str(data), "--n", "12", "--size", "64", "--workers", "1",
+                       "--ungradable-fraction", "0.34", "--seed", "5"]) == 0
+    with (data / "metadata.csv").open() as f:
+        ungradable = sum(row["gradable"] == "0" for row in csv.DictReader(f))
+    assert 0 < ungradable < 12
+    art = build_tiny_artifact(tmp_path / "art")
+    capsys.readouterr()
+    assert train_main(["evaluate", "--artifact", str(art), "--data", str(data), "--out", str(tmp_path / "eval"),
+                       "--n-bootstrap", "3", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out[:out.rindex("}") + 1])
+    assert "validation" not in summary  # these are the given images' metrics, not the artifact's validation split
+    assert (summary["images_evaluated"], summary["ungradable_left_out"]) == (12 - ungradable, ungradable)
+    assert summary["metrics"]["n_images"] == summary["images_evaluated"]
+
+
+def test_batch_usage_names_the_command_as_typed(capsys: pytest.CaptureFixture[str]) -> None:
+    from service.cli import main as radscreen_main
+
+    with pytest.raises(SystemExit):
+        radscreen_main(["batch", "score", "--help"])
+    assert capsys.readouterr().out.startswith("usage: radscreen batch score ")
 
 
 def _doc_snippet() -> str:

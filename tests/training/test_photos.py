@@ -12,11 +12,12 @@ from models.preprocessing import FOV_LOCAL_MEAN, LEGACY
 from service.inference.imaging import ImagePipeline
 from service.inference.scoring import prepare_image
 from tests.helpers.images import IDRID
+from tests.helpers.shared_data import missing_reason
 from training.data.dataset import ManifestDataset
 from training.data.manifest import ManifestRow
 from training.data.photos import PhotoDataset, list_photos, serving_square
 
-needs_idrid = pytest.mark.skipif(not IDRID.is_dir(), reason=f"real photographs not found at {IDRID}")
+needs_idrid = pytest.mark.skipif(not IDRID.is_dir(), reason=missing_reason(IDRID))
 
 
 @needs_idrid

@@ -15,6 +15,7 @@ from PIL import Image
 from scipy import ndimage
 
 from tests.helpers.images import IDRID
+from tests.helpers.shared_data import missing_reason
 from training.synthetic import FRAME_FORMATS, FRAME_SHARES, plan_image, render_fundus, render_image
 from training.synthetic.fundus import fov_mask, frame_shape, sample_geometry
 
@@ -124,7 +125,7 @@ def test_colour_statistics_inside_the_fov_are_within_the_documented_range_of_idr
     of the per-channel SD within 8; and the synthetic 10-90 % range of each overlaps IDRiD's."""
     paths = sorted(IDRID.glob("*.jpg"))
     if not paths:
-        pytest.skip(f"IDRiD photographs not found at {IDRID} (shared data folder absent)")
+        pytest.skip(missing_reason(IDRID))
     real = []
     for p in paths:
         with Image.open(p) as im:
