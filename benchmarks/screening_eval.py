@@ -54,8 +54,6 @@ from training.predict import mc_probabilities
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark that measures the gate
 from quality_real import to_measures
 
-SHARED = Path(os.environ.get("RADSCREEN_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
-
 
 def exam_outcome(eyes: dict[str, list[str]]) -> str:
     """The visit's outcome from its photographs' outcomes: the service's exam rule (models.decision)."""
@@ -194,7 +192,7 @@ def main() -> None:
             labelled = True
         elif name == "idrid":
             rows = [ManifestRow(path=p, grade=2, patient_id=p.stem, eye=None, row_no=0, category="idrid")
-                    for p in list_photos(SHARED / "idrid-lesion-54")]
+                    for p in list_photos(SHARED_DATA / "idrid-lesion-54")]
             probs, labelled = score(artifact, rows, cache), False
         else:
             if args.synthetic is None:

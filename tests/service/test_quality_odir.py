@@ -21,10 +21,9 @@ from models.preprocessing import DECODE_SIDE, crop_to_fov
 from service.inference.imaging import decode_rgb
 from service.inference.quality import assess_quality
 from tests.helpers.degradations import DEGRADATIONS
-from tests.helpers.images import IDRID
+from tests.helpers.shared_data import ODIR, missing_reason
 
-ODIR = IDRID.parent / "odir-5k"
-needs_odir = pytest.mark.skipif(not (ODIR / "labels.csv").is_file(), reason=f"ODIR-5K not found at {ODIR}")
+needs_odir = pytest.mark.skipif(not (ODIR / "labels.csv").is_file(), reason=missing_reason(ODIR))
 
 
 def _stretched_disc(side: int = 400, aspect: float = 1.15) -> np.ndarray:

@@ -11,12 +11,11 @@ import pytest
 from PIL import Image
 
 from models.preprocessing import FOV_LOCAL_MEAN
-from tests.helpers.images import IDRID
+from tests.helpers.shared_data import ODIR, missing_reason
 from training.data import ManifestDataset, ManifestError, load_image, read_odir, split_by_patient
 from training.data.cache import preprocessed_array
 
-ODIR = IDRID.parent / "odir-5k"
-needs_odir = pytest.mark.skipif(not (ODIR / "labels.csv").is_file(), reason=f"ODIR-5K not found at {ODIR}")
+needs_odir = pytest.mark.skipif(not (ODIR / "labels.csv").is_file(), reason=missing_reason(ODIR))
 HEADER = "image,patient,eye,dr_grade,referable,category,keywords\n"
 
 
