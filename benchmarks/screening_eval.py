@@ -52,7 +52,7 @@ from training.evaluation.uncertainty import mc_uncertainty
 from training.predict import mc_probabilities
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark that measures the gate
-from quality_real import to_measures
+from quality_real import SHARED_DATA, to_measures
 
 
 def exam_outcome(eyes: dict[str, list[str]]) -> str:
