@@ -107,11 +107,14 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         *([storage] if storage else []),
         "",
         "## Validation (serving draws)",
-        f"- AUC {val.get('auc', float('nan')):.3f}, accuracy {_pct(val.get('accuracy'))}, "
-        f"ECE {ece_text(val)}.",
-        f"- MI referral threshold {val_summary.get('referral_threshold_mi', float('nan')):.3g} nat for a target "
-        f"referral rate of {_pct(val_summary.get('target_referral_rate'))} "
-        f"(achieved {_pct(val_summary.get('achieved_referral_rate'))}).",
+        f"- AUC {val.get('auc', float('nan')):.3f}, accuracy {_pct(val.get('accuracy'))} at the decision "
+        f"threshold p̄ >= {val_summary.get('decision_threshold', 0.5):.4g}, ECE {ece_text(val)}.",
+        (f"- MI referral threshold {val_summary.get('referral_threshold_mi', float('nan')):.3g} nat, set by the "
+         f"screening operating point below (defers {_pct(val_summary.get('achieved_referral_rate'))} of these "
+         "images)." if operating is not None else
+         f"- MI referral threshold {val_summary.get('referral_threshold_mi', float('nan')):.3g} nat for a target "
+         f"referral rate of {_pct(val_summary.get('target_referral_rate'))} "
+         f"(achieved {_pct(val_summary.get('achieved_referral_rate'))})."),
         *mi_scale_lines(val.get("mi_quantiles")),
     ]
     for key, label in (("auc_at_referral", "AUC"), ("accuracy_at_referral", "accuracy")):
@@ -122,8 +125,8 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
     if test_summary is not None:
         tv = test_summary.get("validation", {})
         lines += ["", "## Held-out test split",
-                  f"- AUC {tv.get('auc', float('nan')):.3f}, accuracy {_pct(tv.get('accuracy'))}, "
-                  f"ECE {ece_text(tv)}; referral rate at the validation threshold "
+                  f"- AUC {tv.get('auc', float('nan')):.3f}, accuracy {_pct(tv.get('accuracy'))} at the decision "
+                  f"threshold, ECE {ece_text(tv)}; referral rate at the validation threshold "
                   f"{_pct(test_summary.get('achieved_referral_rate'))}.", *mi_scale_lines(tv.get("mi_quantiles"))]
         at = tv.get("auc_at_referral", {})
         if at:
