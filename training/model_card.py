@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import platform
+import re
 from typing import Any
 
 import torch
@@ -91,7 +92,7 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         f"{'excluded' if config.gradable_only else 'included'}).",
         "",
         "## Training",
-        f"- Command: `{command}`",
+        f"- Command: `{portable(command)}`",
         *(init_lines(init) if init is not None else []),
         f"- Objective: {config.nll_epochs} NLL-only epoch(s) on the means, then the full ELBO "
         f"(mean NLL + KL / N_train, no KL down-weighting); batch {config.batch_size}, "
@@ -172,12 +173,18 @@ def softplus(rho: float) -> float:
     return math.log1p(math.exp(rho))
 
 
+def portable(command: str) -> str:
+    """``command`` with every absolute path cut to ``…/<last part>``: a card travels with its artifact, and the
+    folders of the machine it was trained on mean nothing elsewhere (and may name people or sites)."""
+    return re.sub(r"(?<![\w.])/(?:[^\s/]+/)*([^\s/]+)", r"…/\1", command)
+
+
 def init_lines(init: InitSource) -> list[str]:
     """Where a warm-started run began: the artifact, the command that trained it, what was kept."""
-    return [f"- Initialised from: {init.describe()}, read from `{init.directory}`: its μ and ρ (mean σ "
-            f"{init.sigma_mean:.3g}) and its input normalisation; fresh optimiser state. "
+    return [f"- Initialised from: {init.describe()}, read from `{portable(str(init.directory))}`: its μ and ρ "
+            f"(mean σ {init.sigma_mean:.3g}) and its input normalisation; fresh optimiser state. "
             "The epochs, Δρ and step budget below count from that initialisation.",
-            f"- That model's training: `{init.training_command or 'not recorded in its card'}`."]
+            f"- That model's training: `{portable(init.training_command or 'not recorded in its card')}`."]
 
 
 def recipe_lines(config: TrainConfig, history: list[dict[str, Any]], best_epoch: int | None,

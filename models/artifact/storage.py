@@ -145,6 +145,20 @@ def replace_calibration(directory: str | Path, calibration: Calibration) -> str:
     return _sha256(manifest)
 
 
+def replace_model_card(directory: str | Path, model_card: str) -> str:
+    """Rewrite a verified artifact's ``MODEL_CARD.md`` and its manifest (weights, config and calibration
+    untouched); returns the new sha256. Same atomicity as :func:`replace_calibration`."""
+    root = Path(directory)
+    load_artifact(root)
+    _, files = _read_manifest(root)
+    data = model_card.encode("utf-8")
+    files[MODEL_CARD_FILE] = _sha256(data)
+    manifest = _json_bytes({"format": ARTIFACT_FORMAT, "files": files})
+    for name, content in ((MODEL_CARD_FILE, data), (MANIFEST_FILE, manifest)):
+        atomic_write_bytes(root / name, content)
+    return _sha256(manifest)
+
+
 @dataclass(frozen=True)
 class Artifact:
     """A verified artifact: parsed config, calibration and card; weights are read on demand."""
