@@ -25,7 +25,7 @@ from starlette.datastructures import UploadFile
 
 from models.decision import Eye, ScreeningOutcome
 from service.api.predict import FHIR_MEDIA_TYPE, FormatQuery, _result, _wants_fhir
-from service.api.uploads import _field_error, _media_type, _read_form
+from service.api.uploads import PHOTO_SCHEMA, _field_error, _media_type, _read_form, request_body
 from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
 from service.errors import ServiceProblem, request_id_of
 from service.exams import exam_fields
@@ -40,27 +40,14 @@ TEXT_FIELDS = ("exam_id", "patient_ref")
 OPAQUE_MAX = 128
 _OPAQUE_RE = re.compile(r"^[\x20-\x7E]{1,128}$")  # printable ASCII, opaque to us
 
-_PHOTO = {"type": "string", "format": "binary", "description": "JPEG, PNG, TIFF, WebP, BMP or DICOM."}
-_EXAM_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "properties": {
-                        "right": {"type": "array", "items": _PHOTO, "description": "Photographs of the right eye."},
-                        "left": {"type": "array", "items": _PHOTO, "description": "Photographs of the left eye."},
-                        "image": {"type": "array", "items": _PHOTO,
-                                  "description": "DICOM photographs whose header gives the eye (R/L)."},
-                        "exam_id": {"type": "string", "maxLength": OPAQUE_MAX},
-                        "patient_ref": {"type": "string", "maxLength": OPAQUE_MAX},
-                    },
-                },
-            },
-        },
-    },
-}
+_EXAM_BODY = request_body({
+    "right": {"type": "array", "items": PHOTO_SCHEMA, "description": "Photographs of the right eye."},
+    "left": {"type": "array", "items": PHOTO_SCHEMA, "description": "Photographs of the left eye."},
+    "image": {"type": "array", "items": PHOTO_SCHEMA,
+              "description": "DICOM photographs whose header gives the eye (R/L)."},
+    "exam_id": {"type": "string", "maxLength": OPAQUE_MAX},
+    "patient_ref": {"type": "string", "maxLength": OPAQUE_MAX},
+})
 
 
 @dataclass(frozen=True)

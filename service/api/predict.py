@@ -10,7 +10,14 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from service.api.fhir_body import parse_prediction
-from service.api.uploads import STUDY_ID_MAX, STUDY_ID_PATTERN, check_study_id, read_uploads
+from service.api.uploads import (
+    PHOTO_SCHEMA,
+    STUDY_ID_MAX,
+    STUDY_ID_PATTERN,
+    check_study_id,
+    read_uploads,
+    request_body,
+)
 from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
 from service.errors import ServiceProblem, image_problem, request_id_of
 from service.inference.imaging import ImageRejected
@@ -40,44 +47,10 @@ FormatQuery = Annotated[
     Query(description="'fhir' returns a FHIR R4 Bundle (same as Accept: application/fhir+json)."),
 ]
 
-_IMAGE_SCHEMA = {"type": "string", "format": "binary", "description": "JPEG, PNG, TIFF, WebP, BMP or DICOM."}
-_SINGLE_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["image"],
-                    "properties": {
-                        "image": _IMAGE_SCHEMA,
-                        "study_id": {"type": "string", "maxLength": STUDY_ID_MAX},
-                    },
-                },
-            },
-            "image/jpeg": {"schema": _IMAGE_SCHEMA},
-            "image/png": {"schema": _IMAGE_SCHEMA},
-            "image/tiff": {"schema": _IMAGE_SCHEMA},
-        },
-    },
-}
-_BATCH_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["image"],
-                    "properties": {
-                        "image": {"type": "array", "items": _IMAGE_SCHEMA},
-                        "study_id": {"type": "array", "items": {"type": "string"}},
-                    },
-                },
-            },
-        },
-    },
-}
+_SINGLE_BODY = request_body({"image": PHOTO_SCHEMA, "study_id": {"type": "string", "maxLength": STUDY_ID_MAX}},
+                            required=("image",), raw_types=("image/jpeg", "image/png", "image/tiff"))
+_BATCH_BODY = request_body({"image": {"type": "array", "items": PHOTO_SCHEMA},
+                            "study_id": {"type": "array", "items": {"type": "string"}}}, required=("image",))
 _FHIR_CONTENT = {FHIR_MEDIA_TYPE: {"schema": {"type": "object", "description": "FHIR R4 Bundle"}}}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Request
 from starlette.datastructures import FormData, UploadFile
@@ -25,6 +26,19 @@ STUDY_ID_MAX = 128
 STUDY_ID_PATTERN = r"^[\x20-\x7E]{1,128}$"  # printable ASCII, opaque to us
 _STUDY_ID_RE = re.compile(STUDY_ID_PATTERN)
 RAW_TYPES = ("image/", "application/octet-stream", "application/dicom")
+PHOTO_SCHEMA = {"type": "string", "format": "binary", "description": "JPEG, PNG, TIFF, WebP, BMP or DICOM."}
+
+
+def request_body(properties: dict[str, Any], *, required: tuple[str, ...] = (),
+                 raw_types: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The OpenAPI ``requestBody`` of an upload route: a multipart form with ``properties`` (``required``
+    ones marked), plus a raw body of a photograph for each media type of ``raw_types``."""
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    content: dict[str, Any] = {"multipart/form-data": {"schema": schema}}
+    content.update({media: {"schema": PHOTO_SCHEMA} for media in raw_types})
+    return {"requestBody": {"required": True, "content": content}}
 HOW_TO_SEND = (
     "send multipart/form-data with an 'image' file part, or the raw image bytes with an image/* Content-Type"
 )
