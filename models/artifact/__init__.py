@@ -41,6 +41,7 @@ from models.artifact.storage import (
     WEIGHT_DTYPES,
     Artifact,
     load_artifact,
+    replace_artifact_file,
     replace_calibration,
     save_artifact,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "ArtifactError",
     "Calibration",
     "load_artifact",
+    "replace_artifact_file",
     "replace_calibration",
     "save_artifact",
 ]

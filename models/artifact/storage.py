@@ -127,36 +127,33 @@ def save_artifact(
     return _sha256(manifest)
 
 
-def replace_calibration(directory: str | Path, calibration: Calibration) -> str:
-    """Rewrite a verified artifact's ``calibration.json`` (e.g. with a measured ``precision_drift``) and its
-    manifest; weights, config and card are untouched. Returns the new sha256 (the identity changes: the
-    decisions the artifact allows changed). Each file is replaced atomically (``models.atomic``); a crash
-    between the two leaves a calibration the old manifest does not match, which ``load_artifact`` refuses
-    by name.
+def replace_artifact_file(directory: str | Path, name: str, data: bytes) -> str:
+    """Write (or add) one file of a verified artifact and list it in the manifest; returns the new sha256
+    (the identity changes with any file). The file, then the manifest, is replaced atomically
+    (``models.atomic``); a crash between the two leaves a file the old manifest does not match, which
+    ``load_artifact`` refuses by name. The weights are not replaced this way (train and save instead).
     """
+    if name in (WEIGHTS_FILE, MANIFEST_FILE) or Path(name).name != name:
+        raise ArtifactError(f"{name}: not a file replace_artifact_file may write")
     root = Path(directory)
     load_artifact(root)  # verify before touching anything
     _, files = _read_manifest(root)
-    data = _json_bytes(calibration.to_dict())
-    files[CALIBRATION_FILE] = _sha256(data)
+    files[name] = _sha256(data)
     manifest = _json_bytes({"format": ARTIFACT_FORMAT, "files": files})
-    for name, content in ((CALIBRATION_FILE, data), (MANIFEST_FILE, manifest)):
-        atomic_write_bytes(root / name, content)
+    for target, content in ((name, data), (MANIFEST_FILE, manifest)):
+        atomic_write_bytes(root / target, content)
     return _sha256(manifest)
+
+
+def replace_calibration(directory: str | Path, calibration: Calibration) -> str:
+    """Rewrite ``calibration.json`` (e.g. with a measured ``precision_drift``); weights, config and card are
+    untouched. Returns the new sha256: the decisions the artifact allows changed."""
+    return replace_artifact_file(directory, CALIBRATION_FILE, _json_bytes(calibration.to_dict()))
 
 
 def replace_model_card(directory: str | Path, model_card: str) -> str:
-    """Rewrite a verified artifact's ``MODEL_CARD.md`` and its manifest (weights, config and calibration
-    untouched); returns the new sha256. Same atomicity as :func:`replace_calibration`."""
-    root = Path(directory)
-    load_artifact(root)
-    _, files = _read_manifest(root)
-    data = model_card.encode("utf-8")
-    files[MODEL_CARD_FILE] = _sha256(data)
-    manifest = _json_bytes({"format": ARTIFACT_FORMAT, "files": files})
-    for name, content in ((MODEL_CARD_FILE, data), (MANIFEST_FILE, manifest)):
-        atomic_write_bytes(root / name, content)
-    return _sha256(manifest)
+    """Rewrite ``MODEL_CARD.md`` (weights, config and calibration untouched); returns the new sha256."""
+    return replace_artifact_file(directory, MODEL_CARD_FILE, model_card.encode("utf-8"))
 
 
 @dataclass(frozen=True)
