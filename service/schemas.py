@@ -215,6 +215,15 @@ class CpuInfo(BaseModel):
     native_bf16: bool
     native_fp16: bool
     source: str = Field(description="'detected', or the RADSCREEN_NATIVE_BF16 override.")
+    native_int8: bool = Field(default=False, description="Fast int8 dot products (AVX2, VNNI, AMX, NEON dot).")
+
+
+class GuardBandInfo(BaseModel):
+    """Where a reduced precision's answers are re-scored in fp32: within these distances of the thresholds."""
+
+    probability: float = Field(description="Half-width around the decision threshold (p̄).")
+    mutual_information: float = Field(description="Half-width around the MI referral threshold (nats).")
+    share_rescored: float = Field(description="Share of the measured real photographs inside the band.")
 
 
 class Runtime(BaseModel):
@@ -222,12 +231,15 @@ class Runtime(BaseModel):
     backend_requested: str = Field(default="", description="RADSCREEN_BACKEND as configured (auto, ...).")
     backend_reason: str = Field(default="", description="Why this backend was chosen.")
     device: str
-    precision: str = Field(description="The precision actually running (fp32, bf16, fp16).")
+    precision: str = Field(description="The precision actually running (fp32, bf16, fp16, int8).")
     precision_requested: str = Field(default="", description="RADSCREEN_PRECISION as configured (auto, ...).")
     precision_reason: str = Field(default="", description="Why this precision was chosen.")
     strategy: str = Field(default="", description="How the K draws run: loop (per draw) or grouped.")
     threads: int | None = Field(default=None, description="Intra-op threads (null: the library default).")
     cpu: CpuInfo | None = None
+    guard_band: GuardBandInfo | None = Field(
+        default=None, description="Set when a reduced precision serves with fp32 re-scoring near the thresholds "
+        "(the artifact's measured band); null when the precision serves as it is.")
     max_batch_size: int
     max_wait_ms: float
 

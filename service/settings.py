@@ -62,9 +62,10 @@ class ScorerSettings(BaseSettings):
     device: DeviceSetting = Field(default="auto", description="'auto' = cuda when available, else cpu.")
     precision: PrecisionSetting = Field(
         default="auto",
-        description="Autocast precision of the torch backend. 'auto' = bf16 only when the artifact's measured "
-        "bf16 drift flips no decision AND the CPU/GPU runs bf16 natively, else fp32 (service/inference/platform.py). "
-        "An explicit bf16/fp16 on a CPU without native support fails at start.",
+        description="Arithmetic of the K draws: fp32, bf16/fp16 (torch autocast) or int8 (ONNX Runtime, CPU). "
+        "'auto' = the fastest of int8, bf16 that this CPU runs natively AND whose drift measured on real "
+        "photographs the artifact permits (with fp32 re-scoring near the thresholds where its record says so), "
+        "else fp32 (service/inference/platform.py). An explicit precision the CPU only emulates fails at start.",
     )
     native_bf16: NativeBf16Setting = Field(
         default="detect",

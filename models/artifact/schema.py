@@ -295,6 +295,45 @@ class ArtifactConfig:
         )
 
 
+REDUCED_PRECISIONS = ("bf16", "fp16", "int8")
+
+
+@dataclass(frozen=True)
+class GuardBand:
+    """Half-widths around the decision threshold (p̄) and the MI threshold (nats) inside which a reduced
+    precision's answer is replaced by fp32's; ``share_rescored``: the share of measured images inside."""
+
+    probability: float
+    mutual_information: float
+    share_rescored: float
+
+
+@dataclass(frozen=True)
+class PrecisionPermit:
+    """A precision the artifact lets serve, on ``images`` measured photographs; ``guard`` None = as it is."""
+
+    precision: str
+    guard: GuardBand | None
+    images: int
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_guard_band(g: Any, f: str, name: str) -> None:
+    _check(isinstance(g, Mapping), f, name, f"must be a JSON object, got {g!r}")
+    for key in ("probability", "mutual_information", "share_rescored"):
+        v = g.get(key)
+        _check(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0, f,
+               f"{name}.{key}", f"must be a finite non-negative number, got {v!r}")
+    _check(_count(g.get("outcome_flips")), f, f"{name}.outcome_flips",
+           f"must be a non-negative integer, got {g.get('outcome_flips')!r}")
+    folds = g.get("cross_validated_flips")
+    _check(isinstance(folds, list) and len(folds) > 0 and all(_count(x) for x in folds), f,
+           f"{name}.cross_validated_flips", f"must be a list of non-negative integers, got {folds!r}")
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Decision and referral settings fixed on validation data (``calibration.json``).
@@ -302,11 +341,13 @@ class Calibration:
     ``referral_threshold_mi`` is the mutual information (nats) above which an image is referred; it was
     set as the validation-set quantile for ``target_referral_rate``.
 
-    ``precision_drift`` records, per reduced precision ("bf16", "fp16"), what
-    ``benchmarks/precision_drift.py --record`` measured against fp32 on this model: ``images`` scored,
-    ``label_flips`` and ``referral_flips`` (decisions that changed), ``max_abs_dp``, ``max_abs_dmi``. A
-    precision is allowed for ``precision=auto`` only when it was measured and flipped nothing
-    (:meth:`allowed_precisions`); absent = never measured = fp32.
+    ``precision_drift`` records, per reduced precision ("bf16", "fp16", "int8"), what was measured against
+    fp32 on this model (``benchmarks/drift_real.py --record`` on real photographs): ``images`` scored,
+    ``label_flips``, ``referral_flips`` and ``outcome_flips`` (decisions that changed), ``max_abs_dp``,
+    ``max_abs_dmi``, and optionally a ``guard_band`` (``probability``, ``mutual_information``: the half-widths
+    around the two thresholds inside which the reduced path re-scores in fp32; ``outcome_flips`` and
+    ``cross_validated_flips``: what was left flipped with it). :meth:`permits` says which precisions may
+    serve and how; absent = never measured = fp32 only.
     """
 
     referral_threshold_mi: float
@@ -317,22 +358,38 @@ class Calibration:
     achieved_referral_rate: float | None = None
     precision_drift: dict[str, dict[str, Any]] = field(default_factory=dict)
 
+    def permits(self) -> dict[str, PrecisionPermit]:
+        """The precisions that may serve, fp32 always: a reduced precision whose measured drift flipped no
+        decision serves as it is; one that flipped some serves only with a guard band under which no flip
+        was left, on all the images and in both cross-validation folds (the band re-scores in fp32)."""
+        out = {"fp32": PrecisionPermit("fp32", None, 0)}
+        for prec, d in self.precision_drift.items():
+            if d["label_flips"] == 0 and d["referral_flips"] == 0 and d.get("outcome_flips", 0) == 0:
+                out[prec] = PrecisionPermit(prec, None, d["images"])
+            elif (g := d.get("guard_band")) and g["outcome_flips"] == 0 and not any(g["cross_validated_flips"]):
+                out[prec] = PrecisionPermit(prec, GuardBand(float(g["probability"]), float(g["mutual_information"]),
+                                                            float(g["share_rescored"])), d["images"])
+        return out
+
     def allowed_precisions(self) -> frozenset[str]:
-        """fp32, plus every reduced precision whose measured drift flipped no label and no referral."""
-        ok = {p for p, d in self.precision_drift.items() if d["label_flips"] == 0 and d["referral_flips"] == 0}
-        return frozenset({"fp32", *ok})
+        """The precisions :meth:`permits` lets serve (fp32 always)."""
+        return frozenset(self.permits())
 
     def __post_init__(self) -> None:
         f = CALIBRATION_FILE
         for prec, drift in self.precision_drift.items():
             name = f"precision_drift.{prec}"
-            _check(prec in ("bf16", "fp16"), f, name, "is not a reduced precision; expected bf16 or fp16")
+            _check(prec in REDUCED_PRECISIONS, f, name,
+                   f"is not a reduced precision; expected one of {', '.join(REDUCED_PRECISIONS)}")
             _check(isinstance(drift, Mapping), f, name, f"must be a JSON object, got {drift!r}")
-            for key in ("images", "label_flips", "referral_flips"):
-                value = drift.get(key)
-                _check(isinstance(value, int) and not isinstance(value, bool) and value >= 0, f,
-                       f"{name}.{key}", f"must be a non-negative integer, got {value!r}")
+            for key in ("images", "label_flips", "referral_flips", "outcome_flips"):
+                if key == "outcome_flips" and key not in drift:
+                    continue  # records made before outcomes were counted: label and referral flips cover them
+                _check(_count(drift.get(key)), f, f"{name}.{key}",
+                       f"must be a non-negative integer, got {drift.get(key)!r}")
             _check(drift["images"] > 0, f, f"{name}.images", "must be positive (a measurement on no images)")
+            if "guard_band" in drift:
+                _check_guard_band(drift["guard_band"], f, f"{name}.guard_band")
         _check(
             0.0 <= self.referral_threshold_mi <= math.log(2) + 1e-9,
             f,

@@ -9,7 +9,7 @@ from service.schemas import ModelResponse, problem_responses
 
 # how the machine shaped the run (service.inference.platform): chosen backend/precision/strategy, why, and the CPU
 RUNTIME_KEYS = ("backend_requested", "backend_reason", "precision_requested", "precision_reason", "strategy",
-                "threads", "cpu")
+                "threads", "cpu", "guard_band")
 
 router = APIRouter(tags=["model"], dependencies=[ApiKeyDep])
 

@@ -58,14 +58,14 @@ def build_parser(prog: str = "radscreen-batch") -> argparse.ArgumentParser:
     model.add_argument("--model-dir", type=Path, default=None,
                        help="model artifact folder [RADSCREEN_MODEL_DIR, else the embedded model]")
     model.add_argument("--backend", choices=get_args(BackendSetting), default=None,
-                       help="inference backend [RADSCREEN_BACKEND, else auto: ONNX Runtime for fp32 on CPU, "
-                       "torch for bf16/fp16 and GPUs]")
+                       help="inference backend [RADSCREEN_BACKEND, else auto: ONNX Runtime for fp32 and int8 on "
+                       "CPU, torch for bf16/fp16 and GPUs]")
     model.add_argument("--device", choices=get_args(DeviceSetting), default=None,
                        help="compute device [RADSCREEN_DEVICE, else auto: cuda when available, else cpu]")
     model.add_argument("--precision", choices=get_args(PrecisionSetting), default=None,
-                       help="[RADSCREEN_PRECISION, else auto: bf16 only where the artifact's measured drift allows "
-                       "it and the CPU/GPU runs it natively, else fp32]; explicit bf16 on a CPU without it is "
-                       "refused")
+                       help="[RADSCREEN_PRECISION, else auto: the fastest of int8, bf16 that the CPU runs natively "
+                       "and the artifact's drift measured on real photographs permits, else fp32]; an explicit "
+                       "precision the CPU only emulates is refused")
     model.add_argument("--native-bf16", choices=get_args(NativeBf16Setting), default=None,
                        help="override the CPU's native-bf16 detection where it is wrong [RADSCREEN_NATIVE_BF16, "
                        "else detect]")

@@ -5,12 +5,15 @@ Both run the same ``DrawnNetwork`` (K materialised draws, ``models.draws``):
 - ``TorchBackend``: eager torch, channels-last input, optional bf16/fp16 autocast, CPU or CUDA (on CUDA,
   fp32 is IEEE fp32: TF32 is switched off, ``models.cuda.use_ieee_fp32``);
 - ``OnnxBackend``: ``models.onnx_backend.OnnxDrawnSession`` (CUDA provider on GPU, with TF32 off, CPU
-  otherwise), fp32 only, grouped or per-draw graph; the drawn weights are injected at load time, never
-  baked in. A CUDA request that ONNX Runtime cannot honour fails at start (``ProviderFallbackError``), so
-  the reported device is the one that runs.
+  otherwise), fp32, grouped or per-draw graph, or int8 on the CPU (``models.int8``); the fp32 drawn weights
+  are injected at load time, never baked in. A CUDA request that ONNX Runtime cannot honour fails at start
+  (``ProviderFallbackError``), so the reported device is the one that runs.
 
 The precision and strategy arrive already resolved (``service.inference.platform``: ``auto`` is decided there, from
 the machine and the artifact); ``strategy="auto"`` is still accepted here and resolved the same way.
+
+``GuardedBackend`` wraps a reduced-precision backend with an fp32 one that re-scores the images whose answer
+lies near a threshold (the artifact's measured guard band).
 
 Agreement (fp32, tests/service/test_scoring.py): probability and MI equal to 1e-4 between the two.
 """
@@ -18,14 +21,18 @@ Agreement (fp32, tests/service/test_scoring.py): probability and MI equal to 1e-
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Literal, Protocol
 
 import numpy as np
 import torch
 
+from models.artifact.schema import GuardBand
 from models.cuda import use_ieee_fp32
 from models.draws import DrawnNetwork
+from models.int8 import INT8_RANGES_FILE, Int8DrawnSession
 from models.layers import check_strategy
+from models.uncertainty import binary_uncertainty_from_logits
 from service.inference.platform import choose_strategy
 
 logger = logging.getLogger(__name__)
@@ -88,21 +95,30 @@ class TorchBackend:
 
 
 class OnnxBackend:
-    """ONNX Runtime execution of the drawn network (drawn weights supplied as external initializers at load)."""
+    """ONNX Runtime execution of the drawn network: fp32 (drawn weights supplied as external initializers at
+    load), or int8 on the CPU (``models.int8``: quantised at load with the artifact's range table)."""
 
     name = "onnxruntime"
 
     def __init__(self, net: DrawnNetwork, *, device: str, precision: str, strategy: str = "auto",
-                 intra_op_threads: int | None = None) -> None:
+                 intra_op_threads: int | None = None, int8_ranges: Path | None = None) -> None:
         from models.onnx_backend import OnnxDrawnSession
 
-        if precision != "fp32":
-            raise ValueError(
-                f"precision={precision!r} is not supported by the onnxruntime backend; use fp32 "
-                "or the torch backend for bf16/fp16."
-            )
         self.device = device
         self.precision = precision
+        self.session: OnnxDrawnSession | Int8DrawnSession
+        if precision == "int8":
+            if device != "cpu" or int8_ranges is None:
+                raise ValueError("precision='int8' needs the CPU and the artifact's int8 range table "
+                                 f"({INT8_RANGES_FILE}; benchmarks/drift_real.py --record writes it)")
+            self.session = Int8DrawnSession(net, int8_ranges, intra_op_threads=intra_op_threads)
+            self.strategy = self.session.strategy
+            return
+        if precision != "fp32":
+            raise ValueError(
+                f"precision={precision!r} is not supported by the onnxruntime backend; use fp32 or int8, "
+                "or the torch backend for bf16/fp16."
+            )
         self.strategy = choose_strategy(strategy, device=device, backend=self.name)[0]
         # CUDA provider on cuda, else CPU; ORT_ENABLE_ALL graph optimisations
         self.session = OnnxDrawnSession(net, device=device, strategy=self.strategy,
@@ -112,16 +128,52 @@ class OnnxBackend:
         return np.asarray(self.session.run(np.ascontiguousarray(x, dtype=np.float32)), dtype=np.float32)
 
 
+class GuardedBackend:
+    """A reduced-precision backend whose answers near a decision are re-scored in fp32.
+
+    An image whose reduced-precision p̄ lies within ``guard.probability`` of the decision threshold, or whose
+    MI lies within ``guard.mutual_information`` of the MI threshold, is run again through ``exact`` (fp32)
+    and gets fp32's logits. The band is the artifact's measured one (``Calibration.permits``): wider than
+    any shift measured on real photographs, so outside it the reduced path cannot change the outcome.
+    ``rescored`` / ``scored`` count the images, for the service's metrics.
+    """
+
+    def __init__(self, fast: Backend, exact: Backend, guard: GuardBand, *, decision_threshold: float,
+                 referral_threshold_mi: float) -> None:
+        self.fast, self.exact, self.guard = fast, exact, guard
+        self.name, self.device, self.precision, self.strategy = fast.name, fast.device, fast.precision, fast.strategy
+        self.decision_threshold, self.referral_threshold_mi = decision_threshold, referral_threshold_mi
+        self.scored = self.rescored = 0
+
+    def near_thresholds(self, logits: np.ndarray) -> np.ndarray:
+        """Mask ``[B]``: the images whose answer lies inside the guard band ([K, B, O] logits in)."""
+        unc = binary_uncertainty_from_logits(torch.from_numpy(logits))
+        p, mi = unc.probability.numpy(), unc.mutual_information.numpy()
+        return np.asarray((np.abs(p - self.decision_threshold) <= self.guard.probability)
+                          | (np.abs(mi - self.referral_threshold_mi) <= self.guard.mutual_information))
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        logits = self.fast.run(x)  # [K, B, O]
+        near = self.near_thresholds(logits)
+        if near.any():
+            logits = logits.copy()
+            logits[:, near] = self.exact.run(np.ascontiguousarray(x[near]))
+        self.scored += len(near)
+        self.rescored += int(near.sum())
+        return logits
+
+
 def make_backend(net: DrawnNetwork, *, backend: str, device: str, precision: str, strategy: str = "auto",
-                 intra_op_threads: int | None = None) -> Backend:
+                 intra_op_threads: int | None = None, int8_ranges: Path | None = None) -> Backend:
     """Build the named backend; unknown names raise ValueError listing the valid ones.
 
     ``intra_op_threads``: None = the library default (all cores); torch's setting is process-wide.
+    ``int8_ranges``: the artifact's int8 range table (precision int8 only).
     """
     if backend == "torch":
         return TorchBackend(net, device=device, precision=precision, strategy=strategy,
                             intra_op_threads=intra_op_threads)
     if backend == "onnxruntime":
         return OnnxBackend(net, device=device, precision=precision, strategy=strategy,
-                           intra_op_threads=intra_op_threads)
+                           intra_op_threads=intra_op_threads, int8_ranges=int8_ranges)
     raise ValueError(f"Unknown backend {backend!r}; expected one of: torch, onnxruntime.")

@@ -28,10 +28,13 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 
+from models.artifact import load_artifact
+from models.artifact.schema import GuardBand, PrecisionPermit
 from models.cpu import CpuCapability, conv_probe_ms, detect_cpu
 from models.cuda import cuda_native_bf16
 
@@ -42,59 +45,98 @@ class PrecisionUnavailableError(ValueError):
 
 @dataclass(frozen=True)
 class PrecisionChoice:
-    """The precision the backend runs, what was asked for, and why."""
+    """The precision the backend runs, what was asked for, and why; ``guard``: the band inside which the
+    reduced precision's answers are re-scored in fp32 (None: served as it is)."""
 
-    requested: str  # auto | fp32 | bf16 | fp16
-    precision: str  # fp32 | bf16 | fp16
+    requested: str  # auto | fp32 | bf16 | fp16 | int8
+    precision: str  # fp32 | bf16 | fp16 | int8
     reason: str
+    guard: GuardBand | None = None
 
 
-def choose_precision(requested: str, *, device: str, cpu: CpuCapability, allowed: frozenset[str],
-                     backend: str = "torch", cuda_bf16: bool | None = None) -> PrecisionChoice:
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
+# Fastest first on a CPU that runs each natively (benchmarks/bench_peer.py, docs/benchmarks.md): ONNX Runtime
+# int8 ~3x and torch bf16 ~1.6x the fp32 per-draw graph on AVX-512 VNNI + BF16.
+CPU_SPEED_ORDER = ("int8", "bf16")
+_BACKEND_OF = {"int8": "onnxruntime", "bf16": "torch"}
+
+
+def _native(precision: str, cpu: CpuCapability) -> bool:
+    return {"bf16": cpu.native_bf16, "fp16": cpu.native_fp16, "int8": cpu.native_int8}.get(precision, True)
+
+
+def _gpu_bf16(cuda_bf16: bool | None) -> bool:
+    return cuda_native_bf16() if cuda_bf16 is None else cuda_bf16
+
+
+def _permit_text(permit: PrecisionPermit) -> str:
+    if permit.guard is None:
+        return f"its drift measured on {permit.images} real photographs flipped no decision"
+    return (f"its drift measured on {permit.images} real photographs flipped no decision with fp32 re-scoring "
+            f"inside the guard band ({permit.guard.share_rescored:.0%} of them re-scored)")
+
+
+def choose_precision(requested: str, *, device: str, cpu: CpuCapability, permits: Mapping[str, PrecisionPermit],
+                     backend: str = "auto", cuda_bf16: bool | None = None) -> PrecisionChoice:
     """Resolve ``requested`` for this device (see the module docstring for the rules).
 
-    ``allowed``: the precisions the artifact's measured drift permits (always contains fp32).
+    ``permits``: what the artifact's measured drift lets serve (``Calibration.permits``; always has fp32).
+    ``backend``: the requested backend (``auto`` lets int8 take ONNX Runtime and bf16 torch).
     ``cuda_bf16``: whether the GPU runs bf16 natively (default: :func:`models.cuda.cuda_native_bf16`).
-    Raises PrecisionUnavailableError for an explicit bf16/fp16 that the CPU, or bf16 that the GPU, would only
-    emulate.
+    Raises PrecisionUnavailableError for an explicit precision the CPU (or GPU) would only emulate or
+    cannot run.
     """
-    if requested not in ("auto", "fp32", "bf16", "fp16"):
-        raise ValueError(f"Unknown precision {requested!r}; expected one of: auto, fp32, bf16, fp16.")
+    if requested not in PRECISIONS:
+        raise ValueError(f"Unknown precision {requested!r}; expected one of: {', '.join(PRECISIONS)}.")
     if requested == "fp32":
         return PrecisionChoice(requested, "fp32", "fp32 was requested")
-    native = {"bf16": cpu.native_bf16, "fp16": cpu.native_fp16}
     if requested != "auto":
-        if device == "cpu" and not native[requested]:
+        if requested == "int8" and device != "cpu":
+            raise PrecisionUnavailableError("precision=int8 runs on the CPU only (ONNX Runtime's quantised "
+                                            "convolutions); use fp32, bf16 or fp16 on a GPU.")
+        if device == "cpu" and not _native(requested, cpu):
             raise PrecisionUnavailableError(
                 f"precision={requested} was requested, but this CPU has no native {requested} "
-                f"({cpu.summary()}): autocast would be emulated, and emulated bf16 ran the served network "
+                f"({cpu.summary()}): it would be emulated, and emulated bf16 ran the served network "
                 "70x slower than fp32 (docs/benchmarks.md). Set RADSCREEN_PRECISION=auto (or fp32), or "
                 "RADSCREEN_NATIVE_BF16=yes if the detection is wrong."
             )
-        if device != "cpu" and requested == "bf16" and not (cuda_native_bf16() if cuda_bf16 is None else cuda_bf16):
+        if device != "cpu" and requested == "bf16" and not _gpu_bf16(cuda_bf16):
             raise PrecisionUnavailableError(
                 "precision=bf16 was requested, but this GPU has no native bf16 (compute capability below 8.0, "
                 "e.g. T4 or V100): autocast would be emulated. Set RADSCREEN_PRECISION=auto (or fp32, or fp16 "
                 "after measuring its drift)."
             )
-        return PrecisionChoice(requested, requested, f"{requested} was requested"
-                               + ("" if requested in allowed else
-                                  "; the artifact's measured drift does NOT allow it (see the warning)"))
-    if backend != "torch":
-        return PrecisionChoice("auto", "fp32", f"auto: the {backend} backend runs fp32 only")
-    if "bf16" not in allowed:
+        permit = permits.get(requested)
+        return PrecisionChoice(requested, requested, f"{requested} was requested" + (
+            f"; {_permit_text(permit)}" if permit else
+            "; the artifact's measured drift does NOT allow it (see the warning)"), permit.guard if permit else None)
+    if device == "cpu":
+        skipped = []
+        for prec in CPU_SPEED_ORDER:
+            permit = permits.get(prec)
+            if permit is None:
+                skipped.append(f"{prec}: no record free of decision flips")
+            elif not _native(prec, cpu):
+                skipped.append(f"{prec}: not native on this CPU (emulated is far slower)")
+            elif backend not in ("auto", _BACKEND_OF[prec]):
+                skipped.append(f"{prec}: runs on {_BACKEND_OF[prec]}, not the requested {backend}")
+            elif prec == "int8" and not onnxruntime_available():
+                skipped.append("int8: onnxruntime is not installed")
+            else:
+                return PrecisionChoice("auto", prec, f"auto: {prec}, the fastest path this CPU runs natively "
+                                       f"that the artifact permits: {_permit_text(permit)}"
+                                       + (f" (skipped {'; '.join(skipped)})" if skipped else ""), permit.guard)
+        return PrecisionChoice("auto", "fp32", f"auto: fp32 ({'; '.join(skipped)})")
+    if backend not in ("auto", "torch"):
+        return PrecisionChoice("auto", "fp32", f"auto: the {backend} backend runs fp32 on {device}")
+    permit = permits.get("bf16")
+    if permit is None:
         return PrecisionChoice("auto", "fp32", "auto: the artifact carries no measured bf16 drift free of "
                                "decision flips (calibration.json precision_drift), so fp32")
-    if device == "cpu":
-        if not cpu.native_bf16:
-            return PrecisionChoice("auto", "fp32", "auto: the artifact allows bf16 but this CPU has no "
-                                   "native bf16 (emulated bf16 is far slower than fp32), so fp32")
-        return PrecisionChoice("auto", "bf16", "auto: the artifact's measured bf16 drift flips no decision "
-                               "and this CPU runs bf16 natively")
-    if not (cuda_native_bf16() if cuda_bf16 is None else cuda_bf16):
+    if not _gpu_bf16(cuda_bf16):
         return PrecisionChoice("auto", "fp32", "auto: this GPU has no native bf16 (it would be emulated), so fp32")
-    return PrecisionChoice("auto", "bf16", "auto: the artifact's measured bf16 drift flips no decision and "
-                           "this GPU runs bf16 natively")
+    return PrecisionChoice("auto", "bf16", f"auto: bf16 on {device}: {_permit_text(permit)}", permit.guard)
 
 
 def choose_strategy(requested: str, *, device: str, backend: str) -> tuple[str, str]:
@@ -121,7 +163,7 @@ def onnxruntime_available() -> bool:
 
 def choose_backend(requested: str, *, device: str, precision: str,
                    ort_available: bool | None = None) -> tuple[str, str]:
-    """``(backend, reason)``: ``auto`` -> ONNX Runtime's per-draw graph for fp32 on CPU, else torch.
+    """``(backend, reason)``: ``auto`` -> ONNX Runtime's per-draw graph for fp32 and int8 on CPU, else torch.
 
     Measured in one run against the peer (benchmarks/bench_peer.py, docs/benchmarks.md): on CPU in fp32
     ONNX Runtime's per-draw graph (ORT_ENABLE_ALL) is the fastest served path and agrees with torch
@@ -129,12 +171,20 @@ def choose_backend(requested: str, *, device: str, precision: str,
     """
     if requested not in ("auto", "torch", "onnxruntime"):
         raise ValueError(f"Unknown backend {requested!r}; expected one of: auto, torch, onnxruntime.")
+    if requested == "torch" and precision == "int8":
+        raise ValueError("precision=int8 runs on the onnxruntime backend only (quantised convolutions); "
+                         "set RADSCREEN_BACKEND=auto or onnxruntime, or another precision.")
+    if requested == "onnxruntime" and precision in ("bf16", "fp16"):
+        raise ValueError(f"precision={precision} runs on the torch backend only; set RADSCREEN_BACKEND=auto or "
+                         "torch, or precision fp32 or int8.")
     if requested != "auto":
         return requested, f"{requested} was requested"
+    if precision == "int8":
+        return "onnxruntime", "auto: ONNX Runtime for int8 (its quantised convolutions)"
     if device != "cpu":
         return "torch", f"auto: torch on {device}"
     if precision != "fp32":
-        return "torch", f"auto: torch for {precision} (the onnxruntime backend runs fp32 only)"
+        return "torch", f"auto: torch for {precision} (the onnxruntime backend runs fp32 and int8 only)"
     if not (onnxruntime_available() if ort_available is None else ort_available):
         return "torch", "auto: onnxruntime is not installed, so torch"
     return "onnxruntime", "auto: ONNX Runtime's per-draw graph is the fastest fp32 CPU path (docs/benchmarks.md)"
@@ -144,9 +194,9 @@ def main() -> None:
     """Print this machine's CPU capability, what ``auto`` picks, and a conv micro-probe fp32 vs bf16."""
     cpu = detect_cpu()
     print(f"CPU: {cpu.summary()}")
-    for allowed in (frozenset({"fp32"}), frozenset({"fp32", "bf16"})):
-        choice = choose_precision("auto", device="cpu", cpu=cpu, allowed=allowed)
-        print(f"artifact allows {sorted(allowed)}: precision={choice.precision} ({choice.reason})")
+    permits = load_artifact().calibration.permits()
+    choice = choose_precision("auto", device="cpu", cpu=cpu, permits=permits)
+    print(f"embedded model permits {sorted(permits)}: precision={choice.precision} ({choice.reason})")
     fp32, bf16 = conv_probe_ms("fp32"), conv_probe_ms("bf16")
     print(f"probe, one 3x3 conv 46->46 at 128 px, {torch.get_num_threads()} threads: fp32 {fp32:.2f} ms, "
           f"bf16 autocast {bf16:.2f} ms ({bf16 / fp32:.1f}x the fp32 time)")

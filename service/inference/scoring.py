@@ -27,9 +27,10 @@ import torch
 from models.cpu import CpuCapability, detect_cpu
 from models.decision import OUTCOME_TEXT, ScreeningOutcome, screening_outcome
 from models.fov import fit_fov_circle
+from models.int8 import INT8_RANGES_FILE
 from models.preprocessing import DECODE_SIDE, FOV_LOCAL_MEAN, preprocess_fundus
 from models.uncertainty import binary_uncertainty
-from service.inference.backends import Backend, make_backend, resolve_device
+from service.inference.backends import Backend, GuardedBackend, make_backend, resolve_device
 from service.inference.decode_deadline import DecodeDeadline
 from service.inference.dicom import decode_photograph
 from service.inference.imaging import ImagePipeline, ImageRejected, fov_square, resize_square
@@ -199,23 +200,30 @@ class Scorer:
             )
         dev = resolve_device(device)  # type: ignore[arg-type]
         cpu = cpu if cpu is not None else detect_cpu()
-        choice: PrecisionChoice = choose_precision(precision, device=dev, cpu=cpu,
-                                                   backend="torch" if backend == "auto" else backend,
-                                                   allowed=cal.allowed_precisions())
+        choice: PrecisionChoice = choose_precision(precision, device=dev, cpu=cpu, backend=backend,
+                                                   permits=cal.permits())
         precision = choice.precision
         requested_backend = backend
         backend, backend_reason = choose_backend(backend, device=dev, precision=precision)
         if precision != "fp32" and precision not in cal.allowed_precisions():
             logger.warning(
-                "precision=%s: reduced precision shifts the mutual information; with a narrow posterior the "
-                "shift can exceed the MI referral threshold (%.3g nat) and flip referrals (default model 0.1.0: "
-                "bf16 flipped 10 of 32, docs/benchmarks.md). Measure with benchmarks/precision_drift.py first.",
+                "precision=%s: reduced precision shifts p and the mutual information; its shift can cross the "
+                "decision or MI referral threshold (%.3g nat) and change outcomes, and this artifact carries no "
+                "measurement that permits it. Measure with benchmarks/drift_real.py first.",
                 precision,
                 cal.referral_threshold_mi,
             )
         net = materialise_draws(artifact.build_model(), k=k, seed=cfg.draw_seed, head_draws=cfg.head_draws)
+        ranges = artifact.directory / INT8_RANGES_FILE if INT8_RANGES_FILE in artifact.files else None
         draws_backend = make_backend(net, backend=backend, device=dev, precision=precision, strategy=strategy,
-                                     intra_op_threads=threads)
+                                     intra_op_threads=threads, int8_ranges=ranges)
+        if choice.guard is not None:
+            exact_backend, _ = choose_backend("auto", device=dev, precision="fp32")
+            draws_backend = GuardedBackend(
+                draws_backend, make_backend(net, backend=exact_backend, device=dev, precision="fp32",
+                                            strategy=strategy, intra_op_threads=threads),
+                choice.guard, decision_threshold=cal.decision_threshold,
+                referral_threshold_mi=cal.referral_threshold_mi)
         runtime = {
             "backend_requested": requested_backend,
             "backend_reason": backend_reason,
@@ -226,6 +234,7 @@ class Scorer:
             "strategy_requested": strategy,
             "strategy": draws_backend.strategy,
             "threads": threads,
+            "guard_band": None if choice.guard is None else asdict(choice.guard),
         }
         identity = ScorerIdentity(
             name=cfg.name,

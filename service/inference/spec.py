@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 BackendSetting = Literal["auto", "torch", "onnxruntime"]
 DeviceSetting = Literal["auto", "cpu", "cuda"]
-PrecisionSetting = Literal["auto", "fp32", "bf16", "fp16"]
+PrecisionSetting = Literal["auto", "fp32", "bf16", "fp16", "int8"]
 StrategySetting = Literal["auto", "grouped", "loop"]
 
 DEFAULT_MAX_PIXELS = 40_000_000
@@ -60,7 +60,7 @@ class ScorerSpec:
     model_dir: Path | None = None
     backend: BackendSetting = "auto"  # auto: ONNX Runtime for fp32 on CPU, else torch (platform.choose_backend)
     device: DeviceSetting = "auto"  # auto: cuda when available, else cpu
-    precision: PrecisionSetting = "auto"  # auto: bf16 only where measured safe and native (platform.choose_precision)
+    precision: PrecisionSetting = "auto"  # auto: fastest native path the artifact permits (choose_precision)
     native_bf16: NativeBf16Setting = "detect"  # override of the CPU's native-bf16 detection
     strategy: StrategySetting = "auto"  # auto: per-draw loop on CPU, grouped on CUDA
     mc_samples: int | None = None  # K fixed posterior draws; None: the artifact's

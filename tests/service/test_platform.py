@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
 import pytest
 
-from models.artifact import Calibration, load_artifact, replace_calibration
+from models.artifact import Calibration, load_artifact, replace_artifact_file, replace_calibration
+from models.artifact.schema import PrecisionPermit
 from models.cpu import CpuCapability, detect_cpu, parse_cpuinfo
 from service.inference.platform import PrecisionUnavailableError, choose_precision, choose_strategy
 from service.inference.scoring import Scorer
@@ -39,8 +41,18 @@ CPU part\t: 0xd40
 """
 NO_BF16 = detect_cpu(cpuinfo=AMD_AVX2, isa="AVX2")
 WITH_BF16 = detect_cpu(cpuinfo=INTEL_AMX, isa="AVX512")
-DRIFT_OK = {"images": 32, "label_flips": 0, "referral_flips": 0, "max_abs_dp": 1e-4, "max_abs_dmi": 1e-8}
+DRIFT_OK: dict[str, object] = {"images": 32, "label_flips": 0, "referral_flips": 0, "max_abs_dp": 1e-4,
+                               "max_abs_dmi": 1e-8}
 DRIFT_FLIPS = {**DRIFT_OK, "referral_flips": 10}
+GUARD = {"probability": 2e-3, "mutual_information": 2e-4, "share_rescored": 0.12, "outcome_flips": 0,
+         "cross_validated_flips": [0, 0]}
+DRIFT_GUARDED = {**DRIFT_FLIPS, "outcome_flips": 3, "guard_band": GUARD}
+BASE = dict(referral_threshold_mi=1e-3, target_referral_rate=0.2, decision_threshold=0.5, dataset="d")
+
+
+def permits(**drift: Mapping[str, object]) -> dict[str, PrecisionPermit]:
+    """What an artifact with these precision_drift records permits."""
+    return Calibration(**BASE, precision_drift=drift).permits()  # type: ignore[arg-type]
 
 
 def test_detection_reads_the_flags_that_decide_bf16_speed() -> None:
@@ -66,45 +78,64 @@ def test_this_machine_is_detected() -> None:
 
 
 @pytest.mark.parametrize(
-    ("requested", "cpu", "allowed", "expected", "reason_part"),
+    ("requested", "cpu", "drift", "expected", "reason_part"),
     [
-        ("auto", WITH_BF16, {"fp32", "bf16"}, "bf16", "runs bf16 natively"),
-        ("auto", NO_BF16, {"fp32", "bf16"}, "fp32", "no native bf16"),
-        ("auto", WITH_BF16, {"fp32"}, "fp32", "no measured bf16 drift"),
-        ("auto", NO_BF16, {"fp32"}, "fp32", "no measured bf16 drift"),
-        ("fp32", WITH_BF16, {"fp32", "bf16"}, "fp32", "requested"),
-        ("bf16", WITH_BF16, {"fp32", "bf16"}, "bf16", "requested"),
-        ("bf16", WITH_BF16, {"fp32"}, "bf16", "does NOT allow"),
+        ("auto", WITH_BF16, {"bf16": DRIFT_OK}, "bf16", "the fastest path this CPU runs natively"),
+        ("auto", NO_BF16, {"bf16": DRIFT_OK}, "fp32", "bf16: not native on this CPU"),
+        ("auto", WITH_BF16, {}, "fp32", "bf16: no record free of decision flips"),
+        ("auto", WITH_BF16, {"bf16": DRIFT_FLIPS}, "fp32", "bf16: no record free of decision flips"),
+        ("auto", WITH_BF16, {"bf16": DRIFT_OK, "int8": DRIFT_OK}, "int8", "int8, the fastest"),
+        ("auto", NO_BF16, {"bf16": DRIFT_OK, "int8": DRIFT_OK}, "int8", "int8, the fastest"),  # AVX2 runs int8
+        ("auto", WITH_BF16, {"int8": DRIFT_FLIPS, "bf16": DRIFT_GUARDED}, "bf16", "re-scoring inside the guard"),
+        ("fp32", WITH_BF16, {"bf16": DRIFT_OK}, "fp32", "requested"),
+        ("bf16", WITH_BF16, {"bf16": DRIFT_OK}, "bf16", "requested"),
+        ("bf16", WITH_BF16, {}, "bf16", "does NOT allow"),
+        ("int8", NO_BF16, {"int8": DRIFT_GUARDED}, "int8", "re-scoring inside the guard band (12%"),
     ],
 )
-def test_precision_choice_on_cpu(requested: str, cpu: CpuCapability, allowed: set[str], expected: str,
-                                 reason_part: str) -> None:
-    choice = choose_precision(requested, device="cpu", cpu=cpu, allowed=frozenset(allowed))
+def test_precision_choice_on_cpu(requested: str, cpu: CpuCapability, drift: dict[str, dict[str, object]],
+                                 expected: str, reason_part: str) -> None:
+    choice = choose_precision(requested, device="cpu", cpu=cpu, permits=permits(**drift))
     assert (choice.requested, choice.precision) == (requested, expected)
     assert reason_part in choice.reason
+    guarded = expected != "fp32" and drift.get(expected) is DRIFT_GUARDED
+    assert (choice.guard is not None) == guarded  # the band travels with the choice
+
+
+def test_int8_needs_fast_int8_dot_products_and_the_cpu() -> None:
+    old = detect_cpu(cpuinfo="model name\t: Old Xeon\nflags\t\t: fpu sse sse2 avx\n", isa="DEFAULT")
+    assert not old.native_int8 and NO_BF16.native_int8 and WITH_BF16.native_int8
+    ok = permits(int8=DRIFT_OK)
+    assert choose_precision("auto", device="cpu", cpu=old, permits=ok).precision == "fp32"
+    with pytest.raises(PrecisionUnavailableError, match="no native int8"):
+        choose_precision("int8", device="cpu", cpu=old, permits=ok)
+    with pytest.raises(PrecisionUnavailableError, match="runs on the CPU only"):
+        choose_precision("int8", device="cuda", cpu=WITH_BF16, permits=ok)
+    torch_only = choose_precision("auto", device="cpu", cpu=WITH_BF16, permits=ok, backend="torch")
+    assert torch_only.precision == "fp32" and "int8: runs on onnxruntime, not the requested torch" in torch_only.reason
 
 
 @pytest.mark.parametrize("requested", ["bf16", "fp16"])
 def test_explicit_reduced_precision_without_native_support_fails_with_the_fix(requested: str) -> None:
     with pytest.raises(PrecisionUnavailableError) as err:
-        choose_precision(requested, device="cpu", cpu=NO_BF16, allowed=frozenset({"fp32", "bf16"}))
+        choose_precision(requested, device="cpu", cpu=NO_BF16, permits=permits(bf16=DRIFT_OK))
     message = str(err.value)
     assert f"no native {requested}" in message and "70x slower" in message
     assert "RADSCREEN_PRECISION=auto" in message and "AMD EPYC" in message
 
 
 def test_precision_choice_elsewhere() -> None:
-    both = frozenset({"fp32", "bf16"})
-    assert choose_precision("auto", device="cpu", cpu=WITH_BF16, allowed=both, backend="onnxruntime").precision \
+    both = permits(bf16=DRIFT_OK)
+    assert choose_precision("auto", device="cpu", cpu=WITH_BF16, permits=both, backend="onnxruntime").precision \
         == "fp32"
-    assert choose_precision("auto", device="cuda", cpu=NO_BF16, allowed=both, cuda_bf16=True).precision == "bf16"
-    assert choose_precision("auto", device="cuda", cpu=NO_BF16, allowed=both, cuda_bf16=False).precision == "fp32"
-    assert choose_precision("bf16", device="cuda", cpu=NO_BF16, allowed=both, cuda_bf16=True).precision \
+    assert choose_precision("auto", device="cuda", cpu=NO_BF16, permits=both, cuda_bf16=True).precision == "bf16"
+    assert choose_precision("auto", device="cuda", cpu=NO_BF16, permits=both, cuda_bf16=False).precision == "fp32"
+    assert choose_precision("bf16", device="cuda", cpu=NO_BF16, permits=both, cuda_bf16=True).precision \
         == "bf16"  # GPU: the CPU's bf16 is moot
     with pytest.raises(PrecisionUnavailableError, match="this GPU has no native bf16"):
-        choose_precision("bf16", device="cuda", cpu=WITH_BF16, allowed=both, cuda_bf16=False)
-    with pytest.raises(ValueError, match="expected one of: auto, fp32, bf16, fp16"):
-        choose_precision("int4", device="cpu", cpu=NO_BF16, allowed=both)
+        choose_precision("bf16", device="cuda", cpu=WITH_BF16, permits=both, cuda_bf16=False)
+    with pytest.raises(ValueError, match="expected one of: auto, fp32, bf16, fp16, int8"):
+        choose_precision("int4", device="cpu", cpu=NO_BF16, permits=both)
 
 
 def test_strategy_choice() -> None:
@@ -115,27 +146,30 @@ def test_strategy_choice() -> None:
         choose_strategy("fast", device="cpu", backend="torch")
 
 
-def test_calibration_allows_only_measured_flip_free_precisions() -> None:
-    base = dict(referral_threshold_mi=1e-3, target_referral_rate=0.2, decision_threshold=0.5, dataset="d")
-    assert Calibration(**base).allowed_precisions() == {"fp32"}  # type: ignore[arg-type]
-    assert "precision_drift" not in Calibration(**base).to_dict()  # type: ignore[arg-type]
-    ok = Calibration(**base, precision_drift={"bf16": DRIFT_OK})  # type: ignore[arg-type]
-    assert ok.allowed_precisions() == {"fp32", "bf16"}
+def test_calibration_permits_only_measured_flip_free_precisions() -> None:
+    assert Calibration(**BASE).allowed_precisions() == {"fp32"}  # type: ignore[arg-type]
+    assert "precision_drift" not in Calibration(**BASE).to_dict()  # type: ignore[arg-type]
+    ok = Calibration(**BASE, precision_drift={"bf16": DRIFT_OK, "int8": DRIFT_GUARDED})  # type: ignore[arg-type]
+    assert ok.allowed_precisions() == {"fp32", "bf16", "int8"}
+    assert ok.permits()["bf16"].guard is None and ok.permits()["bf16"].images == 32
+    guard = ok.permits()["int8"].guard
+    assert guard is not None and (guard.probability, guard.mutual_information, guard.share_rescored) == \
+        (2e-3, 2e-4, 0.12)
     assert Calibration.from_dict(json.loads(json.dumps(ok.to_dict()))) == ok
-    flips = Calibration(**base, precision_drift={"bf16": DRIFT_FLIPS})  # type: ignore[arg-type]
-    assert flips.allowed_precisions() == {"fp32"}
+    assert permits(bf16=DRIFT_FLIPS).keys() == {"fp32"}
+    assert permits(bf16={**DRIFT_OK, "outcome_flips": 1}).keys() == {"fp32"}  # an outcome flip alone refuses
+    left = {**DRIFT_GUARDED, "guard_band": {**GUARD, "outcome_flips": 1}}
+    assert permits(int8=left).keys() == {"fp32"}  # the band left a flip
+    fold = {**DRIFT_GUARDED, "guard_band": {**GUARD, "cross_validated_flips": [0, 2]}}
+    assert permits(int8=fold).keys() == {"fp32"}  # the band set on one half missed flips on the other
     with pytest.raises(ValueError, match=r"precision_drift.bf16.referral_flips' must be a non-negative"):
-        Calibration(**base, precision_drift={"bf16": {**DRIFT_OK, "referral_flips": -1}})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"precision_drift.int8' is not a reduced precision"):
-        Calibration(**base, precision_drift={"int8": DRIFT_OK})  # type: ignore[arg-type]
-
-
-def test_the_embedded_default_model_is_served_in_fp32_even_on_a_bf16_cpu() -> None:
-    """Its bf16 drift flips referrals (docs/benchmarks.md), so it carries no bf16 allowance."""
-    cal = load_artifact().calibration
-    assert cal.allowed_precisions() == {"fp32"}
-    assert choose_precision("auto", device="cpu", cpu=WITH_BF16, allowed=cal.allowed_precisions()).precision \
-        == "fp32"
+        Calibration(**BASE, precision_drift={"bf16": {**DRIFT_OK, "referral_flips": -1}})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"precision_drift.int4' is not a reduced precision"):
+        Calibration(**BASE, precision_drift={"int4": DRIFT_OK})  # type: ignore[arg-type]
+    for wrong, match in (({"probability": -1}, "guard_band.probability' must be a finite non-negative"),
+                         ({"cross_validated_flips": 0}, "guard_band.cross_validated_flips' must be a list")):
+        with pytest.raises(ValueError, match=match):
+            permits(int8={**DRIFT_GUARDED, "guard_band": {**GUARD, **wrong}})
 
 
 @pytest.fixture(scope="module")
@@ -157,9 +191,9 @@ def test_scorer_resolves_auto_from_the_cpu_and_the_artifact(tiny_artifact: Path,
     assert native.runtime["precision_requested"] == "auto" and native.runtime["strategy"] == "loop"
     assert native.runtime["cpu"]["native_bf16"] is True
     emulated = Scorer.from_artifact(bf16_allowed_artifact, device="cpu", cpu=NO_BF16)
-    assert emulated.precision == "fp32" and "no native bf16" in emulated.runtime["precision_reason"]
+    assert emulated.precision == "fp32" and "bf16: not native" in emulated.runtime["precision_reason"]
     unmeasured = Scorer.from_artifact(tiny_artifact, device="cpu", cpu=WITH_BF16)
-    assert unmeasured.precision == "fp32" and "no measured bf16 drift" in unmeasured.runtime["precision_reason"]
+    assert unmeasured.precision == "fp32" and "bf16: no record free of decision flips" in unmeasured.runtime["precision_reason"]
     with pytest.raises(PrecisionUnavailableError, match="no native bf16"):
         Scorer.from_artifact(tiny_artifact, device="cpu", precision="bf16", cpu=NO_BF16)
 
@@ -169,7 +203,7 @@ def test_v1_model_reports_the_cpu_and_why_this_precision(tiny_artifact: Path) ->
     with live_server(settings) as base:
         runtime = httpx.get(f"{base}/v1/model").json()["runtime"]
     assert runtime["precision"] == "fp32" and runtime["precision_requested"] == "auto"
-    assert "no measured bf16 drift" in runtime["precision_reason"]
+    assert "bf16: no record free of decision flips" in runtime["precision_reason"]
     assert runtime["strategy"] == "loop" and runtime["cpu"]["native_bf16"] is True
     assert runtime["cpu"]["source"] == "override: native bf16 yes" and runtime["cpu"]["isa"]
 
@@ -270,10 +304,53 @@ def test_auto_on_a_gpu_that_only_emulates_bf16_stays_fp32(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
-    both = frozenset({"fp32", "bf16"})
-    choice = choose_precision("auto", device="cuda", cpu=WITH_BF16, allowed=both)
+    both = permits(bf16=DRIFT_OK)
+    choice = choose_precision("auto", device="cuda", cpu=WITH_BF16, permits=both)
     assert choice.precision == "fp32" and "no native bf16" in choice.reason
     with pytest.raises(PrecisionUnavailableError, match="this GPU has no native bf16"):
-        choose_precision("bf16", device="cuda", cpu=WITH_BF16, allowed=both)
+        choose_precision("bf16", device="cuda", cpu=WITH_BF16, permits=both)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)  # an A100
-    assert choose_precision("auto", device="cuda", cpu=NO_BF16, allowed=both).precision == "bf16"
+    assert choose_precision("auto", device="cuda", cpu=NO_BF16, permits=both).precision == "bf16"
+
+
+@pytest.fixture(scope="module")
+def int8_guarded_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny artifact with an int8 range table and an int8 record that needs the guard band (as
+    benchmarks/drift_real.py --record writes them)."""
+    import numpy as np
+
+    from models.draws import materialise_draws
+    from models.int8 import INT8_RANGES_FILE, calibrate_ranges
+
+    tmp = tmp_path_factory.mktemp("int8")
+    path = build_tiny_artifact(tmp / "tiny")
+    art = load_artifact(path)
+    net = materialise_draws(art.build_model(), k=art.config.mc_samples, seed=art.config.draw_seed)
+    rng = np.random.default_rng(0)
+    ranges = calibrate_ranges(net, [rng.normal(size=(2, 3, 64, 64)).astype(np.float32) for _ in range(3)],
+                              tmp / INT8_RANGES_FILE)
+    replace_artifact_file(path, INT8_RANGES_FILE, ranges.read_bytes())
+    replace_calibration(path, dataclasses.replace(load_artifact(path).calibration,
+                                                  precision_drift={"int8": DRIFT_GUARDED}))
+    assert INT8_RANGES_FILE in load_artifact(path).files  # listed in the manifest, so verified at load
+    return path
+
+
+def test_auto_serves_int8_with_the_guard_band_and_reports_it(int8_guarded_artifact: Path, tmp_path: Path) -> None:
+    from service.inference.backends import GuardedBackend
+    from service.inference.scoring import prepare_image
+
+    scorer = Scorer.from_artifact(int8_guarded_artifact, device="cpu", cpu=NO_BF16)  # AVX2: int8 is native
+    assert isinstance(scorer.backend, GuardedBackend) and scorer.precision == "int8"
+    assert scorer.backend.exact.precision == "fp32" and scorer.backend.exact.name == "onnxruntime"
+    assert scorer.runtime["guard_band"] == {"probability": 2e-3, "mutual_information": 2e-4, "share_rescored": 0.12}
+    assert "int8, the fastest path" in scorer.runtime["precision_reason"]
+    images = [prepare_image(encode(fundus_like(seed)), scorer.pipeline) for seed in range(3)]
+    assert len(scorer.score_batch(images)) == 3 and scorer.backend.scored == 3
+    plain = Scorer.from_artifact(int8_guarded_artifact, device="cpu", cpu=NO_BF16, precision="fp32")
+    assert plain.runtime["guard_band"] is None and plain.precision == "fp32"
+    settings = Settings(model_dir=int8_guarded_artifact, device="cpu", native_bf16="no")
+    with live_server(settings) as base:
+        runtime = httpx.get(f"{base}/v1/model").json()["runtime"]
+    assert runtime["precision"] == "int8" and runtime["backend"] == "onnxruntime"
+    assert runtime["guard_band"]["share_rescored"] == 0.12 and "guard band" in runtime["precision_reason"]
