@@ -7,7 +7,11 @@ convolution stride 2, max-pool after blocks 1-4, LeakyReLU(0.2), concatenated gl
 = 16 Monte Carlo forwards of it (``return_kl=False``: no KL work at inference, the fairest peer).
 
 Ours: the embedded default artifact (the served model, 256 px) through ``service.inference.backends.make_backend``
-exactly as the service builds it, in each candidate execution path (``--paths``).  Every path scores the
+exactly as the service builds it, in each candidate execution path (``--paths``: fp32 torch and ONNX Runtime,
+torch bf16 where the CPU runs it natively, ONNX Runtime int8 from the artifact's range table, and ``auto``,
+the path the service picks on this machine, with its fp32 re-scoring inside the guard band when the
+artifact's record asks for it; on one image that image is either inside the band or not, so the expected
+cost per image, fast path + share re-scored x fp32, is printed beside it).  Every path scores the
 same real fundus photograph (IDRiD, /work/shared/data, preprocessed by the served pipeline), batch 1,
 fp32, with the thread count fixed for torch and ONNX Runtime alike (``--threads``), timed round-robin:
 one call of each path per repeat, so load from other processes on a shared machine hits all alike.
@@ -40,17 +44,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.artifact import load_artifact
 from models.cpu import detect_cpu
 from models.draws import materialise_draws
+from models.int8 import INT8_RANGES_FILE
 from service.inference.backends import make_backend
-from service.inference.scoring import ImagePipeline, prepare_image
+from service.inference.scoring import ImagePipeline, Scorer, prepare_image
 from tests.helpers.shared_data import IDRID
 
 DATA = IDRID  # $RADSCREEN_SHARED_DATA/idrid-lesion-54
-# name -> (backend, strategy) of the served path, as make_backend takes them
-PATHS: dict[str, tuple[str, str]] = {
-    "torch-loop": ("torch", "loop"),
-    "torch-grouped": ("torch", "grouped"),
-    "onnx-loop": ("onnxruntime", "loop"),
-    "onnx-grouped": ("onnxruntime", "grouped"),
+# name -> (backend, strategy, precision) of the served path, as make_backend takes them
+PATHS: dict[str, tuple[str, str, str]] = {
+    "torch-loop": ("torch", "loop", "fp32"),
+    "torch-grouped": ("torch", "grouped", "fp32"),
+    "onnx-loop": ("onnxruntime", "loop", "fp32"),
+    "onnx-grouped": ("onnxruntime", "grouped", "fp32"),
+    "torch-loop-bf16": ("torch", "loop", "bf16"),  # native bf16 CPUs only
+    "onnx-loop-int8": ("onnxruntime", "loop", "int8"),  # the artifact's int8 range table
 }
 Runner = Callable[[np.ndarray], np.ndarray]  # images [1, C, H, W] -> logits [K, 1, O]
 
@@ -97,15 +104,30 @@ def peer_runner(k: int, seed: int) -> Runner:
 
 
 def ours_runners(paths: list[str], model_dir: Path | None, threads: int) -> dict[str, Runner]:
-    """Each served path built as the service builds it (``make_backend``) over the default artifact."""
+    """Each served path built as the service builds it (``make_backend``) over the default artifact, plus
+    ``auto``: the backend ``Scorer.from_artifact`` picks on this machine (with its guard band, if any)."""
     artifact = load_artifact(model_dir)
     model = artifact.build_model()
+    cpu = detect_cpu()
+    ranges = artifact.directory / INT8_RANGES_FILE if INT8_RANGES_FILE in artifact.files else None
     out: dict[str, Runner] = {}
     for name in paths:
-        backend, strategy = PATHS[name]
-        net = materialise_draws(model, k=artifact.config.mc_samples, seed=artifact.config.draw_seed)
-        draws_backend = make_backend(net, backend=backend, device="cpu", precision="fp32", strategy=strategy,
-                                     intra_op_threads=threads)
+        if name == "auto":
+            scorer = Scorer.from_artifact(model_dir, device="cpu", threads=threads, cpu=cpu)
+            print(f"auto = {scorer.backend.name} {scorer.precision}: {scorer.runtime['precision_reason']}")
+            out[name] = scorer.backend.run
+            continue
+        backend, strategy, precision = PATHS[name]
+        if precision == "bf16" and not cpu.native_bf16:
+            print(f"{name}: skipped, this CPU has no native bf16 (emulated bf16 is ~70x slower)")
+            continue
+        if precision == "int8" and ranges is None:
+            print(f"{name}: skipped, the artifact carries no {INT8_RANGES_FILE} (benchmarks/drift_real.py --record)")
+            continue
+        net = materialise_draws(model, k=artifact.config.mc_samples, seed=artifact.config.draw_seed,
+                                head_draws=artifact.config.head_draws)
+        draws_backend = make_backend(net, backend=backend, device="cpu", precision=precision, strategy=strategy,
+                                     intra_op_threads=threads, int8_ranges=ranges)
         out[name] = draws_backend.run
     return out
 
@@ -124,12 +146,13 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=1, help="torch and ORT intra-op threads (fixed)")
     p.add_argument("--repeats", type=int, default=5, help="timed round-robin rounds")
-    p.add_argument("--paths", default="torch-loop,onnx-loop", help=f"ours, some of: {', '.join(PATHS)}")
+    p.add_argument("--paths", default="torch-loop,onnx-loop,torch-loop-bf16,onnx-loop-int8,auto",
+                   help=f"ours, some of: {', '.join(PATHS)}, auto (what the service picks here)")
     p.add_argument("--model-dir", type=Path, default=None, help="artifact (default: the embedded model)")
     p.add_argument("--k", type=int, default=16, help="peer MC passes per image (ours: the artifact's K)")
     args = p.parse_args(argv)
     paths = args.paths.split(",")
-    unknown = sorted(set(paths) - set(PATHS))
+    unknown = sorted(set(paths) - set(PATHS) - {"auto"})
     if unknown:
         p.error(f"unknown paths {unknown}; expected some of: {', '.join(PATHS)}")
     try:
@@ -160,6 +183,14 @@ def main(argv: list[str] | None = None) -> None:
         p50 = statistics.median(t)
         delta = "—" if ref is None or name.startswith("peer") else f"{np.abs(outputs[name] - ref).max():.1e}"
         print(f"| {name} | {p50:.3f} | {statistics.fmean(t):.3f} | {peer / p50:.2f}× | {delta} |")
+    guard = load_artifact(args.model_dir).calibration.permits()
+    fp32 = statistics.median(times["onnx-loop"]) if "onnx-loop" in times else None
+    for name, prec in (("onnx-loop-int8", "int8"), ("torch-loop-bf16", "bf16")):
+        band = guard[prec].guard if prec in guard else None
+        if name in times and band is not None and fp32 is not None:
+            expected = statistics.median(times[name]) + band.share_rescored * fp32
+            print(f"{name} with its guard band ({band.share_rescored:.1%} of real photographs re-scored by "
+                  f"onnx-loop): expected {expected:.3f} s/img = {peer / expected:.2f}× the peer")
 
 
 if __name__ == "__main__":

@@ -8,21 +8,19 @@ side by side. Example (figures in docs/benchmarks.md, "Precision on trained weig
     .venv/bin/python benchmarks/precision_drift.py --model-dir models/default --images 48
 
 bf16 runs only on a CPU with native bf16 (``service.inference.platform``): emulated it is ~70x slower; pass
-``--emulated-bf16`` (with few ``--images``) to measure its drift anyway. ``--record`` writes the bf16
-figures into the artifact's ``calibration.json`` (``precision_drift.bf16``; the sha256 changes), which is
-what lets ``RADSCREEN_PRECISION=auto`` choose bf16 there — only when no label and no referral flipped.
+``--emulated-bf16`` (with few ``--images``) to measure its drift anyway. The record that lets
+``RADSCREEN_PRECISION=auto`` serve a reduced precision is measured on real photographs, by
+``benchmarks/drift_real.py --record``; this script is the quick synthetic check and the CUDA/CPU parity table.
 
 ``--device cuda`` scores the modes on the GPU (torch fp32, bf16 where native, fp16; ONNX Runtime fp32 when
 its CUDA provider loads) against the same reference, torch fp32 **on the CPU**: the CUDA/CPU parity table
 of the GPU check. fp32 on CUDA is IEEE fp32 (``models.cuda``), so its row measures kernel differences, not
-TF32. ``--record`` is refused there: the artifact's gate is read by CPU and GPU serving alike and is
-recorded from the CPU measurement. An "outcome flip" is an image whose screening outcome changed.
+TF32. An "outcome flip" is an image whose screening outcome changed.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -31,7 +29,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.artifact import load_artifact, replace_calibration
 from models.cpu import detect_cpu
 from models.cuda import cuda_native_bf16
 from models.onnx_backend import ProviderFallbackError
@@ -73,13 +70,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--emulated-bf16", action="store_true", help="run bf16 on a CPU without native bf16")
-    parser.add_argument("--record", action="store_true",
-                        help="write the measured bf16 drift into the artifact's calibration.json (CPU only)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where the compared modes run; the fp32 reference always runs on the CPU")
     args = parser.parse_args()
-    if args.record and args.device != "cpu":
-        parser.error("--record: the artifact's precision gate is recorded from the CPU measurement (--device cpu)")
     if args.device == "cuda" and not cuda_available():
         parser.error("--device cuda: torch sees no CUDA device (a CPU build, or no GPU/driver)")
 
@@ -98,7 +91,6 @@ def main() -> None:
     print(f"{'mode':<28}{'s/img':>8}{'max|dp|':>11}{'mean|dp|':>11}{'max|dMI|':>11}{'mean|dMI|':>11}"
           f"{'label flips':>13}{'referral flips':>16}{'outcome flips':>15}")
     print(f"{'torch fp32 cpu (ref)':<28}{ref_s:>8.3f}")
-    drift: dict[str, dict[str, float | int]] = {}
     for name, kwargs in modes_for(args.device):
         if kwargs["precision"] == "bf16" and args.device == "cpu" and not cpu.native_bf16:
             print(f"{name:<28}skipped: this CPU has no native bf16 (pass --emulated-bf16 to measure it slowly)")
@@ -120,18 +112,6 @@ def main() -> None:
         outcome_flips = sum(g.outcome != r.outcome for g, r in zip(got, ref, strict=True))
         print(f"{name:<28}{secs:>8.3f}{dp.max():>11.2e}{dp.mean():>11.2e}{dmi.max():>11.2e}{dmi.mean():>11.2e}"
               f"{label_flips:>13}{referral_flips:>16}{outcome_flips:>15}")
-        if kwargs["precision"] == "bf16" and args.device == "cpu":
-            drift["bf16"] = {"images": len(prepared), "label_flips": int(label_flips),
-                             "referral_flips": int(referral_flips), "max_abs_dp": float(dp.max()),
-                             "max_abs_dmi": float(dmi.max())}
-    if args.record:
-        if not drift:
-            raise SystemExit("--record: bf16 was not measured on this CPU (see above); nothing recorded")
-        art = load_artifact(args.model_dir)
-        cal = dataclasses.replace(art.calibration, precision_drift={**art.calibration.precision_drift, **drift})
-        sha = replace_calibration(art.directory, cal)
-        print(f"recorded {drift} in {art.directory / 'calibration.json'}; bf16 allowed for auto: "
-              f"{'bf16' in cal.allowed_precisions()}; new sha256 {sha}")
 
 
 if __name__ == "__main__":

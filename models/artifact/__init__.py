@@ -43,6 +43,7 @@ from models.artifact.storage import (
     load_artifact,
     replace_artifact_file,
     replace_calibration,
+    replace_model_card,
     save_artifact,
 )
 
@@ -66,5 +67,6 @@ __all__ = [
     "load_artifact",
     "replace_artifact_file",
     "replace_calibration",
+    "replace_model_card",
     "save_artifact",
 ]

@@ -27,11 +27,6 @@ def test_device_cuda_is_an_option_refused_with_the_reason_without_a_gpu(script: 
     assert "--device cuda: torch" in done.stderr and "sees no CUDA device" in done.stderr
 
 
-def test_the_precision_gate_is_recorded_from_the_cpu_only() -> None:
-    done = bench("precision_drift.py", "--device", "cuda", "--record")
-    assert done.returncode == 2 and "recorded from the CPU measurement" in done.stderr
-
-
 def test_bench_core_reports_a_memory_column() -> None:
     done = bench("bench_core.py", "--device", "cpu", "--width", "2", "--size", "32", "--batch", "1", "--k", "2",
                  "--repeats", "1", "--modes", "drawn-grouped,onnx", "--precisions", "fp32", "--threads", "1")

@@ -1,0 +1,184 @@
+"""Throughput per core: the service and the batch job pinned to 1 and 2 cores, threads vs processes.
+
+Real photographs (ODIR-5K validation patients, as the cameras send them: full-size JPEGs) go through:
+
+* **the service** — real uvicorn processes (``service.app:create_app``, as deployed) pinned with ``taskset``:
+  one process on 1 core (``RADSCREEN_THREADS=1``), one process on 2 cores (``RADSCREEN_THREADS=2``), and two
+  replicas of one core each (the client spreads the requests round-robin, as a load balancer would).
+  ``--concurrency`` clients per replica keep each one busy; images/s over ``--requests`` uploads after a
+  warm-up.
+* **the batch job** — ``radscreen-batch score`` over a folder of the same photographs, pinned to 1 and 2
+  cores (``--workers`` decoders, the model's threads = the cores).
+
+Each configuration runs with ``RADSCREEN_PRECISION=auto`` (what the artifact permits on this CPU) and, with
+``--fp32``, with fp32 as well. Prints images/s and images/s per core; ``lscpu`` model and flags first.
+
+    .venv/bin/python benchmarks/per_core.py --requests 48 --fp32
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from models.cpu import detect_cpu
+from training.data.manifest import read_odir
+from training.data.splits import split_by_patient
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("RADSCREEN_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+def photographs(n: int, seed: int) -> list[Path]:
+    rows = read_odir(SHARED / "odir-5k" / "labels.csv", include_other_disease=True, verify_images=False)
+    val = split_by_patient(rows, (0.7, 0.15, 0.15), seed=0).val
+    return [Path(val[i].path) for i in np.random.default_rng(seed).permutation(len(val))[:n]]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def replica(cores: str, env: dict[str, str], log: Path) -> Iterator[str]:
+    """A service process pinned to ``cores`` (taskset list); yields its base URL once ready."""
+    port = free_port()
+    cmd = ["taskset", "-c", cores, sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app",
+           "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit(f"replica on cores {cores} exited: {log.read_text()[-2000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
+                    break
+            time.sleep(1)
+        else:
+            raise SystemExit(f"replica on cores {cores} not ready after 600 s")
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def post(base: str, jpeg: bytes) -> None:
+    r = httpx.post(f"{base}/v1/predict", content=jpeg, headers={"Content-Type": "image/jpeg"}, timeout=300)
+    if r.status_code != 200:
+        raise SystemExit(f"{base}: HTTP {r.status_code}: {r.text[:300]}")
+
+
+def service_rate(bases: Sequence[str], jpegs: Sequence[bytes], requests: int, concurrency: int) -> float:
+    """Images/s over ``requests`` uploads spread round-robin over the replicas (after one warm-up round)."""
+    for base in bases:
+        post(base, jpegs[0])
+    jobs = list(zip(itertools.cycle(bases), itertools.islice(itertools.cycle(jpegs), requests), strict=False))
+    start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency * len(bases)) as pool:
+        list(pool.map(lambda job: post(*job), jobs))
+    return requests / (time.perf_counter() - start)
+
+
+def batch_rate(cores: str, threads: int, workers: int, folder: Path, env: dict[str, str], n: int) -> float:
+    out = folder.parent / f"results-{cores.replace(',', '_')}-{env['RADSCREEN_PRECISION']}.csv"
+    cmd = ["taskset", "-c", cores, sys.executable, "-m", "service.batch.cli", "score", "--input", str(folder),
+           "--output", str(out), "--workers", str(workers), "--pool", "thread", "--no-progress", "--restart"]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **env, "RADSCREEN_THREADS": str(threads)},
+                          capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"batch job failed: {done.stderr[-2000:]}")
+    return n / elapsed  # includes start-up (model load, quantisation): the job as an operator runs it
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model-dir", type=Path, default=None, help="artifact (default: the embedded model)")
+    p.add_argument("--photos", type=int, default=16, help="distinct ODIR validation photographs")
+    p.add_argument("--requests", type=int, default=48, help="service uploads per configuration")
+    p.add_argument("--concurrency", type=int, default=2, help="clients per replica")
+    p.add_argument("--batch-images", type=int, default=48, help="images in the batch job's folder")
+    p.add_argument("--fp32", action="store_true", help="also run every configuration in fp32")
+    p.add_argument("--skip-batch", action="store_true")
+    p.add_argument("--seed", type=int, default=2026)
+    args = p.parse_args()
+    if shutil.which("taskset") is None:
+        raise SystemExit("per_core needs taskset (util-linux)")
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit(f"per_core needs 2 cores, this process may use {cores}")
+    cpu = detect_cpu()
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")),
+                 cpu.model_name)
+    print(f"CPU: {model}; {cpu.summary()}; cores used {cores[:2]}")
+    paths = photographs(args.photos, args.seed)
+    jpegs = [path.read_bytes() for path in paths]
+    print(f"{len(jpegs)} ODIR validation photographs, median {np.median([len(j) for j in jpegs]) / 1e3:.0f} kB")
+    c0, c1 = str(cores[0]), str(cores[1])
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="radscreen-per-core-") as tmp:
+        folder = Path(tmp) / "photos"
+        folder.mkdir()
+        for i in range(args.batch_images):
+            shutil.copy(paths[i % len(paths)], folder / f"{i:04d}.jpg")
+        for precision in ("auto", "fp32") if args.fp32 else ("auto",):
+            env = {"RADSCREEN_PRECISION": precision, "RADSCREEN_DEVICE": "cpu"}
+            if args.model_dir:
+                env["RADSCREEN_MODEL_DIR"] = str(args.model_dir.resolve())
+            logs = Path(tmp)
+            with replica(c0, {**env, "RADSCREEN_THREADS": "1"}, logs / "a.log") as a:
+                chosen = httpx.get(f"{a}/v1/model", timeout=10).json()["runtime"]
+                label = f"{precision} -> {chosen['backend']} {chosen['precision']}"
+                rows.append((label, "service, 1 process x 1 thread", 1,
+                             service_rate([a], jpegs, args.requests, args.concurrency)))
+            with replica(f"{c0},{c1}", {**env, "RADSCREEN_THREADS": "2"}, logs / "b.log") as b:
+                rows.append((label, "service, 1 process x 2 threads", 2,
+                             service_rate([b], jpegs, args.requests, args.concurrency)))
+            with replica(c0, {**env, "RADSCREEN_THREADS": "1"}, logs / "c.log") as r0, \
+                    replica(c1, {**env, "RADSCREEN_THREADS": "1"}, logs / "d.log") as r1:
+                rows.append((label, "service, 2 replicas x 1 thread", 2,
+                             service_rate([r0, r1], jpegs, args.requests, args.concurrency)))
+            if not args.skip_batch:
+                rows.append((label, "batch job, 1 core (1 thread, 1 decoder)", 1,
+                             batch_rate(c0, 1, 1, folder, env, args.batch_images)))
+                rows.append((label, "batch job, 2 cores (2 threads, 2 decoders)", 2,
+                             batch_rate(f"{c0},{c1}", 2, 2, folder, env, args.batch_images)))
+            for row in rows[-5:]:
+                print(f"  {row[0]} | {row[1]}: {row[3]:.2f} img/s", flush=True)
+    print("\n| precision (chosen) | configuration | cores | images/s | images/s per core |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for label, config, n, rate in rows:
+        print(f"| {label} | {config} | {n} | {rate:.2f} | {rate / n:.2f} |")
+    print(json.dumps([{"precision": r[0], "config": r[1], "cores": r[2], "images_per_s": r[3]} for r in rows]))
+
+
+if __name__ == "__main__":
+    main()
