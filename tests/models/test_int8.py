@@ -49,7 +49,7 @@ def test_quantised_draws_follow_fp32_and_are_deterministic(net: DrawnNetwork, tm
 
 def test_a_table_that_does_not_cover_the_network_is_refused(net: DrawnNetwork, tmp_path: Path) -> None:
     small = calibrate_ranges(drawn(tmp_path, 2), batches(0, 1), tmp_path / "k2.json")
-    with pytest.raises(Int8RangesError, match="no range for .* convolution input"):
+    with pytest.raises(Int8RangesError, match=r"no range for .* convolution input"):
         check_ranges(net, small)  # K=4 needs draws 2 and 3 too
     (tmp_path / "bad.json").write_text("[]")
     with pytest.raises(Int8RangesError, match="not an int8 range table"):

@@ -19,9 +19,11 @@ from models.uncertainty import binary_uncertainty_from_logits
 from service.inference.backends import GuardedBackend, OnnxBackend
 from tests.helpers.artifacts import build_tiny_artifact
 
+Pair = tuple[OnnxBackend, OnnxBackend, np.ndarray]  # int8, fp32, images [B, C, H, W]
+
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[OnnxBackend, OnnxBackend, np.ndarray]:
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Pair:
     tmp = tmp_path_factory.mktemp("guard")
     art = load_artifact(build_tiny_artifact(tmp / "a", width=8))
     net = materialise_draws(art.build_model(), k=4, seed=art.config.draw_seed)
@@ -38,7 +40,7 @@ def answers(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return unc.probability.numpy(), unc.mutual_information.numpy()
 
 
-def test_images_inside_the_band_get_fp32_and_the_rest_keep_the_fast_answer(pair) -> None:  # type: ignore[no-untyped-def]
+def test_images_inside_the_band_get_fp32_and_the_rest_keep_the_fast_answer(pair: Pair) -> None:
     fast, exact, x = pair
     lf, le = fast.run(x), exact.run(x)
     assert not np.allclose(lf, le)  # int8 really differs, so the splice below is visible
@@ -56,7 +58,7 @@ def test_images_inside_the_band_get_fp32_and_the_rest_keep_the_fast_answer(pair)
     assert (guarded.name, guarded.precision, guarded.strategy) == ("onnxruntime", "int8", "loop")
 
 
-def test_the_mi_band_and_the_extremes(pair) -> None:  # type: ignore[no-untyped-def]
+def test_the_mi_band_and_the_extremes(pair: Pair) -> None:
     fast, exact, x = pair
     lf, le = fast.run(x), exact.run(x)
     _, mi = answers(lf)
