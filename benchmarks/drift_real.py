@@ -202,9 +202,9 @@ def with_section(card: str, section: str) -> str:
 
 def write_records(art: Artifact, records: dict[str, dict[str, Any]], ranges: Path | None, command: str,
                   machine: str) -> str:
-    if ranges is not None:
-        replace_artifact_file(art.directory, INT8_RANGES_FILE, ranges.read_bytes())
     cal = dataclasses.replace(art.calibration, precision_drift={**art.calibration.precision_drift, **records})
+    if ranges is not None and "int8" in cal.permits():  # the table ships only with a path that may serve
+        replace_artifact_file(art.directory, INT8_RANGES_FILE, ranges.read_bytes())
     replace_calibration(art.directory, cal)
     return replace_model_card(art.directory, with_section(art.model_card, card_section(cal, command, machine)))
 
