@@ -103,13 +103,14 @@ def peer_runner(k: int, seed: int) -> Runner:
     return run
 
 
-def ours_runners(paths: list[str], model_dir: Path | None, threads: int) -> dict[str, Runner]:
+def ours_runners(paths: list[str], model_dir: Path | None, threads: int,
+                 int8_ranges: Path | None = None) -> dict[str, Runner]:
     """Each served path built as the service builds it (``make_backend``) over the default artifact, plus
     ``auto``: the backend ``Scorer.from_artifact`` picks on this machine (with its guard band, if any)."""
     artifact = load_artifact(model_dir)
     model = artifact.build_model()
     cpu = detect_cpu()
-    ranges = artifact.directory / INT8_RANGES_FILE if INT8_RANGES_FILE in artifact.files else None
+    ranges = artifact.directory / INT8_RANGES_FILE if INT8_RANGES_FILE in artifact.files else int8_ranges
     out: dict[str, Runner] = {}
     for name in paths:
         if name == "auto":
@@ -122,7 +123,7 @@ def ours_runners(paths: list[str], model_dir: Path | None, threads: int) -> dict
             print(f"{name}: skipped, this CPU has no native bf16 (emulated bf16 is ~70x slower)")
             continue
         if precision == "int8" and ranges is None:
-            print(f"{name}: skipped, the artifact carries no {INT8_RANGES_FILE} (benchmarks/drift_real.py --record)")
+            print(f"{name}: skipped, the artifact carries no {INT8_RANGES_FILE} (give one with --int8-ranges)")
             continue
         net = materialise_draws(model, k=artifact.config.mc_samples, seed=artifact.config.draw_seed,
                                 head_draws=artifact.config.head_draws)
@@ -150,6 +151,9 @@ def main(argv: list[str] | None = None) -> None:
                    help=f"ours, some of: {', '.join(PATHS)}, auto (what the service picks here)")
     p.add_argument("--model-dir", type=Path, default=None, help="artifact (default: the embedded model)")
     p.add_argument("--k", type=int, default=16, help="peer MC passes per image (ours: the artifact's K)")
+    p.add_argument("--int8-ranges", type=Path, default=None,
+                   help="int8 range table for onnx-loop-int8 when the artifact ships none (its record does not "
+                   "permit int8): benchmarks/drift_real.py --save-ranges writes one")
     args = p.parse_args(argv)
     paths = args.paths.split(",")
     unknown = sorted(set(paths) - set(PATHS) - {"auto"})
@@ -166,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{platform.machine()}, {cpu.summary()}, threads {torch.get_num_threads()}, "
           f"image {image.shape[-1]} px")
     runners: dict[str, Runner] = {"peer (bayesian-torch)": peer_runner(args.k, 0)}
-    runners.update(ours_runners(paths, args.model_dir, args.threads))
+    runners.update(ours_runners(paths, args.model_dir, args.threads, args.int8_ranges))
     outputs = {name: run(image) for name, run in runners.items()}  # warm-up, and the outputs compared
     times: dict[str, list[float]] = {name: [] for name in runners}
     for r in range(args.repeats):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -223,6 +224,7 @@ def main() -> None:
     p.add_argument("--guard-factor", type=float, default=2.0)
     p.add_argument("--paths", nargs="+", default=["onnxruntime-fp32", "torch-bf16", "onnxruntime-int8"])
     p.add_argument("--save", type=Path, default=None, help="write per-image p̄/MI of every path (npz)")
+    p.add_argument("--save-ranges", type=Path, default=None, help="copy the int8 range table here")
     p.add_argument("--record", action="store_true", help="write the records (and int8 ranges) into the artifact")
     args = p.parse_args()
     if not (ODIR / "labels.csv").exists():
@@ -289,6 +291,8 @@ def main() -> None:
         np.savez(args.save, names=np.array(names), gradable=gradable,
                  **{f"{k}_p": v.p for k, v in results.items()}, **{f"{k}_mi": v.mi for k, v in results.items()})
         print(f"per-image figures: {args.save}")
+    if args.save_ranges and ranges_file is not None:
+        shutil.copy(ranges_file, args.save_ranges)
     records.pop("fp32", None)  # ONNX Runtime fp32 is fp32: its row checks the served fp32 path, no record
     print(json.dumps(records, indent=1))
     if args.record:

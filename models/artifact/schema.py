@@ -296,6 +296,9 @@ class ArtifactConfig:
 
 
 REDUCED_PRECISIONS = ("bf16", "fp16", "int8")
+# The largest share of images a guard band may send back to fp32. bf16 runs the served network in ~0.6x
+# fp32's time and int8 in ~0.35x (docs/benchmarks.md); at a quarter re-scored both stay clearly faster.
+MAX_GUARD_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -361,12 +364,14 @@ class Calibration:
     def permits(self) -> dict[str, PrecisionPermit]:
         """The precisions that may serve, fp32 always: a reduced precision whose measured drift flipped no
         decision serves as it is; one that flipped some serves only with a guard band under which no flip
-        was left, on all the images and in both cross-validation folds (the band re-scores in fp32)."""
+        was left, on all the images and in both cross-validation folds, and which re-scores (in fp32) at
+        most ``MAX_GUARD_SHARE`` of them — a wider band would cost more than the reduced precision saves."""
         out = {"fp32": PrecisionPermit("fp32", None, 0)}
         for prec, d in self.precision_drift.items():
             if d["label_flips"] == 0 and d["referral_flips"] == 0 and d.get("outcome_flips", 0) == 0:
                 out[prec] = PrecisionPermit(prec, None, d["images"])
-            elif (g := d.get("guard_band")) and g["outcome_flips"] == 0 and not any(g["cross_validated_flips"]):
+            elif ((g := d.get("guard_band")) and g["outcome_flips"] == 0 and not any(g["cross_validated_flips"])
+                  and g["share_rescored"] <= MAX_GUARD_SHARE):
                 out[prec] = PrecisionPermit(prec, GuardBand(float(g["probability"]), float(g["mutual_information"]),
                                                             float(g["share_rescored"])), d["images"])
         return out

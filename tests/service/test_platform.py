@@ -160,6 +160,8 @@ def test_calibration_permits_only_measured_flip_free_precisions() -> None:
     assert permits(bf16={**DRIFT_OK, "outcome_flips": 1}).keys() == {"fp32"}  # an outcome flip alone refuses
     left = {**DRIFT_GUARDED, "guard_band": {**GUARD, "outcome_flips": 1}}
     assert permits(int8=left).keys() == {"fp32"}  # the band left a flip
+    wide = {**DRIFT_GUARDED, "guard_band": {**GUARD, "share_rescored": 0.9}}
+    assert permits(int8=wide).keys() == {"fp32"}  # a band that re-scores most images saves nothing
     fold = {**DRIFT_GUARDED, "guard_band": {**GUARD, "cross_validated_flips": [0, 2]}}
     assert permits(int8=fold).keys() == {"fp32"}  # the band set on one half missed flips on the other
     with pytest.raises(ValueError, match=r"precision_drift.bf16.referral_flips' must be a non-negative"):
@@ -355,3 +357,19 @@ def test_auto_serves_int8_with_the_guard_band_and_reports_it(int8_guarded_artifa
         runtime = httpx.get(f"{base}/v1/model").json()["runtime"]
     assert runtime["precision"] == "int8" and runtime["backend"] == "onnxruntime"
     assert runtime["guard_band"]["share_rescored"] == 0.12 and "guard band" in runtime["precision_reason"]
+
+
+def test_the_embedded_model_serves_what_its_real_eye_record_permits() -> None:
+    """The shipped artifact's records were measured on >= 300 real photographs (benchmarks/drift_real.py):
+    auto serves fp32 where the permitted reduced precision is not native, and never an unpermitted one."""
+    cal = load_artifact().calibration
+    assert cal.precision_drift, "the embedded model carries no reduced-precision record"
+    for prec, record in cal.precision_drift.items():
+        assert record["images"] >= 300 and "ODIR-5K validation" in record["photographs"], prec
+    permits = cal.permits()
+    for cpu in (NO_BF16, WITH_BF16, detect_cpu()):
+        choice = choose_precision("auto", device="cpu", cpu=cpu, permits=permits)
+        assert choice.precision in permits
+        assert choice.precision != "bf16" or cpu.native_bf16
+        if choice.precision != "fp32":  # a reduced precision serves with the guard its record asks for
+            assert (choice.guard is None) == (permits[choice.precision].guard is None)
