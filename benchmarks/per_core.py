@@ -1,6 +1,7 @@
 """Throughput per core: the service and the batch job pinned to 1 and 2 cores, threads vs processes.
 
-Real photographs (ODIR-5K validation patients, as the cameras send them: full-size JPEGs) go through:
+Real photographs (ODIR-5K validation patients: 512 px JPEGs of ~30 kB, so decoding is cheap here; a camera's
+4-12 MP original adds its decode time, docs/benchmarks.md "Decode") go through:
 
 * **the service** — real uvicorn processes (``service.app:create_app``, as deployed) pinned with ``taskset``:
   one process on 1 core (``RADSCREEN_THREADS=1``), one process on 2 cores (``RADSCREEN_THREADS=2``), and two
@@ -13,7 +14,7 @@ Real photographs (ODIR-5K validation patients, as the cameras send them: full-si
 Each configuration runs with ``RADSCREEN_PRECISION=auto`` (what the artifact permits on this CPU) and, with
 ``--fp32``, with fp32 as well. Prints images/s and images/s per core; ``lscpu`` model and flags first.
 
-    .venv/bin/python benchmarks/per_core.py --requests 48 --fp32
+    .venv/bin/python benchmarks/per_core.py --fp32
 """
 
 from __future__ import annotations
@@ -121,10 +122,11 @@ def batch_rate(cores: str, threads: int, workers: int, folder: Path, env: dict[s
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", type=Path, default=None, help="artifact (default: the embedded model)")
-    p.add_argument("--photos", type=int, default=16, help="distinct ODIR validation photographs")
-    p.add_argument("--requests", type=int, default=48, help="service uploads per configuration")
+    p.add_argument("--photos", type=int, default=128,
+                   help="distinct ODIR validation photographs (a guard band re-scores a share of them: take many)")
+    p.add_argument("--requests", type=int, default=96, help="service uploads per configuration")
     p.add_argument("--concurrency", type=int, default=2, help="clients per replica")
-    p.add_argument("--batch-images", type=int, default=48, help="images in the batch job's folder")
+    p.add_argument("--batch-images", type=int, default=96, help="images in the batch job's folder")
     p.add_argument("--fp32", action="store_true", help="also run every configuration in fp32")
     p.add_argument("--skip-batch", action="store_true")
     p.add_argument("--seed", type=int, default=2026)
