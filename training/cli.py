@@ -9,9 +9,9 @@ Examples (each works on a fresh checkout after ``make setup``; a CPU-sized model
     radscreen-train evaluate --artifact models/my-model --data data/synth-test --out runs/eval
     radscreen-train export --artifact models/my-model --out graph.onnx
 
-Such a small run checks the pipeline; its uncertainty is not useful (README "Train"). Without --width and
---input-size, fit trains the full-size model (width 46, 256 px): about 20 min an epoch on 2 CPU cores, hours
-for the default 10 epochs; use a GPU for it.
+Such a small run checks the pipeline; its uncertainty is not useful (docs/training.md, "A first run on a
+CPU"). Without --width and --input-size, fit trains the full-size model (width 46, 256 px): about 20 min an
+epoch on 2 CPU cores, hours for the default 10 epochs; use a GPU for it.
 """
 
 from __future__ import annotations
