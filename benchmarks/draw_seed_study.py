@@ -1,4 +1,4 @@
-"""How the referral set depends on the draw seed and on K (issue 10, item 4): is K = 16 enough?
+"""How the referral set depends on the draw seed and on K: is K = 16 enough?
 
 The service fixes K posterior draws per artifact (``config.mc_samples`` with ``config.draw_seed``).
 Another seed is another equally valid set of draws; if the mutual information (MI) ranking or the set
@@ -16,7 +16,7 @@ prints, per K, over all pairs of seeds:
 - how many labels (p̄ >= decision threshold) differ;
 - max |Δ p̄|.
 
-Example (figures in docs/science.md, "Draw seed and K")::
+Example (figures in docs/science.md, "Head draws")::
 
     .venv/bin/python benchmarks/draw_seed_study.py --model-dir models/default --images 48 --k 16 32 64 --seeds 3
     .venv/bin/python benchmarks/draw_seed_study.py --photos ../shared/data/idrid-lesion-54 --images 54 \

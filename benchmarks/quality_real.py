@@ -3,7 +3,7 @@
 Each photograph goes through the service's own decode (``decode_rgb`` at the size the service decodes to)
 and the gate (``measure`` + ``judge``); the measures are written to a CSV so thresholds can be studied
 without decoding again (``--measures``), and the accept table by category (normal, DR, other eye disease)
-is printed as markdown for docs/quality-gate.md. ``--sheet`` writes a contact sheet of rejected normal and
+is printed as markdown for docs/results-real-eyes.md. ``--sheet`` writes a contact sheet of rejected normal and
 DR eyes with their reasons (a PNG for the docs; never commit photographs themselves).
 
 Example::

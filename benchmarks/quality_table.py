@@ -1,6 +1,6 @@
 """Accept/reject table of the quality gate on real (IDRiD) and synthetic photographs, per reason.
 
-Prints two markdown tables for docs/quality-gate.md:
+Prints two markdown tables for docs/results-quality-gate.md:
 
 1. per image set: how many images, how many gradable, how many rejected *for the expected reason*,
    and which issues were reported;

@@ -1,4 +1,4 @@
-"""Is the model more uncertain on real photographs than on its own synthetic test images? (issue 10, item 3)
+"""Is the model more uncertain on real photographs than on its own synthetic test images?
 
 A model trained on synthetic fundus images has never seen a real photograph. Its mutual information (MI)
 on real photographs should therefore be higher than on held-out synthetic images, and a screening service

@@ -1,4 +1,4 @@
-"""Writes the README's two example images with the project's own synthetic fundus generator.
+"""Writes the two example images (README, docs/integration.md) with the project's own synthetic fundus generator.
 
     .venv/bin/python examples/make_examples.py            # rewrites examples/*.jpg, prints what the model says
 
@@ -10,7 +10,7 @@
 Both are SYNTHETIC (procedurally drawn, no patient), 512 px JPEGs of a few tens of KB. The generator and
 the default model change over time, so the script searches seeds from ``--seed`` upwards until each
 image behaves as described, and fails loudly if none does within ``--tries``: rerun it after either
-changes and commit the new images (the README examples post them). Needs the ``train`` code on the
+changes and commit the new images (the documented curl examples post them). Needs the ``train`` code on the
 path, i.e. the dev install (``make setup``).
 """
 

@@ -8,7 +8,7 @@ prior cross-entropy over the same samples.  Two execution strategies give the sa
 * ``"loop"`` — S sequential calls, one per draw.
 
 MC-dropout and deterministic layers accept the same ``[S, B, ...]`` input so one VGG builder yields every
-model family (STYLE habit 2).
+model family.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Named model builders (STYLE habit 3): ``create_model("radial_vgg16_star", width=8, input_size=64)``.
+"""Named model builders: ``create_model("radial_vgg16_star", width=8, input_size=64)``.
 
 Two tables, one per kind of caller:
 

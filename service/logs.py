@@ -40,7 +40,7 @@ class CurrentStderrHandler(logging.StreamHandler):
     A plain ``StreamHandler()`` keeps the stream that was ``sys.stderr`` at configuration time. When
     that stream is later closed (pytest replaces and closes its capture streams between tests;
     an embedding app may swap stderr), every record fails with "--- Logging error --- ... Call
-    stack:" on the new stderr instead of being logged (issue 13, item 14).
+    stack:" on the new stderr instead of being logged.
     """
 
     def __init__(self) -> None:

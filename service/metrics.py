@@ -126,7 +126,7 @@ class ServiceMetrics:
         self.exam_images.observe(images)
 
     def _add_client_disconnects(self, r: CollectorRegistry) -> None:
-        """Requests the client abandoned (issue 14): counted, logged at info, never scored or 5xx."""
+        """Requests the client abandoned: counted, logged at info, never scored or 5xx."""
         self.client_disconnects = Counter(
             "radscreen_client_disconnects",
             "Requests abandoned by the client before the answer, by stage (upload / processing).",

@@ -9,9 +9,9 @@ Examples (each works on a fresh checkout after ``make setup``; a CPU-sized model
     radscreen-train evaluate --artifact models/my-model --data data/synth-test --out runs/eval
     radscreen-train export --artifact models/my-model --out graph.onnx
 
-Such a small run checks the pipeline; its uncertainty is not useful (README "Train"). Without --width and
---input-size, fit trains the full-size model (width 46, 256 px): about 20 min an epoch on 2 CPU cores, hours
-for the default 10 epochs; use a GPU for it.
+Such a small run checks the pipeline; its uncertainty is not useful (docs/training.md, "A first run on a
+CPU"). Without --width and --input-size, fit trains the full-size model (width 46, 256 px): about 20 min an
+epoch on 2 CPU cores, hours for the default 10 epochs; use a GPU for it.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v.add_argument("--draw-seed", type=int, default=d.draw_seed, help="seed of the artifact's fixed serving draws")
     v.add_argument("--head-draws", type=int, default=d.head_draws,
                    help="draws of the last layer per serving draw: steadies the MI estimate at no real cost "
-                        "(docs/science.md §7(e)); 1 = the plain K draws")
+                        "(docs/science.md, 'Head draws'); 1 = the plain K draws")
     v.add_argument("--target-referral-rate", type=float, default=d.target_referral_rate,
                    help="share of validation images the MI threshold refers (without --max-missed-share)")
     v.add_argument("--max-missed-share", type=float, default=None,

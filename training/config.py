@@ -1,4 +1,4 @@
-"""Typed training configuration, saved as ``config.json`` next to every run (STYLE habit 5)."""
+"""Typed training configuration, saved as ``config.json`` next to every run."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ class TrainConfig:
     n_bootstrap: int = 200
     workers: int = 0
     device: str = "auto"  # auto = cuda when available, else cpu (as the service)
-    # --- the optimisation recipe (issue 10): defaults are the authors' (Adam lr 1e-3, amsgrad, ρ0 = -4) ---
+    # --- the optimisation recipe: defaults are the authors' (Adam lr 1e-3, amsgrad, ρ0 = -4) ---
     rho_lr: float | None = None  # learning rate of the ρ parameter group (None: the same as lr)
     optimizer: Optimizer = "adam"
     amsgrad: bool = True

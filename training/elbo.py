@@ -1,4 +1,4 @@
-"""The training objective (STYLE habit 6: the loss lives outside the model)."""
+"""The training objective (the loss lives outside the model)."""
 
 from __future__ import annotations
 

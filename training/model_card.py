@@ -79,7 +79,8 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         + (f"initialised from {init.describe()}." if init is not None else f"rho init {config.rho_init}."),
         f"- Serving: {config.mc_samples} posterior draws, seed {config.draw_seed}"
         + (f", each with {config.head_draws} draws of the final layer ({config.mc_samples * config.head_draws} "
-           f"posterior samples per image at the cost of {config.mc_samples} forward passes; docs/science.md §7(e))."
+           f"posterior samples per image at the cost of {config.mc_samples} forward passes; "
+           "docs/science.md, 'Head draws')."
            if config.head_draws > 1 else "."),
         "",
         "## Training data",

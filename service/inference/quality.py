@@ -37,8 +37,8 @@ the camera made it (any size, any aspect: 3:2 and 4:3 frames cut the disc, squar
 
 Each measure becomes a score in [0, 1] that is 0.5 exactly at its threshold (a logistic of the
 margin); the report's ``score`` is the smallest, so ``gradable`` <=> ``score >= 0.5``. Thresholds
-were set on real (IDRiD) and synthetic photographs together; how, and the accept/reject table, in
-docs/quality-gate.md (``benchmarks/quality_table.py`` prints it).
+were set on real (IDRiD) and synthetic photographs together; how in docs/quality-gate.md, the
+accept/reject table in docs/results-quality-gate.md (``benchmarks/quality_table.py`` prints it).
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def test_invalid_fields(server: str) -> None:
     _assert_problem(r, 405, "method-not-allowed", "")
     _assert_problem(httpx.get(f"{server}/nowhere"), 404, "not-found", "/nowhere")
     files = [("image", (f"{i}.png", png, "image/png")) for i in range(17)]
-    r = httpx.post(f"{server}/v1/predict/batch", files=files)  # issue 13.13: 413 naming the limit and the count
+    r = httpx.post(f"{server}/v1/predict/batch", files=files)  # 413 naming the limit and the count
     _assert_problem(r, 413, "payload-too-large", "has 17 images; at most 16 images")
     assert "RADSCREEN_MAX_BATCH_ITEMS=16" in r.json()["detail"]
     two = [("image", (f"{i}.png", png, "image/png")) for i in range(2)]

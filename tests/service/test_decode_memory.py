@@ -1,4 +1,4 @@
-"""The decoding term of the stated memory bound (docs/service.md, "Memory bound"): one decode +
+"""The decoding term of the stated memory bound (docs/service.md, "Memory and CPU bounds"): one decode +
 quality gate + preprocessing at the pixel budget peaks at <= 24 bytes per pixel, for every pixel type.
 
 Measured by ``benchmarks/decode_peak.py`` (a fresh process per image kind, ``/proc`` VmHWM around

@@ -1,4 +1,4 @@
-"""Hostile uploads against a real ``radscreen serve`` process (issue 14): each gets its 4xx, or for a
+"""Hostile uploads against a real ``radscreen serve`` process: each gets its 4xx, or for a
 dropped client a clean info-level log line; the service's memory stays bounded; it answers a normal
 image identically afterwards; its log holds no traceback and no error.
 

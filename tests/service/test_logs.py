@@ -1,4 +1,4 @@
-"""The service's JSON logging survives a swapped-and-closed stderr (issue 13, item 14).
+"""The service's JSON logging survives a swapped-and-closed stderr.
 
 ``radscreen serve`` (and tests/service/test_cli.py) call ``configure_logging``; pytest then closes the
 capture stream that was ``sys.stderr`` at that moment. A handler bound to that stream turned every later

@@ -2,9 +2,9 @@
 
 ODIR-5K's copies were cropped and resized to 512 x 512, which stretches most discs into axis-aligned
 ellipses; a circle fits two of their four arcs, so the gate used to call plainly good photographs
-``no_field_of_view``. The FOV is now a circle or, when a circle does not fit, an axis-aligned ellipse
+``no_field_of_view``. The FOV is a circle or, when a circle does not fit, an axis-aligned ellipse
 (``models.fov``); the crop maps it back onto a round disc. Full-set acceptance by category:
-docs/quality-gate.md (``benchmarks/quality_real.py``).
+docs/results-real-eyes.md (``benchmarks/quality_real.py``).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _decoded(name: str) -> np.ndarray:
 @needs_odir
 @pytest.mark.parametrize("category", ["normal_fundus", "dr_keyword"])
 def test_normal_and_dr_eyes_are_gradable(category: str) -> None:
-    """Full set: >= 95 % (docs/quality-gate.md); on 60 seeded eyes at least 54 (90 %) leaves sampling slack."""
+    """Full set: >= 95 % (docs/results-real-eyes.md); on 60 seeded eyes at least 54 (90 %) leaves sampling slack."""
     names = _odir_sample(category, 60)
     rejected = {n: r.issues for n in names if not (r := assess_quality(_decoded(n))).gradable}
     assert len(rejected) <= 6, rejected

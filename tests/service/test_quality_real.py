@@ -1,7 +1,7 @@
 """The quality gate on real photographs: 54 IDRiD images (../shared/data, CC BY 4.0) and their degradations.
 
 The photographs are read from ``<repo>/../shared/data/idrid-lesion-54`` (beside the clone in CI and
-in every worktree), never copied into the project. Targets from issue 9: >= 53 of 54 gradable at
+in every worktree), never copied into the project. Targets: >= 53 of 54 gradable at
 every common width, each degradation rejected *for its reason* in >= 95 % of the images.
 """
 

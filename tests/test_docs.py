@@ -1,0 +1,58 @@
+"""The documentation holds together: every relative link and every ``docs/…`` path named in README.md and
+docs/ exists, and the reference pages describe the product without dates or issue numbers (measured figures,
+with their dates, live on the results pages and are linked from there)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+RESULTS_PAGES = {"science.md", "benchmarks.md"}  # and every results-*.md
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+NAMED_PATH = re.compile(r"(?<![\w./-])(docs/[\w./-]+\.(?:md|png))")
+DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
+ISSUE = re.compile(r"\b[Ii]ssue [0-9]|#[0-9]{2}\b")
+
+
+def _is_results_page(page: Path) -> bool:
+    return page.name in RESULTS_PAGES or page.name.startswith("results-")
+
+
+def _targets(page: Path) -> list[tuple[str, Path]]:
+    """(as written, resolved path) of every relative link and every repository path the page names."""
+    text = page.read_text(encoding="utf-8")
+    found = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            continue  # a URL or an anchor on the same page
+        found.append((target, (page.parent / target.split("#")[0]).resolve()))
+    found += [(named, ROOT / named) for named in NAMED_PATH.findall(text)]
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_link_and_named_docs_path_exists(page: Path) -> None:
+    missing = [written for written, path in _targets(page) if not path.exists()]
+    assert not missing, f"{page.relative_to(ROOT)} points at what does not exist: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_issue_numbers(page: Path) -> None:
+    hits = [line for line in page.read_text(encoding="utf-8").splitlines() if ISSUE.search(line)]
+    assert not hits, f"{page.relative_to(ROOT)} cites issue numbers: {hits}"
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if not _is_results_page(p)],
+                         ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_reference_pages_carry_no_dates(page: Path) -> None:
+    hits = [line for line in page.read_text(encoding="utf-8").splitlines() if DATE.search(line)]
+    assert not hits, f"{page.relative_to(ROOT)} is a reference page; dated figures belong on a results page: {hits}"
+
+
+def test_the_checks_see_every_page_kind() -> None:
+    assert (ROOT / "README.md") in PAGES and any(_is_results_page(p) for p in PAGES)
+    assert sum(not _is_results_page(p) for p in PAGES) >= 10  # the reference pages
