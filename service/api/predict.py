@@ -21,8 +21,9 @@ from service.api.uploads import (
 from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
 from service.errors import ServiceProblem, image_problem, request_id_of
 from service.inference.imaging import ImageRejected
-from service.inference.scoring import Scorer, score_payload
+from service.inference.scoring import Scorer
 from service.model_host import Prediction
+from service.payload import score_payload
 from service.schemas import (
     EXAMPLE_PREDICTION,
     BatchItem,

@@ -86,22 +86,11 @@ class ScorerSpec:
     def load(self) -> Scorer:
         """Load and verify the artifact and build the scorer on this machine.
 
-        The CPU is detected here (``models.cpu.detect_cpu``, ``native_bf16`` overriding)
-        and every ``auto`` resolved from it; an explicit bf16 the CPU cannot run natively raises
-        ``PrecisionUnavailableError``, a missing or tampered artifact ``models.artifact.ArtifactError``.
+        The CPU is detected here (``models.cpu.detect_cpu``, ``native_bf16`` overriding) and every ``auto``
+        resolved from it (``service.inference.loading.load_scorer``); an explicit bf16 the CPU cannot run
+        natively raises ``PrecisionUnavailableError``, a missing or tampered artifact
+        ``models.artifact.ArtifactError``.
         """
-        from models.cpu import detect_cpu
-        from service.inference.scoring import Scorer
+        from service.inference.loading import load_scorer
 
-        return Scorer.from_artifact(
-            self.model_dir,
-            backend=self.backend,
-            device=self.device,
-            precision=self.precision,
-            strategy=self.strategy,
-            mc_samples=self.mc_samples,
-            max_pixels=self.max_pixels,
-            max_bytes=self.max_bytes,
-            cpu=detect_cpu(override=self.native_bf16),
-            threads=self.threads,
-        )
+        return load_scorer(self)

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.inference.scoring import PreparedImage, QualityReport, Scorer, ScorerCalibration, score_payload
+from service.inference.scoring import PreparedImage, QualityReport, Scorer, ScorerCalibration
+from service.payload import score_payload
 
 H_09 = 0.3250830  # H(0.9) = H(0.1) nats
 H_06 = 0.6730117  # H(0.6) = H(0.4)

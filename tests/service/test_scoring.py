@@ -15,19 +15,19 @@ import torch
 
 from models.artifact import load_artifact
 from models.cpu import detect_cpu
+from models.decision import OUTCOME_TEXT
 from models.sampling import seeded
 from models.vgg import mc_logits
 from service.inference.scoring import (
-    OUTCOME_TEXT,
     PreparedImage,
     QualityReport,
     Scorer,
     ScorerCalibration,
     ScreeningOutcome,
     prepare_image,
-    score_payload,
     screening_outcome,
 )
+from service.payload import score_payload
 from tests.helpers.images import encode, fundus_like
 
 FP32_TOL = 1e-4  # probability and MI, torch vs onnxruntime vs the reference K-pass loop

@@ -14,8 +14,9 @@ from service.batch.job import BatchJobConfig, parts_dir_for, run_job, scoring_co
 from service.batch.output import read_output
 from service.batch.parts import PartStoreError
 from service.batch.rows import scored_row
-from service.inference.scoring import Scorer, prepare_image, score_payload
+from service.inference.scoring import Scorer, prepare_image
 from service.inference.spec import ScorerSpec
+from service.payload import score_payload
 
 
 def config(input_path: Path, output: Path, model_dir: Path, **kw: object) -> BatchJobConfig:
