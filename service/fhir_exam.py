@@ -18,7 +18,7 @@ single-image rendering in :mod:`service.fhir`):
 - ``Device`` — the model, as for one image.
 
 The exam outcome stated in the body is checked against the rule (each photograph's outcome is first checked
-against its own numbers by :func:`service.fhir.outcome_of`, then the exam rule is applied): a contradicting
+against its own numbers by :func:`service.payload.checked_outcome`, then the exam rule is applied): a contradicting
 body raises ``ValueError`` and is never rendered into a clinical document.
 """
 
@@ -40,10 +40,10 @@ from service.fhir import (
     _percent,
     _urn,
     collection_bundle,
-    outcome_of,
     screening_report,
     stamp_of,
 )
+from service.payload import checked_outcome
 
 EXAM_ID_SYSTEM = "urn:radial-screen:exam-id"
 PATIENT_REF_SYSTEM = "urn:radial-screen:patient-ref"
@@ -58,7 +58,7 @@ def checked_exam_outcome(body: dict[str, Any]) -> ScreeningOutcome:
     images = body.get("images")
     if not isinstance(images, list):
         raise ValueError("exam response lacks 'images'; expected the /v1/exams JSON")
-    decision = decide((Eye(im["eye"]), outcome_of(im["result"])) for im in images)
+    decision = decide((Eye(im["eye"]), checked_outcome(im["result"])) for im in images)
     stated = body.get("outcome")
     if stated != decision.outcome.value:
         raise ValueError(f"exam outcome {stated!r} contradicts its photographs, which give {decision.outcome.value!r}")

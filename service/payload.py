@@ -4,6 +4,10 @@ API layer: the inference core (``service.inference``) returns typed scores and n
 routes, the batch rows and the doc generators all build the body here, so every surface shows the same
 fields. Fields added per request (``request_id``, ``study_id``, ``timing_ms``) are added by the caller.
 
+The public field names are a contract and differ from the artifact's in one place: the artifact's
+``referral_threshold_mi`` is the answer's ``uncertainty.referral_threshold``. :func:`score_payload` writes
+it and :func:`checked_outcome` (a body sent back to be rendered, e.g. as FHIR) reads it; nothing else maps it.
+
 Example::
 
     [score] = scorer.score_batch([prepare_image(data, scorer.pipeline)])
@@ -14,10 +18,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from models.decision import OUTCOME_TEXT
+from models.decision import OUTCOME_TEXT, ScreeningOutcome, screening_outcome
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the FHIR rendering imports this module without loading the inference core
     from service.inference.scoring import ImageScore, Scorer
+
+MI_THRESHOLD_FIELD = "referral_threshold"  # uncertainty.<this> = the artifact's referral_threshold_mi
 
 
 def score_payload(score: ImageScore, scorer: Scorer) -> dict[str, Any]:
@@ -27,7 +33,7 @@ def score_payload(score: ImageScore, scorer: Scorer) -> dict[str, Any]:
         "model": scorer.model_identity.to_dict(),
         "diagnosis": {
             "referable_dr_probability": score.probability,
-            "label": score.label,
+            "label": score.label.value,
             "decision_threshold": cal.decision_threshold,
         },
         "uncertainty": {
@@ -35,7 +41,7 @@ def score_payload(score: ImageScore, scorer: Scorer) -> dict[str, Any]:
             "predictive_entropy": score.predictive_entropy,
             "expected_entropy": score.expected_entropy,
             "unit": "nat",
-            "referral_threshold": cal.referral_threshold_mi,
+            MI_THRESHOLD_FIELD: cal.referral_threshold_mi,
         },
         "quality": {
             "gradable": score.quality.gradable,
@@ -48,3 +54,35 @@ def score_payload(score: ImageScore, scorer: Scorer) -> dict[str, Any]:
         "outcome_reason": OUTCOME_TEXT[score.outcome],
         "disclaimer": scorer.disclaimer,
     }
+
+
+def require_field(body: dict[str, Any], key: str) -> Any:
+    """Fetch a required field of an answer, or say which one is missing."""
+    if key not in body:
+        raise ValueError(f"prediction response lacks '{key}'; expected the /v1/predict JSON (docs/architecture.md §6)")
+    return body[key]
+
+
+def checked_outcome(body: dict[str, Any]) -> ScreeningOutcome:
+    """The screening outcome an answer states, once checked against the numbers it states it from.
+
+    For a body that comes back from outside (``POST /v1/fhir``, ``POST /v1/exams`` renderings, an offline
+    FHIR conversion): the outcome is re-derived from the body's own gradable flag, MI, probability and
+    thresholds with :func:`models.decision.screening_outcome`; a body whose stated outcome disagrees
+    (edited or corrupted JSON) raises ``ValueError`` rather than being rendered into a clinical document.
+    An answer scored in this process needs no check: pass its ``ImageScore.outcome``.
+    """
+    diagnosis, unc, quality = (require_field(body, key) for key in ("diagnosis", "uncertainty", "quality"))
+    derived = screening_outcome(
+        gradable=bool(quality["gradable"]),
+        mutual_information=float(unc["mutual_information"]),
+        probability=float(diagnosis["referable_dr_probability"]),
+        referral_threshold_mi=float(unc[MI_THRESHOLD_FIELD]),
+        decision_threshold=float(diagnosis["decision_threshold"]),
+    )
+    stated = require_field(body, "outcome")
+    if stated != derived.value:
+        raise ValueError(
+            f"outcome {stated!r} contradicts the response's own fields, which give {derived.value!r}"
+        )
+    return derived

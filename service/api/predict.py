@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
+from models.decision import ScreeningOutcome
 from service.api.fhir_body import parse_prediction
 from service.api.uploads import (
     PHOTO_SCHEMA,
@@ -70,13 +71,13 @@ def _result(pred: Prediction, scorer: Scorer, study_id: str | None) -> dict[str,
     return body
 
 
-def _fhir(body: dict[str, Any]) -> Response:
+def _fhir(body: dict[str, Any], outcome: ScreeningOutcome | None = None) -> Response:
     try:
         from service.fhir import to_fhir_bundle
     except ImportError as exc:
         raise ServiceProblem("not-acceptable", 406, "FHIR output is not available in this build.") from exc
     try:
-        bundle = to_fhir_bundle(body)
+        bundle = to_fhir_bundle(body, outcome=outcome)
         content = json.dumps(bundle, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except UnicodeEncodeError as exc:  # render endpoint only: a lone surrogate (\ud800) in a text field
         raise ServiceProblem(
@@ -115,7 +116,7 @@ async def predict(
     pred = await host.predict(uploads[0].data)
     body = _result(pred, scorer, sid)
     if _wants_fhir(request, format):
-        return _fhir({"request_id": request_id_of(request), **body})
+        return _fhir({"request_id": request_id_of(request), **body}, pred.scored.score.outcome)
     return PredictionResponse(request_id=request_id_of(request), **body)
 
 

@@ -19,7 +19,7 @@ from models.cpu import CpuCapability, detect_cpu
 from service.inference.backends import make_backend, resolve_device
 from service.inference.imaging import ImagePipeline
 from service.inference.platform import choose_backend, choose_precision
-from service.inference.scoring import Scorer, ScorerCalibration, ScorerIdentity
+from service.inference.scoring import Scorer, ScorerIdentity
 
 if TYPE_CHECKING:
     from service.inference.spec import ScorerSpec
@@ -88,13 +88,6 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
         training_data=cfg.training_data,
         intended_use=cfg.intended_use,
     )
-    calibration = ScorerCalibration(
-        referral_threshold_mi=cal.referral_threshold_mi,
-        decision_threshold=cal.decision_threshold,
-        target_referral_rate=cal.target_referral_rate,
-        dataset=cal.dataset,
-        validation=dict(cal.validation),
-    )
     pipeline = ImagePipeline(
         size=cfg.input_size,
         mean=cfg.mean,
@@ -122,7 +115,7 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
         backend=draws_backend,
         pipeline=pipeline,
         model_identity=identity,
-        calibration=calibration,
+        calibration=cal,
         model_card=artifact.model_card,
         precision=precision,
         runtime=runtime,

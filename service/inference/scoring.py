@@ -17,15 +17,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from models.artifact.schema import Calibration
 from models.cpu import CpuCapability
-from models.decision import ScreeningOutcome, screening_outcome
+from models.decision import DiagnosisLabel, ScreeningOutcome, screening_outcome
 from models.fov import fit_fov_circle
 from models.preprocessing import DECODE_SIDE, FOV_LOCAL_MEAN, preprocess_fundus
 from models.uncertainty import binary_uncertainty
@@ -42,7 +43,6 @@ __all__ = [
     "PreparedImage",
     "QualityReport",
     "Scorer",
-    "ScorerCalibration",
     "ScorerIdentity",
     "ScreeningOutcome",
     "prepare_image",
@@ -96,7 +96,7 @@ class ImageScore:
     """The model's answer for one image, with the referral decision already taken."""
 
     probability: float  # p̄ = mean over the K draws of P(referable)
-    label: str  # "referable" | "non_referable" at the decision threshold
+    label: DiagnosisLabel  # referable | non_referable at the decision threshold; not_graded when ungradable
     mutual_information: float  # nats, in [0, ln 2]
     predictive_entropy: float
     expected_entropy: float
@@ -104,17 +104,6 @@ class ImageScore:
     referral_reasons: list[str]
     quality: QualityReport
     outcome: ScreeningOutcome  # what the clinic acts on: models.decision.screening_outcome
-
-
-@dataclass(frozen=True)
-class ScorerCalibration:
-    """Thresholds from the artifact's calibration.json."""
-
-    referral_threshold_mi: float  # refer when MI > this (nats)
-    decision_threshold: float  # label referable when p̄ >= this
-    target_referral_rate: float
-    dataset: str
-    validation: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -143,7 +132,7 @@ class Scorer:
         backend: Backend,
         pipeline: ImagePipeline,
         model_identity: ScorerIdentity,
-        calibration: ScorerCalibration,
+        calibration: Calibration,  # the artifact's: thresholds and the rules that apply them
         model_card: str = "",
         precision: str = "fp32",
         runtime: dict[str, Any] | None = None,
@@ -185,18 +174,15 @@ class Scorer:
             p = float(unc.probability[i])
             mi = float(unc.mutual_information[i])
             reasons = []
-            if mi > cal.referral_threshold_mi:
+            if cal.is_uncertain(mi):
                 reasons.append(REASON_UNCERTAIN)
             if not im.quality.gradable:
                 reasons.append(REASON_QUALITY)
-            outcome = screening_outcome(
-                gradable=im.quality.gradable, mutual_information=mi, probability=p,
-                referral_threshold_mi=cal.referral_threshold_mi, decision_threshold=cal.decision_threshold,
-            )
+            outcome = cal.outcome(gradable=im.quality.gradable, mutual_information=mi, probability=p)
             out.append(
                 ImageScore(
                     probability=p,
-                    label="referable" if p >= cal.decision_threshold else "non_referable",
+                    label=cal.label(outcome, p),
                     mutual_information=mi,
                     predictive_entropy=float(unc.predictive_entropy[i]),
                     expected_entropy=float(unc.expected_entropy[i]),
