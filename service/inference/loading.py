@@ -93,7 +93,7 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
         mean=cfg.mean,
         std=cfg.std,
         max_pixels=spec.max_pixels,
-        max_bytes=spec.max_bytes,
+        max_bytes=spec.max_upload_bytes,
         preprocessing=cfg.preprocessing,
     )
     logger.info(
