@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from models.decision import OUTCOME_TEXT, ScreeningOutcome, screening_outcome
+from models.decision import OUTCOME_TEXT, ScreeningOutcome, diagnosis_label, screening_outcome
 
 if TYPE_CHECKING:  # the FHIR rendering imports this module without loading the inference core
     from service.inference.scoring import ImageScore, Scorer
@@ -69,7 +69,9 @@ def checked_outcome(body: dict[str, Any]) -> ScreeningOutcome:
     For a body that comes back from outside (``POST /v1/fhir``, ``POST /v1/exams`` renderings, an offline
     FHIR conversion): the outcome is re-derived from the body's own gradable flag, MI, probability and
     thresholds with :func:`models.decision.screening_outcome`; a body whose stated outcome disagrees
-    (edited or corrupted JSON) raises ``ValueError`` rather than being rendered into a clinical document.
+    (edited or corrupted JSON) raises ``ValueError`` rather than being rendered into a clinical document, and
+    so does a graded image whose label is not its probability's (an ungradable image's label is never
+    rendered: answers from before the ``not_graded`` label still render).
     An answer scored in this process needs no check: pass its ``ImageScore.outcome``.
     """
     diagnosis, unc, quality = (require_field(body, key) for key in ("diagnosis", "uncertainty", "quality"))
@@ -85,4 +87,10 @@ def checked_outcome(body: dict[str, Any]) -> ScreeningOutcome:
         raise ValueError(
             f"outcome {stated!r} contradicts the response's own fields, which give {derived.value!r}"
         )
+    if derived is not ScreeningOutcome.RETAKE_UNGRADABLE:
+        label = diagnosis_label(derived, probability=float(diagnosis["referable_dr_probability"]),
+                                decision_threshold=float(diagnosis["decision_threshold"]))
+        if diagnosis.get("label") != label.value:
+            raise ValueError(f"label {diagnosis.get('label')!r} contradicts the response's own fields, which give "
+                             f"{label.value!r}")
     return derived

@@ -171,8 +171,8 @@ async def predict_batch(request: Request, host: ModelHostDep, settings: Settings
     description=(
         "Send the JSON body that `POST /v1/predict` returned (as is); get the same result as a FHIR R4 "
         "Bundle, with the same request id. The model is not run again: this only converts the document, so "
-        "the FHIR report always matches the result a user saw. The stated `outcome` must agree with the "
-        "fields it is derived from (422 otherwise)."
+        "the FHIR report always matches the result a user saw. The stated `outcome` (and a graded image's "
+        "`label`) must agree with the fields they are derived from (422 otherwise)."
     ),
     response_class=JSONResponse,
     responses={200: {"content": _FHIR_CONTENT}, **problem_responses(401, 406, 413, 422)},
