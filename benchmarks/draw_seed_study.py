@@ -42,6 +42,7 @@ from scipy.stats import spearmanr
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
+from models.decision import is_referable, is_uncertain
 from models.draws import materialise_draws
 from models.uncertainty import binary_uncertainty_from_logits
 from service.inference.scoring import Scorer, prepare_image
@@ -126,11 +127,12 @@ def main(argv: list[str] | None = None) -> None:
         rho, jac_t, jac_top, flips, dp = [], [], [], [], []
         for (pa, ma), (pb, mb) in itertools.combinations(runs, 2):
             rho.append(float(spearmanr(ma, mb).statistic))
-            jac_t.append(jaccard(ma > cal.referral_threshold_mi, mb > cal.referral_threshold_mi))
+            jac_t.append(jaccard(*(is_uncertain(mi, cal.referral_threshold_mi) for mi in (ma, mb))))
             jac_top.append(jaccard(top_share(ma, args.refer), top_share(mb, args.refer)))
-            flips.append(int(((pa >= cal.decision_threshold) != (pb >= cal.decision_threshold)).sum()))
+            label_a, label_b = (is_referable(p, cal.decision_threshold) for p in (pa, pb))
+            flips.append(int((label_a != label_b).sum()))
             dp.append(float(np.abs(pa - pb).max()))
-        referred = "/".join(str(int((mi > cal.referral_threshold_mi).sum())) for _, mi in runs)
+        referred = "/".join(str(int(is_uncertain(mi, cal.referral_threshold_mi).sum())) for _, mi in runs)
         medians = [float(np.median(mi)) for _, mi in runs]  # the MI scale each set of draws gives
         scale = f"{' / '.join(f'{v:.2e}' for v in medians)} ({max(medians) / max(min(medians), 1e-300):.2f}×)"
         print(f"| {k} | {m} | {len(rho)} | {min(rho):.3f} / {np.mean(rho):.3f} | {min(jac_t):.3f} / "

@@ -49,7 +49,7 @@ from models.artifact import (
     replace_model_card,
 )
 from models.cpu import detect_cpu
-from models.decision import screening_outcome
+from models.decision import is_referable, is_uncertain, screening_outcome
 from models.draws import materialise_draws
 from models.int8 import INT8_RANGES_FILE, Int8DrawnSession, calibrate_ranges
 from models.uncertainty import binary_uncertainty_from_logits
@@ -133,6 +133,8 @@ def band_of(ref: Scored, got: Scored, idx: np.ndarray, dec: float, thr: float, f
 def record(name: str, ref: Scored, got: Scored, gradable: np.ndarray, names: list[str], dec: float, thr: float,
            factor: float, photographs: str) -> dict[str, Any]:
     dp, dmi = np.abs(got.p - ref.p), np.abs(got.mi - ref.mi)
+    label_flips = int((is_referable(got.p, dec) != is_referable(ref.p, dec)).sum())
+    referral_flips = int((is_uncertain(got.mi, thr) != is_uncertain(ref.mi, thr)).sum())
     o_ref, o_got = outcomes(ref, gradable, dec, thr), outcomes(got, gradable, dec, thr)
     flipped = np.flatnonzero(o_ref != o_got)
     every = np.arange(len(ref.p))
@@ -146,7 +148,7 @@ def record(name: str, ref: Scored, got: Scored, gradable: np.ndarray, names: lis
     guarded_flips = int((outcomes(g_all, gradable, dec, thr) != o_ref).sum())
     share = near_share(got, band_p, band_mi, dec, thr)
     print(f"{name:<22}{got.seconds_per_image:>8.3f}{dp.max():>10.2e}{dmi.max():>10.2e}"
-          f"{int(((got.p >= dec) != (ref.p >= dec)).sum()):>7}{int(((got.mi > thr) != (ref.mi > thr)).sum()):>7}"
+          f"{label_flips:>7}{referral_flips:>7}"
           f"{len(flipped):>7}{100 * share:>8.1f}%{folds[0]:>5}{folds[1]:>4}{guarded_flips:>5}")
     for i in flipped:
         print(f"    flip {names[i]}: fp32 {o_ref[i]} (p̄ {ref.p[i]:.4f}, MI {ref.mi[i]:.3e}) -> {o_got[i]} "
@@ -154,8 +156,8 @@ def record(name: str, ref: Scored, got: Scored, gradable: np.ndarray, names: lis
     return {
         "images": len(ref.p),
         "photographs": photographs,
-        "label_flips": int(((got.p >= dec) != (ref.p >= dec)).sum()),
-        "referral_flips": int(((got.mi > thr) != (ref.mi > thr)).sum()),
+        "label_flips": label_flips,
+        "referral_flips": referral_flips,
         "outcome_flips": len(flipped),
         "max_abs_dp": float(dp.max()),
         "max_abs_dmi": float(dmi.max()),

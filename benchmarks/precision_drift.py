@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.cpu import detect_cpu
 from models.cuda import cuda_native_bf16
+from models.decision import is_uncertain
 from models.onnx_backend import ProviderFallbackError
 from service.inference.scoring import ImageScore, PreparedImage, Scorer, prepare_image
 from tests.helpers.images import synthetic_jpegs
@@ -107,7 +108,7 @@ def main() -> None:
         dp = np.abs([g.probability - r.probability for g, r in zip(got, ref, strict=True)])
         dmi = np.abs([g.mutual_information - r.mutual_information for g, r in zip(got, ref, strict=True)])
         label_flips = sum(g.label != r.label for g, r in zip(got, ref, strict=True))
-        referral_flips = sum((g.mutual_information > thr) != (r.mutual_information > thr)
+        referral_flips = sum(is_uncertain(g.mutual_information, thr) != is_uncertain(r.mutual_information, thr)
                              for g, r in zip(got, ref, strict=True))
         outcome_flips = sum(g.outcome != r.outcome for g, r in zip(got, ref, strict=True))
         print(f"{name:<28}{secs:>8.3f}{dp.max():>11.2e}{dp.mean():>11.2e}{dmi.max():>11.2e}{dmi.mean():>11.2e}"

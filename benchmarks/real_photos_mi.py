@@ -35,6 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import DEFAULT_ARTIFACT_DIR
+from models.decision import is_uncertain
 from service.inference.scoring import Scorer, prepare_image
 from training.data.photos import list_photos
 from training.evaluation.ensemble import load_draws
@@ -78,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
               f"{share:.0%} ({int((photo_mi > cut).sum())}/{photo_mi.size})")
     threshold = cal.referral_threshold_mi
     print(f"calibrated MI threshold {threshold:.3e} nat: above it: photographs "
-          f"{float((photo_mi > threshold).mean()):.0%}, synthetic test {float((test_mi > threshold).mean()):.0%}")
+          f"{float(is_uncertain(photo_mi, threshold).mean()):.0%}, "
+          f"synthetic test {float(is_uncertain(test_mi, threshold).mean()):.0%}")
     ungradable = sum(not s.quality.gradable for s in scores)
     referable = sum(s.label == "referable" for s in scores)
     print(f"service answers on the photographs: labelled referable {referable}/{len(scores)}, "

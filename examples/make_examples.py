@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from models.decision import ScreeningOutcome
 from service.inference.scoring import PreparedImage, Scorer, prepare_image
 from training.synthetic.camera import UNGRADABLE_KINDS
 from training.synthetic.render import render_fundus
@@ -73,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         if not im.quality.gradable:
             return f"quality gate: {im.quality.issues}"
         (score,) = scorer.score_batch([im])
-        if score.label != "referable" or score.mutual_information > threshold:
-            return f"model: {score.label}, MI {score.mutual_information:.3g} vs {threshold:.3g}"
+        if score.outcome is not ScreeningOutcome.REFER_REFERABLE_DR:
+            return f"model: {score.outcome}, MI {score.mutual_information:.3g} vs {threshold:.3g}"
         return None
 
     def rejected_by_gate(im: PreparedImage) -> str | None:

@@ -3,11 +3,17 @@
 Every surface (the JSON answer, the clinician page, FHIR, the batch rows and summary, the metrics) calls
 these two functions; none restates them.
 
+**The two comparisons**, each written once and used by serving, evaluation, FHIR and the batch summary
+alike (elementwise on numpy arrays as on one float): :func:`is_uncertain` (mutual information strictly
+above the calibrated ``referral_threshold_mi``, nats) and :func:`is_referable` (probability at or above the
+``decision_threshold``). ``models.artifact.Calibration`` applies them with the artifact's thresholds.
+
 **One photograph** (:func:`screening_outcome`), fixed precedence: an ungradable image is never graded
-(``retake_ungradable``: its probability is not a finding); an uncertain one (mutual information above the
-calibrated threshold) goes to a human whatever its probability (``grader_review_uncertain``); only a
-gradable, certain answer is a referral decision (``refer_referable_dr`` at or above the decision
-threshold, else ``no_referable_dr``).
+(``retake_ungradable``: its probability is not a finding); an uncertain one goes to a human whatever its
+probability (``grader_review_uncertain``); only a gradable, certain answer is a referral decision
+(``refer_referable_dr`` when referable, else ``no_referable_dr``). Its diagnosis label
+(:func:`diagnosis_label`) follows the outcome: ``not_graded`` for an ungradable photograph (never
+``non_referable``: nothing was graded), else ``referable`` / ``non_referable`` by the probability alone.
 
 **One visit** (:func:`exam_decision`): the eyes of a patient, each with one or more photographs, give one
 outcome, in this precedence:
@@ -39,6 +45,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any, overload
+
+import numpy as np
+from numpy.typing import NDArray
 
 
 class ScreeningOutcome(StrEnum):
@@ -48,6 +58,14 @@ class ScreeningOutcome(StrEnum):
     GRADER_REVIEW_UNCERTAIN = "grader_review_uncertain"
     REFER_REFERABLE_DR = "refer_referable_dr"
     NO_REFERABLE_DR = "no_referable_dr"
+
+
+class DiagnosisLabel(StrEnum):
+    """The diagnosis label of one photograph (``diagnosis.label`` in the answer, the batch CSV, the metrics)."""
+
+    REFERABLE = "referable"
+    NON_REFERABLE = "non_referable"
+    NOT_GRADED = "not_graded"  # ungradable: the probability is not a finding, so no label either way
 
 
 class Eye(StrEnum):
@@ -97,6 +115,27 @@ EYE_PRECEDENCE: tuple[ScreeningOutcome, ...] = (
 )
 
 
+@overload
+def is_uncertain(mutual_information: float, referral_threshold_mi: float) -> bool: ...
+@overload
+def is_uncertain(mutual_information: NDArray[Any], referral_threshold_mi: float) -> NDArray[np.bool_]: ...
+def is_uncertain(mutual_information: Any, referral_threshold_mi: float) -> Any:
+    """The uncertainty rule: mutual information (nats) strictly above the calibrated threshold; a human grader
+    then reviews the image. Elementwise on arrays ``[N]``; a plain ``bool`` for one float."""
+    above = np.asarray(mutual_information) > referral_threshold_mi
+    return bool(above) if np.ndim(above) == 0 else above
+
+
+@overload
+def is_referable(probability: float, decision_threshold: float) -> bool: ...
+@overload
+def is_referable(probability: NDArray[Any], decision_threshold: float) -> NDArray[np.bool_]: ...
+def is_referable(probability: Any, decision_threshold: float) -> Any:
+    """The probability rule: p̄ at or above the decision threshold reads "referable". Elementwise on arrays."""
+    at_or_above = np.asarray(probability) >= decision_threshold
+    return bool(at_or_above) if np.ndim(at_or_above) == 0 else at_or_above
+
+
 def screening_outcome(
     *,
     gradable: bool,
@@ -105,14 +144,22 @@ def screening_outcome(
     referral_threshold_mi: float,
     decision_threshold: float,
 ) -> ScreeningOutcome:
-    """One photograph's outcome: ungradable, then uncertain (MI > threshold), then the probability."""
+    """One photograph's outcome: ungradable, then uncertain (:func:`is_uncertain`), then the probability."""
     if not gradable:
         return ScreeningOutcome.RETAKE_UNGRADABLE
-    if mutual_information > referral_threshold_mi:
+    if is_uncertain(mutual_information, referral_threshold_mi):
         return ScreeningOutcome.GRADER_REVIEW_UNCERTAIN
-    if probability >= decision_threshold:
+    if is_referable(probability, decision_threshold):
         return ScreeningOutcome.REFER_REFERABLE_DR
     return ScreeningOutcome.NO_REFERABLE_DR
+
+
+def diagnosis_label(outcome: ScreeningOutcome, *, probability: float, decision_threshold: float) -> DiagnosisLabel:
+    """One photograph's label: ``not_graded`` when its outcome is ``retake_ungradable``, else by the probability
+    (an uncertain photograph keeps its probability's label; its outcome says a human decides)."""
+    if outcome is ScreeningOutcome.RETAKE_UNGRADABLE:
+        return DiagnosisLabel.NOT_GRADED
+    return DiagnosisLabel.REFERABLE if is_referable(probability, decision_threshold) else DiagnosisLabel.NON_REFERABLE
 
 
 def _most_severe(outcomes: Sequence[ScreeningOutcome], precedence: tuple[ScreeningOutcome, ...]) -> ScreeningOutcome:

@@ -49,7 +49,8 @@ def example_image() -> bytes:
 
 def real_response() -> dict[str, Any]:
     """Score :func:`example_image` with the embedded model; the ``POST /v1/predict`` body with placeholders."""
-    from service.inference.scoring import Scorer, prepare_image, score_payload
+    from service.inference.scoring import Scorer, prepare_image
+    from service.payload import score_payload
 
     scorer = Scorer.from_artifact(None, backend="torch", device="cpu", precision="fp32")  # the same on every CPU
     prepared = prepare_image(example_image(), scorer.pipeline)

@@ -7,7 +7,8 @@ reference on its own, and the bundle is a single POSTable document. It holds:
 - ``DiagnosticReport`` — status ``preliminary`` (an automated, unreviewed result of a model that is not
   cleared for clinical use; a human must confirm it), ``conclusionCode`` = the screening outcome
   (``retake_ungradable`` / ``grader_review_uncertain`` / ``refer_referable_dr`` / ``no_referable_dr``,
-  computed once in ``models.decision.screening_outcome``), conclusion text stating that outcome in plain
+  computed once in ``models.decision.screening_outcome``: the scorer's own for a fresh answer, else the
+  body's after ``service.payload.checked_outcome``), conclusion text stating that outcome in plain
   words and the not-for-clinical-use note, ``result`` references to the observations, ``identifier`` for
   the request id and (if given) the caller's opaque ``study_id``;
 - ``Observation`` referable-DR probability — ``valueQuantity`` in ``%`` (UCUM), the decision threshold
@@ -36,7 +37,8 @@ Validated in tests against ``fhir.resources.R4B`` (FHIR 4.3.0; the resources use
 from R4 4.0.1). Example::
 
     from service.fhir import to_fhir_bundle
-    bundle = to_fhir_bundle(response_json)   # dict, ready for json.dumps
+    bundle = to_fhir_bundle(response_json)   # dict, ready for json.dumps (the body's outcome is checked)
+    bundle = to_fhir_bundle(body, outcome=score.outcome)   # an answer just scored: its outcome as is
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from models.decision import OUTCOME_TEXT, ScreeningOutcome, screening_outcome
+from models.decision import OUTCOME_TEXT, ScreeningOutcome, is_uncertain
+from service.payload import MI_THRESHOLD_FIELD, checked_outcome, require_field
 
 FHIR_MEDIA_TYPE = "application/fhir+json"
 CODE_SYSTEM = "urn:radial-screen:fhir:codes"
@@ -89,41 +92,6 @@ def _percent(fraction: float) -> dict[str, Any]:
 def _urn(request_id: str, part: str) -> str:
     """Deterministic ``urn:uuid:`` for one bundle entry of one request."""
     return f"urn:uuid:{uuid.uuid5(_UUID_NAMESPACE, f'{request_id}/{part}')}"
-
-
-def _require(body: dict[str, Any], key: str) -> Any:
-    """Fetch a required response field, or say which one is missing."""
-    if key not in body:
-        raise ValueError(f"prediction response lacks '{key}'; expected the /v1/predict JSON (docs/architecture.md §6)")
-    return body[key]
-
-
-def outcome_of(body: dict[str, Any]) -> ScreeningOutcome:
-    """The response's screening outcome, checked against the rule it must follow.
-
-    The outcome is recomputed from the fields it derives from (gradable, MI vs threshold, probability vs
-    decision threshold) with :func:`models.decision.screening_outcome`; a body whose stated outcome
-    disagrees (edited or corrupted JSON) is refused rather than rendered into a clinical document.
-    """
-    diagnosis, unc, quality = _require(body, "diagnosis"), _require(body, "uncertainty"), _require(body, "quality")
-    derived = screening_outcome(
-        gradable=bool(quality["gradable"]),
-        mutual_information=float(unc["mutual_information"]),
-        probability=float(diagnosis["referable_dr_probability"]),
-        referral_threshold_mi=float(unc["referral_threshold"]),
-        decision_threshold=float(diagnosis["decision_threshold"]),
-    )
-    stated = _require(body, "outcome")
-    if stated != derived.value:
-        raise ValueError(
-            f"outcome {stated!r} contradicts the response's own fields, which give {derived.value!r}"
-        )
-    return derived
-
-
-def outcome_sentence(body: dict[str, Any]) -> str:
-    """The screening outcome in plain words, e.g. "Refer to an eye-care professional: referable ..."."""
-    return OUTCOME_TEXT[outcome_of(body)]
 
 
 def _device(model: dict[str, Any]) -> dict[str, Any]:
@@ -179,15 +147,15 @@ def _nat(x: float) -> str:
     return f"{x:.3g}"
 
 
-def _observations(body: dict[str, Any], device_ref: str, issued: str) -> dict[str, dict[str, Any]]:
+def _observations(body: dict[str, Any], outcome: ScreeningOutcome, device_ref: str,
+                  issued: str) -> dict[str, dict[str, Any]]:
     """The Observations keyed by entry name (outcome, referral, probability, mi, quality)."""
-    outcome = outcome_of(body)
     diagnosis, unc, quality = body["diagnosis"], body["uncertainty"], body["quality"]
     probability = float(diagnosis["referable_dr_probability"])
     label = str(diagnosis["label"])
     decision_threshold = float(diagnosis["decision_threshold"])
     mi = float(unc["mutual_information"])
-    mi_threshold = float(unc["referral_threshold"])
+    mi_threshold = float(unc[MI_THRESHOLD_FIELD])
     unit = str(unc.get("unit", "nat"))
     graded = outcome is not ScreeningOutcome.RETAKE_UNGRADABLE
 
@@ -200,7 +168,7 @@ def _observations(body: dict[str, Any], device_ref: str, issued: str) -> dict[st
         component=[
             {
                 "code": _code("deferred-to-human", "The model defers this image to a human"),
-                "valueBoolean": bool(_require(body, "refer_to_expert")),
+                "valueBoolean": bool(require_field(body, "refer_to_expert")),
             },
             *(
                 {
@@ -257,7 +225,7 @@ def _observations(body: dict[str, Any], device_ref: str, issued: str) -> dict[st
         valueQuantity={"value": mi, "unit": unit},
         interpretation=[
             _code("above-referral-threshold", "Above the calibrated threshold: grader review")
-            if mi > mi_threshold
+            if is_uncertain(mi, mi_threshold)
             else _code("within-referral-threshold", "Within the calibrated threshold")
         ],
         referenceRange=[
@@ -295,10 +263,9 @@ def _observations(body: dict[str, Any], device_ref: str, issued: str) -> dict[st
     }
 
 
-def _conclusion(body: dict[str, Any]) -> str:
+def _conclusion(body: dict[str, Any], outcome: ScreeningOutcome) -> str:
     """One paragraph: outcome, probability (or "not graded"), uncertainty, provenance, not-for-clinical-use."""
     d, u, m = body["diagnosis"], body["uncertainty"], body.get("model", {})
-    outcome = outcome_of(body)
     if outcome is ScreeningOutcome.RETAKE_UNGRADABLE:
         finding = "Referable-DR probability: not graded (the image is ungradable). "
     else:
@@ -307,31 +274,35 @@ def _conclusion(body: dict[str, Any]) -> str:
             f"(label: {str(d.get('label', '')).replace('_', ' ')}; decision threshold "
             f"{100.0 * float(d['decision_threshold']):.1f}%). "
         )
-    mi, thr, unit = float(u["mutual_information"]), float(u["referral_threshold"]), u.get("unit", "nat")
+    mi, thr, unit = float(u["mutual_information"]), float(u[MI_THRESHOLD_FIELD]), u.get("unit", "nat")
     return (
         f"{OUTCOME_TEXT[outcome]}. {finding}"
-        f"Uncertainty (mutual information) {_nat(mi)} {unit}, {'above' if mi > thr else 'within'} the "
+        f"Uncertainty (mutual information) {_nat(mi)} {unit}, {'above' if is_uncertain(mi, thr) else 'within'} the "
         f"calibrated threshold {_nat(thr)} {unit}. "
         f"Model {m.get('name', '?')} {m.get('version', '?')} (sha256 {str(m.get('sha256', ''))[:12]}), "
         f"trained on {m.get('training_data', 'unstated')} data. {NOT_FOR_CLINICAL_USE}"
     )
 
 
-def to_fhir_bundle(body: dict[str, Any], *, issued: datetime | None = None) -> dict[str, Any]:
+def to_fhir_bundle(body: dict[str, Any], *, outcome: ScreeningOutcome | None = None,
+                   issued: datetime | None = None) -> dict[str, Any]:
     """Render one ``/v1/predict`` response dict as a FHIR R4 ``Bundle`` (type ``collection``).
 
+    ``outcome``: the scorer's outcome of an answer just scored in this process; ``None`` (a body from
+    outside) takes the body's stated outcome once ``service.payload.checked_outcome`` has verified it.
     ``issued`` stamps the report and observations (default: now, UTC); pass it for reproducible output.
-    Raises ``ValueError`` naming the missing field when ``body`` is not a prediction response.
+    Raises ``ValueError`` naming the missing field when ``body`` is not a prediction response, or when its
+    stated outcome contradicts its numbers.
     """
     if not isinstance(body, dict):
         raise ValueError(f"expected the prediction response as a dict, got {type(body).__name__}")
     request_id = str(body.get("request_id") or uuid.uuid4())
     stamp = stamp_of(issued)
-    model = _require(body, "model")
-    outcome = outcome_of(body)
+    model = require_field(body, "model")
+    outcome = checked_outcome(body) if outcome is None else outcome
     device_ref = _urn(request_id, "device")
-    observations = _observations(body, device_ref, stamp)
-    conclusion = _conclusion(body)
+    observations = _observations(body, outcome, device_ref, stamp)
+    conclusion = _conclusion(body, outcome)
     identifiers = [{"system": REQUEST_ID_SYSTEM, "value": request_id}]
     if body.get("study_id"):
         identifiers.append({"system": STUDY_ID_SYSTEM, "value": str(body["study_id"])})

@@ -17,9 +17,10 @@ single-image rendering in :mod:`service.fhir`):
   *graded* photograph in %.
 - ``Device`` — the model, as for one image.
 
-The exam outcome stated in the body is checked against the rule (each photograph's outcome is first checked
-against its own numbers by :func:`service.fhir.outcome_of`, then the exam rule is applied): a contradicting
-body raises ``ValueError`` and is never rendered into a clinical document.
+For a body from outside, the exam outcome it states is checked against the rule (each photograph's outcome
+is first checked against its own numbers by :func:`service.payload.checked_outcome`, then the exam rule is
+applied): a contradicting body raises ``ValueError`` and is never rendered into a clinical document. An exam
+just scored by the service passes its own outcome instead.
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ from service.fhir import (
     _percent,
     _urn,
     collection_bundle,
-    outcome_of,
     screening_report,
     stamp_of,
 )
+from service.payload import checked_outcome
 
 EXAM_ID_SYSTEM = "urn:radial-screen:exam-id"
 PATIENT_REF_SYSTEM = "urn:radial-screen:patient-ref"
@@ -58,7 +59,7 @@ def checked_exam_outcome(body: dict[str, Any]) -> ScreeningOutcome:
     images = body.get("images")
     if not isinstance(images, list):
         raise ValueError("exam response lacks 'images'; expected the /v1/exams JSON")
-    decision = decide((Eye(im["eye"]), outcome_of(im["result"])) for im in images)
+    decision = decide((Eye(im["eye"]), checked_outcome(im["result"])) for im in images)
     stated = body.get("outcome")
     if stated != decision.outcome.value:
         raise ValueError(f"exam outcome {stated!r} contradicts its photographs, which give {decision.outcome.value!r}")
@@ -103,11 +104,16 @@ def _eye_observation(eye: Eye, body: dict[str, Any], device_ref: str, issued: st
     )
 
 
-def to_fhir_exam_bundle(body: dict[str, Any], *, issued: datetime | None = None) -> dict[str, Any]:
-    """Render one ``/v1/exams`` response dict as a FHIR R4 ``Bundle`` (module docstring)."""
+def to_fhir_exam_bundle(body: dict[str, Any], *, outcome: ScreeningOutcome | None = None,
+                        issued: datetime | None = None) -> dict[str, Any]:
+    """Render one ``/v1/exams`` response dict as a FHIR R4 ``Bundle`` (module docstring).
+
+    ``outcome``: the exam outcome just decided in this process; ``None`` (a body from outside) checks the
+    body's stated outcome first (:func:`checked_exam_outcome`, ``ValueError`` on a contradiction).
+    """
     request_id = str(body.get("request_id") or uuid.uuid4())
     stamp = stamp_of(issued)
-    outcome = checked_exam_outcome(body)
+    outcome = checked_exam_outcome(body) if outcome is None else outcome
     device_ref = _urn(request_id, "device")
     observations = {f"eye-{eye.value}": _eye_observation(eye, body, device_ref, stamp) for eye in Eye}
     model = body.get("model") or {}

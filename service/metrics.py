@@ -11,7 +11,7 @@ import math
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from models.decision import ScreeningOutcome
+from models.decision import DiagnosisLabel, ScreeningOutcome
 from service.inference.scoring import ImageScore, ScorerIdentity
 
 __all__ = ["CONTENT_TYPE_LATEST", "ServiceMetrics"]
@@ -96,8 +96,8 @@ class ServiceMetrics:
         )
         self.ready = Gauge("radscreen_ready", "1 when the model is loaded and warm.", registry=r)
         # pre-create the label sets we know so dashboards see zeros instead of gaps
-        for label in ("referable", "non_referable"):
-            self.predictions.labels(label=label)
+        for label in DiagnosisLabel:
+            self.predictions.labels(label=label.value)
         for reason in ("uncertain", "image_quality"):
             self.referrals.labels(reason=reason)
         for outcome in ScreeningOutcome:
@@ -139,7 +139,7 @@ class ServiceMetrics:
     def observe_score(self, score: ImageScore) -> None:
         """Count one prediction: outcome, label, referral reasons, probability and MI distributions."""
         self.outcomes.labels(outcome=score.outcome.value).inc()
-        self.predictions.labels(label=score.label).inc()
+        self.predictions.labels(label=score.label.value).inc()
         for reason in score.referral_reasons:
             self.referrals.labels(reason=reason).inc()
         self.probability.observe(score.probability)

@@ -64,7 +64,12 @@ class Diagnosis(BaseModel):
             "(outcome retake_ungradable): returned for audit only, never to be shown as a result."
         ),
     )
-    label: Literal["referable", "non_referable"]
+    label: Literal["referable", "non_referable", "not_graded"] = Field(
+        description=(
+            "referable / non_referable: the probability at or above / below decision_threshold; not_graded when "
+            "the image is ungradable (outcome retake_ungradable): no label either way."
+        )
+    )
     decision_threshold: float
 
 

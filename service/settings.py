@@ -1,10 +1,11 @@
 """Configuration, read from ``RADSCREEN_*`` environment variables (or a ``.env`` file).
 
 ``ScorerSettings`` holds what decides how images are scored (artifact, backend, device, precision,
-strategy, K draws, threads, input limits) and turns it into the one
-:class:`~service.inference.spec.ScorerSpec` (``scorer_spec()``). ``Settings`` adds the HTTP service's
-knobs. The service builds ``Settings`` once in the app factory (``create_app(settings)``) and hands it to
-request handlers through a FastAPI dependency (``service.deps.SettingsDep``); the batch job builds
+strategy, K draws, threads, input limits): the fields of :class:`~service.inference.spec.ScorerSpec`,
+with the defaults, bounds and descriptions written there, turned back into the spec by ``scorer_spec()``.
+``Settings`` adds the HTTP service's knobs. The service builds ``Settings`` once in the app factory
+(``create_app(settings)``) and hands it to request handlers through a FastAPI dependency
+(``service.deps.SettingsDep``); the batch job builds
 ``ScorerSettings`` with its command-line flags over the same variables (service/batch/cli.py), so
 ``RADSCREEN_BACKEND=torch`` means the same to both. Nothing reads the environment at import time.
 
@@ -15,22 +16,21 @@ Example::
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.inference.spec import (
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_PIXELS,
-    MAX_MC_SAMPLES,
     BackendSetting,
     DeviceSetting,
     NativeBf16Setting,
     PrecisionSetting,
     ScorerSpec,
     StrategySetting,
+    knobs,
 )
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -43,58 +43,36 @@ def default_model_dir() -> Path:
     return Path(DEFAULT_ARTIFACT_DIR)
 
 
+def spec_setting(name: str, **overrides: Any) -> Any:
+    """The pydantic field of ``ScorerSpec.<name>``: its default, bounds and description, as the spec states them."""
+    [spec] = [k for k in knobs() if k.name == name]
+    kwargs: dict[str, Any] = {} if "default_factory" in overrides else {"default": spec.default}
+    kwargs.update({key: value for key, value in (("ge", spec.knob.ge), ("le", spec.knob.le)) if value is not None})
+    return Field(**kwargs, description=spec.knob.doc, **overrides)
+
+
 class ScorerSettings(BaseSettings):
-    """How images are scored, shared by the service and the batch job; each field maps to ``RADSCREEN_<FIELD>``."""
+    """How images are scored, shared by the service and the batch job; each field maps to ``RADSCREEN_<FIELD>``.
+
+    The fields are :class:`ScorerSpec`'s, with its defaults, bounds and descriptions (``spec_setting``);
+    tests/service/test_scorer_spec.py checks that the two name the same fields with the same types.
+    """
 
     model_config = SettingsConfigDict(
         env_prefix="RADSCREEN_", env_file=".env", extra="ignore", protected_namespaces=()
     )
 
-    model_dir: Path = Field(
-        default_factory=default_model_dir,
-        description="Artifact directory (weights.safetensors, config.json, calibration.json, manifest.json).",
-    )
-    backend: BackendSetting = Field(
-        default="auto",
-        description="Inference backend for the fixed posterior draws. 'auto' = ONNX Runtime's per-draw graph "
-        "for fp32 on CPU (the fastest measured CPU path), torch for bf16/fp16 and on GPU.",
-    )
-    device: DeviceSetting = Field(default="auto", description="'auto' = cuda when available, else cpu.")
-    precision: PrecisionSetting = Field(
-        default="auto",
-        description="Arithmetic of the K draws: fp32, bf16/fp16 (torch autocast) or int8 (ONNX Runtime, CPU). "
-        "'auto' = the fastest of int8, bf16 that this CPU runs natively AND whose drift measured on real "
-        "photographs the artifact permits (with fp32 re-scoring near the thresholds where its record says so), "
-        "else fp32 (service/inference/platform.py). An explicit precision the CPU only emulates fails at start.",
-    )
-    native_bf16: NativeBf16Setting = Field(
-        default="detect",
-        description="Override the CPU's native-bf16 detection (/proc/cpuinfo avx512_bf16/amx_bf16/bf16) "
-        "where it is wrong; 'detect' trusts the CPU.",
-    )
-    strategy: StrategySetting = Field(
-        default="auto",
-        description="How the backend runs the K draws: one grouped network or a per-draw loop. "
-        "'auto' = loop on CPU, grouped on CUDA (measured in benchmarks/bench_core.py).",
-    )
-    threads: int | None = Field(
-        default=None,
-        ge=1,
-        le=1024,
-        description="Intra-op threads of torch / ONNX Runtime; default: the library's (all cores).",
-    )
-    mc_samples: int | None = Field(
-        default=None,
-        ge=1,
-        le=MAX_MC_SAMPLES,
-        description="Fixed posterior draws K per image; default: the artifact's (16).",
-    )
-    max_upload_bytes: int = Field(
-        default=DEFAULT_MAX_BYTES, ge=1024, description="Largest image file accepted."
-    )
-    max_pixels: int = Field(
-        default=DEFAULT_MAX_PIXELS, ge=1, description="Largest width*height accepted (checked pre-decode)."
-    )
+    # the embedded artifact's folder when unset (``scorer_spec`` then passes None: each process finds its own)
+    model_dir: Path = spec_setting("model_dir", default_factory=default_model_dir)
+    backend: BackendSetting = spec_setting("backend")
+    device: DeviceSetting = spec_setting("device")
+    precision: PrecisionSetting = spec_setting("precision")
+    native_bf16: NativeBf16Setting = spec_setting("native_bf16")
+    strategy: StrategySetting = spec_setting("strategy")
+    mc_samples: int | None = spec_setting("mc_samples")
+    threads: int | None = spec_setting("threads")
+    max_pixels: int = spec_setting("max_pixels")
+    max_upload_bytes: int = spec_setting("max_upload_bytes")
 
     def scorer_spec(self) -> ScorerSpec:
         """The :class:`ScorerSpec` these settings describe.
@@ -103,18 +81,9 @@ class ScorerSettings(BaseSettings):
         spec then means "the embedded default artifact", which each process (a Ray worker included) finds
         in its own installation.
         """
-        return ScorerSpec(
-            model_dir=self.model_dir if "model_dir" in self.model_fields_set else None,
-            backend=self.backend,
-            device=self.device,
-            precision=self.precision,
-            native_bf16=self.native_bf16,
-            strategy=self.strategy,
-            mc_samples=self.mc_samples,
-            threads=self.threads,
-            max_pixels=self.max_pixels,
-            max_bytes=self.max_upload_bytes,
-        )
+        values = {f.name: getattr(self, f.name) for f in fields(ScorerSpec)}
+        values["model_dir"] = self.model_dir if "model_dir" in self.model_fields_set else None
+        return ScorerSpec(**values)
 
 
 class Settings(ScorerSettings):

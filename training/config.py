@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from models.artifact.schema import MAX_MC_SAMPLES
 from models.preprocessing import FOV_LOCAL_MEAN
 
 Layout = Literal["synthetic", "eyepacs", "aptos", "odir", "manifest"]
@@ -84,8 +85,9 @@ class TrainConfig:
             raise ValueError(f"Unknown layout {self.layout!r}; expected one of: {', '.join(LAYOUTS)}.")
         if self.nll_epochs > self.epochs:
             raise ValueError(f"nll_epochs ({self.nll_epochs}) cannot exceed epochs ({self.epochs}).")
-        for name in ("batch_size", "train_samples", "eval_samples", "mc_samples", "head_draws", "epochs",
-                     "lr_step_epochs"):
+        if not 1 <= self.mc_samples <= MAX_MC_SAMPLES:  # the K its artifact will serve with
+            raise ValueError(f"mc_samples must be in [1, {MAX_MC_SAMPLES}], got {self.mc_samples}.")
+        for name in ("batch_size", "train_samples", "eval_samples", "head_draws", "epochs", "lr_step_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         for name, value, valid in (("optimizer", self.optimizer, OPTIMIZERS), ("lr_schedule", self.lr_schedule,

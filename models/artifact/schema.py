@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from models.decision import DiagnosisLabel, ScreeningOutcome, diagnosis_label, is_uncertain, screening_outcome
 from models.posteriors import POSTERIOR_FAMILIES
 from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
 from models.preprocessing import PREPROCESSINGS
@@ -342,7 +343,9 @@ class Calibration:
     """Decision and referral settings fixed on validation data (``calibration.json``).
 
     ``referral_threshold_mi`` is the mutual information (nats) above which an image is referred; it was
-    set as the validation-set quantile for ``target_referral_rate``.
+    set as the validation-set quantile for ``target_referral_rate``. :meth:`is_uncertain`, :meth:`outcome`
+    and :meth:`label` apply the rules of ``models.decision`` with these thresholds (the one place they are
+    written).
 
     ``precision_drift`` records, per reduced precision ("bf16", "fp16", "int8"), what was measured against
     fp32 on this model (``benchmarks/drift_real.py --record`` on real photographs): ``images`` scored,
@@ -375,6 +378,19 @@ class Calibration:
                 out[prec] = PrecisionPermit(prec, GuardBand(float(g["probability"]), float(g["mutual_information"]),
                                                             float(g["share_rescored"])), d["images"])
         return out
+    def is_uncertain(self, mutual_information: float) -> bool:
+        """MI above ``referral_threshold_mi``: a human grader reviews the image (``models.decision.is_uncertain``)."""
+        return is_uncertain(mutual_information, self.referral_threshold_mi)
+
+    def outcome(self, *, gradable: bool, mutual_information: float, probability: float) -> ScreeningOutcome:
+        """One photograph's screening outcome at these thresholds (``models.decision.screening_outcome``)."""
+        return screening_outcome(gradable=gradable, mutual_information=mutual_information, probability=probability,
+                                 referral_threshold_mi=self.referral_threshold_mi,
+                                 decision_threshold=self.decision_threshold)
+
+    def label(self, outcome: ScreeningOutcome, probability: float) -> DiagnosisLabel:
+        """One photograph's diagnosis label, ``not_graded`` when ungradable (``models.decision.diagnosis_label``)."""
+        return diagnosis_label(outcome, probability=probability, decision_threshold=self.decision_threshold)
 
     def allowed_precisions(self) -> frozenset[str]:
         """The precisions :meth:`permits` lets serve (fp32 always)."""

@@ -166,14 +166,14 @@ async def score_exam(request: Request, host: ModelHostDep, settings: SettingsDep
         "disclaimer": scorer.disclaimer,
     }
     if _wants_fhir(request, format):
-        return _fhir(body)
+        return _fhir(body, ScreeningOutcome(exam["outcome"]))
     return ExamResponse(**body)
 
 
-def _fhir(body: dict[str, Any]) -> Response:
+def _fhir(body: dict[str, Any], outcome: ScreeningOutcome) -> Response:
     try:
         from service.fhir_exam import to_fhir_exam_bundle
     except ImportError as exc:
         raise ServiceProblem("not-acceptable", 406, "FHIR output is not available in this build.") from exc
-    bundle = to_fhir_exam_bundle(body)
+    bundle = to_fhir_exam_bundle(body, outcome=outcome)
     return Response(json.dumps(bundle, ensure_ascii=False, allow_nan=False).encode("utf-8"), media_type=FHIR_MEDIA_TYPE)

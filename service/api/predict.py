@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
+from models.decision import ScreeningOutcome
 from service.api.fhir_body import parse_prediction
 from service.api.uploads import (
     PHOTO_SCHEMA,
@@ -21,8 +22,9 @@ from service.api.uploads import (
 from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
 from service.errors import ServiceProblem, image_problem, request_id_of
 from service.inference.imaging import ImageRejected
-from service.inference.scoring import Scorer, score_payload
+from service.inference.scoring import Scorer
 from service.model_host import Prediction
+from service.payload import score_payload
 from service.schemas import (
     EXAMPLE_PREDICTION,
     BatchItem,
@@ -69,13 +71,13 @@ def _result(pred: Prediction, scorer: Scorer, study_id: str | None) -> dict[str,
     return body
 
 
-def _fhir(body: dict[str, Any]) -> Response:
+def _fhir(body: dict[str, Any], outcome: ScreeningOutcome | None = None) -> Response:
     try:
         from service.fhir import to_fhir_bundle
     except ImportError as exc:
         raise ServiceProblem("not-acceptable", 406, "FHIR output is not available in this build.") from exc
     try:
-        bundle = to_fhir_bundle(body)
+        bundle = to_fhir_bundle(body, outcome=outcome)
         content = json.dumps(bundle, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except UnicodeEncodeError as exc:  # render endpoint only: a lone surrogate (\ud800) in a text field
         raise ServiceProblem(
@@ -114,7 +116,7 @@ async def predict(
     pred = await host.predict(uploads[0].data)
     body = _result(pred, scorer, sid)
     if _wants_fhir(request, format):
-        return _fhir({"request_id": request_id_of(request), **body})
+        return _fhir({"request_id": request_id_of(request), **body}, pred.scored.score.outcome)
     return PredictionResponse(request_id=request_id_of(request), **body)
 
 
@@ -169,8 +171,8 @@ async def predict_batch(request: Request, host: ModelHostDep, settings: Settings
     description=(
         "Send the JSON body that `POST /v1/predict` returned (as is); get the same result as a FHIR R4 "
         "Bundle, with the same request id. The model is not run again: this only converts the document, so "
-        "the FHIR report always matches the result a user saw. The stated `outcome` must agree with the "
-        "fields it is derived from (422 otherwise)."
+        "the FHIR report always matches the result a user saw. The stated `outcome` (and a graded image's "
+        "`label`) must agree with the fields they are derived from (422 otherwise)."
     ),
     response_class=JSONResponse,
     responses={200: {"content": _FHIR_CONTENT}, **problem_responses(401, 406, 413, 422)},

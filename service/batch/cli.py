@@ -24,20 +24,13 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from service.batch.inputs import InputError
 from service.batch.output import OutputError
 from service.batch.parts import PartStoreError
 from service.batch.summary import format_summary
-from service.inference.spec import (
-    BackendSetting,
-    DeviceSetting,
-    NativeBf16Setting,
-    PrecisionSetting,
-    ScorerSpec,
-    StrategySetting,
-)
+from service.inference.spec import ScorerSpec, knobs
 
 logger = logging.getLogger("service.batch")
 
@@ -55,34 +48,11 @@ def build_parser(prog: str = "radscreen-batch") -> argparse.ArgumentParser:
         "model and scoring",
         "the same settings as the HTTP service; each defaults to its RADSCREEN_* variable (service/settings.py), "
         "else the value in brackets")
-    model.add_argument("--model-dir", type=Path, default=None,
-                       help="model artifact folder [RADSCREEN_MODEL_DIR, else the embedded model]")
-    model.add_argument("--backend", choices=get_args(BackendSetting), default=None,
-                       help="inference backend [RADSCREEN_BACKEND, else auto: ONNX Runtime for fp32 and int8 on "
-                       "CPU, torch for bf16/fp16 and GPUs]")
-    model.add_argument("--device", choices=get_args(DeviceSetting), default=None,
-                       help="compute device [RADSCREEN_DEVICE, else auto: cuda when available, else cpu]")
-    model.add_argument("--precision", choices=get_args(PrecisionSetting), default=None,
-                       help="[RADSCREEN_PRECISION, else auto: the fastest of int8, bf16 that the CPU runs natively "
-                       "and the artifact's drift measured on real photographs permits, else fp32]; an explicit "
-                       "precision the CPU only emulates is refused")
-    model.add_argument("--native-bf16", choices=get_args(NativeBf16Setting), default=None,
-                       help="override the CPU's native-bf16 detection where it is wrong [RADSCREEN_NATIVE_BF16, "
-                       "else detect]")
-    model.add_argument("--strategy", choices=get_args(StrategySetting), default=None,
-                       help="how the K draws run: one grouped network or a per-draw loop [RADSCREEN_STRATEGY, "
-                       "else auto: loop on CPU, grouped on CUDA]")
-    model.add_argument("--mc-samples", type=int, default=None, metavar="K",
-                       help="fixed posterior draws per image, 1-256 [RADSCREEN_MC_SAMPLES, else the artifact's; "
-                       "its MI referral threshold was calibrated for that K, another K is logged as a warning]")
-    model.add_argument("--threads", type=int, default=None,
-                       help="intra-op threads of torch / ONNX Runtime [RADSCREEN_THREADS, else the library's]")
-    model.add_argument("--max-pixels", type=int, default=None,
-                       help="largest width*height (and long side squared) accepted; larger images become "
-                       "image-too-large error rows [RADSCREEN_MAX_PIXELS, else 40000000]")
-    model.add_argument("--max-upload-bytes", type=int, default=None,
-                       help="largest image file accepted; larger files become error rows "
-                       "[RADSCREEN_MAX_UPLOAD_BYTES, else 20971520]")
+    for spec in knobs():
+        model.add_argument(flag_of(spec.name), type=spec.value_type, choices=spec.choices or None, default=None,
+                           metavar=spec.knob.metavar,
+                           help=f"{spec.knob.doc}{f' Range {spec.bounds_text}.' if spec.bounds_text else ''} "
+                           f"[{env_of(spec.name)}, else {spec.default_text}]".replace("%", "%%"))
     p.add_argument("--batch-size", type=int, default=16, help="images per batched forward (default 16)")
     p.add_argument("--workers", type=int, default=2, help="parallel readers/decoders (default 2)")
     p.add_argument("--pool", choices=("thread", "process"), default="thread",
@@ -115,11 +85,14 @@ def build_parser(prog: str = "radscreen-batch") -> argparse.ArgumentParser:
     return parser
 
 
-SPEC_FLAGS = {  # ScorerSettings field -> command-line flag
-    "model_dir": "--model-dir", "backend": "--backend", "device": "--device", "precision": "--precision",
-    "native_bf16": "--native-bf16", "strategy": "--strategy", "mc_samples": "--mc-samples", "threads": "--threads",
-    "max_pixels": "--max-pixels", "max_upload_bytes": "--max-upload-bytes",
-}
+def flag_of(name: str) -> str:
+    """The command-line flag of a ScorerSpec field: ``mc_samples`` -> ``--mc-samples``."""
+    return "--" + name.replace("_", "-")
+
+
+def env_of(name: str) -> str:
+    """The environment variable of a ScorerSpec field: ``mc_samples`` -> ``RADSCREEN_MC_SAMPLES``."""
+    return f"RADSCREEN_{name.upper()}"
 
 
 def scorer_spec(args: argparse.Namespace) -> ScorerSpec:
@@ -132,14 +105,12 @@ def scorer_spec(args: argparse.Namespace) -> ScorerSpec:
 
     from service.settings import ScorerSettings
 
-    given: dict[str, Any] = {name: getattr(args, name) for name in SPEC_FLAGS if getattr(args, name) is not None}
+    given: dict[str, Any] = {k.name: getattr(args, k.name) for k in knobs() if getattr(args, k.name) is not None}
     try:
         return ScorerSettings(**given).scorer_spec()
     except ValidationError as exc:
         problems = "; ".join(
-            f"{SPEC_FLAGS.get(str(err['loc'][0]), err['loc'][0])} (or RADSCREEN_{str(err['loc'][0]).upper()}): "
-            f"{err['msg']}"
-            for err in exc.errors()
+            f"{flag_of(str(err['loc'][0]))} (or {env_of(str(err['loc'][0]))}): {err['msg']}" for err in exc.errors()
         )
         raise ValueError(problems) from None
 

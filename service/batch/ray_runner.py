@@ -110,7 +110,8 @@ class ScoreActor:
 
         JSON keeps every float exactly (shortest round-trip repr) and avoids pickles on the way back.
         """
-        from service.inference.scoring import PreparedImage, score_payload
+        from service.inference.scoring import PreparedImage
+        from service.payload import score_payload
 
         results = [pickle.loads(blob) for blob in batch["result"]]  # our own task's output, not user data
         outcomes = [

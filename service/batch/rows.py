@@ -1,6 +1,6 @@
 """The batch output row: its columns, how a scored image and an error become one, and cell encodings.
 
-A scored row is built from :func:`service.inference.scoring.score_payload` — the same body ``POST /predict``
+A scored row is built from :func:`service.payload.score_payload` — the same body ``POST /predict``
 returns — so the batch job and the HTTP service report the same numbers for the same image.
 """
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from models.decision import OUTCOME_TEXT, ScreeningOutcome
+from models.decision import OUTCOME_TEXT, ScreeningOutcome, is_uncertain
 from service.batch.rows import Row, error_kind
 
 FAILED = "failed"  # the by-outcome key of rows that were not scored (see errors_by_type for why)
@@ -209,7 +209,8 @@ def plot_summary(path: Path, builder: SummaryBuilder, *, bins: int = 40) -> None
     ax_mi.set_xlabel("mutual information (nat)")
     ax_mi.set_title("Epistemic uncertainty (MI)")
     if builder.referral_threshold_mi is not None:
-        referred = sum(1 for v in builder.mutual_information if v > builder.referral_threshold_mi)
+        referred = int(is_uncertain(np.asarray(builder.mutual_information, dtype=np.float64),
+                                    builder.referral_threshold_mi).sum())
         ax_mi.axvline(builder.referral_threshold_mi, color="black", linestyle="--",
                       label=f"calibrated MI threshold {builder.referral_threshold_mi:.3g} ({referred} above)")
         ax_mi.legend(loc="best", fontsize="small", framealpha=0.9)

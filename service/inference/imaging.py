@@ -54,6 +54,7 @@ from PIL import Image, ImageFile, ImageOps, PngImagePlugin, UnidentifiedImageErr
 from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
 from service.inference.decode_deadline import CHUNK, DeadlineReader, DecodeAborted, DecodeDeadline
 from service.inference.jpeg_structure import GREY_BLOCK, count_scans, has_grey_tail, scan_problem
+from service.inference.spec import DEFAULT_MAX_PIXELS, DEFAULT_MAX_UPLOAD_BYTES
 from service.inference.tiff_layout import tile_problem
 
 MIN_SIDE = 16
@@ -117,8 +118,8 @@ class ImagePipeline:
     size: int  # square input side in px
     mean: tuple[float, float, float]  # per-channel mean of [0, 1] RGB
     std: tuple[float, float, float]
-    max_pixels: int = 40_000_000
-    max_bytes: int = 20 * 1024 * 1024
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     preprocessing: str = LEGACY_PREPROCESSING  # models.preprocessing contract named by the artifact
 
     def normalise(self, rgb: np.ndarray) -> np.ndarray:

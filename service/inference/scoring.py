@@ -1,15 +1,15 @@
-"""The shared inference path: bytes -> PreparedImage -> ImageScore -> JSON-ready dict.
+"""The shared inference path: bytes -> PreparedImage -> ImageScore.
 
 Plain Python/numpy/torch; no FastAPI. The HTTP service (through ``service.batcher``) and the batch
 job (``service.batch``) both use exactly this module, so an image gets the same answer whichever
-way it is scored.
+way it is scored. Loading the scorer is ``service.inference.loading``; the JSON shape of an answer is
+``service.payload.score_payload`` (the API layer).
 
 Example::
 
-    scorer = Scorer.from_artifact(Path("models/default"), backend="torch", mc_samples=16)
+    scorer = ScorerSpec(model_dir=Path("models/default"), backend="torch", mc_samples=16).load()
     prepared = prepare_image(Path("eye.jpg").read_bytes(), scorer.pipeline)   # may raise ImageRejected
     [score] = scorer.score_batch([prepared])
-    body = score_payload(score, scorer)
 """
 
 from __future__ import annotations
@@ -17,39 +17,35 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from models.cpu import CpuCapability, detect_cpu
-from models.decision import OUTCOME_TEXT, ScreeningOutcome, screening_outcome
+from models.artifact.schema import Calibration
+from models.cpu import CpuCapability
+from models.decision import DiagnosisLabel, ScreeningOutcome, screening_outcome
 from models.fov import fit_fov_circle
-from models.int8 import INT8_RANGES_FILE
 from models.preprocessing import DECODE_SIDE, FOV_LOCAL_MEAN, preprocess_fundus
 from models.uncertainty import binary_uncertainty
-from service.inference.backends import Backend, GuardedBackend, make_backend, resolve_device
+from service.inference.backends import Backend
 from service.inference.decode_deadline import DecodeDeadline
 from service.inference.dicom import decode_photograph
 from service.inference.imaging import ImagePipeline, ImageRejected, fov_square, resize_square
-from service.inference.platform import PrecisionChoice, choose_backend, choose_precision
 from service.inference.quality import QualityReport, assess_quality
 
 __all__ = [
-    "OUTCOME_TEXT",
     "ImagePipeline",
     "ImageRejected",
     "ImageScore",
     "PreparedImage",
     "QualityReport",
     "Scorer",
-    "ScorerCalibration",
     "ScorerIdentity",
     "ScreeningOutcome",
     "prepare_image",
-    "score_payload",
     "screening_outcome",
 ]
 
@@ -100,7 +96,7 @@ class ImageScore:
     """The model's answer for one image, with the referral decision already taken."""
 
     probability: float  # p̄ = mean over the K draws of P(referable)
-    label: str  # "referable" | "non_referable" at the decision threshold
+    label: DiagnosisLabel  # referable | non_referable at the decision threshold; not_graded when ungradable
     mutual_information: float  # nats, in [0, ln 2]
     predictive_entropy: float
     expected_entropy: float
@@ -108,17 +104,6 @@ class ImageScore:
     referral_reasons: list[str]
     quality: QualityReport
     outcome: ScreeningOutcome  # what the clinic acts on: models.decision.screening_outcome
-
-
-@dataclass(frozen=True)
-class ScorerCalibration:
-    """Thresholds from the artifact's calibration.json."""
-
-    referral_threshold_mi: float  # refer when MI > this (nats)
-    decision_threshold: float  # label referable when p̄ >= this
-    target_referral_rate: float
-    dataset: str
-    validation: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -147,7 +132,7 @@ class Scorer:
         backend: Backend,
         pipeline: ImagePipeline,
         model_identity: ScorerIdentity,
-        calibration: ScorerCalibration,
+        calibration: Calibration,  # the artifact's: thresholds and the rules that apply them
         model_card: str = "",
         precision: str = "fp32",
         runtime: dict[str, Any] | None = None,
@@ -163,127 +148,14 @@ class Scorer:
             backend, "strategy", "unknown")}
 
     @classmethod
-    def from_artifact(
-        cls,
-        model_dir: Path | None = None,
-        *,
-        backend: str = "auto",
-        device: str = "auto",
-        precision: str = "auto",
-        strategy: str = "auto",
-        mc_samples: int | None = None,
-        max_pixels: int = 40_000_000,
-        max_bytes: int = 20 * 1024 * 1024,
-        cpu: CpuCapability | None = None,
-        threads: int | None = None,
-    ) -> Scorer:
-        """Load and verify the artifact, materialise the draws with its seed, build the backend.
+    def from_artifact(cls, model_dir: Path | None = None, *, cpu: CpuCapability | None = None,
+                      **settings: Any) -> Scorer:
+        """The scorer of ``ScorerSpec(model_dir=model_dir, **settings)`` (``service.inference.loading``);
+        ``cpu`` replaces the detected CPU (tests, benchmarks)."""
+        from service.inference.loading import load_scorer
+        from service.inference.spec import ScorerSpec
 
-        ``mc_samples=None`` takes the artifact's K (the calibration was set for it); another K is
-        allowed but logged, since the MI referral threshold then no longer matches exactly.
-        ``backend="auto"``: ONNX Runtime for fp32 on CPU, else torch (``service.inference.platform.choose_backend``).
-        ``precision="auto"`` is resolved from ``cpu`` (default: detected) and the artifact's measured
-        drift (``service.inference.platform.choose_precision``); an explicit bf16/fp16 the CPU cannot run natively
-        raises ``PrecisionUnavailableError``.
-        """
-        from models.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
-        from models.draws import materialise_draws
-
-        artifact = load_artifact(model_dir if model_dir is not None else DEFAULT_ARTIFACT_DIR)
-        cfg, cal = artifact.config, artifact.calibration
-        k = cfg.mc_samples if mc_samples is None else mc_samples
-        if k != cfg.mc_samples:
-            logger.warning(
-                "mc_samples=%d differs from the artifact's %d, for which its MI referral threshold was set",
-                k,
-                cfg.mc_samples,
-            )
-        dev = resolve_device(device)  # type: ignore[arg-type]
-        cpu = cpu if cpu is not None else detect_cpu()
-        choice: PrecisionChoice = choose_precision(precision, device=dev, cpu=cpu, backend=backend,
-                                                   permits=cal.permits())
-        precision = choice.precision
-        requested_backend = backend
-        backend, backend_reason = choose_backend(backend, device=dev, precision=precision)
-        if precision != "fp32" and precision not in cal.allowed_precisions():
-            logger.warning(
-                "precision=%s: reduced precision shifts p and the mutual information; its shift can cross the "
-                "decision or MI referral threshold (%.3g nat) and change outcomes, and this artifact carries no "
-                "measurement that permits it. Measure with benchmarks/drift_real.py first.",
-                precision,
-                cal.referral_threshold_mi,
-            )
-        net = materialise_draws(artifact.build_model(), k=k, seed=cfg.draw_seed, head_draws=cfg.head_draws)
-        ranges = artifact.directory / INT8_RANGES_FILE if INT8_RANGES_FILE in artifact.files else None
-        draws_backend = make_backend(net, backend=backend, device=dev, precision=precision, strategy=strategy,
-                                     intra_op_threads=threads, int8_ranges=ranges)
-        if choice.guard is not None:
-            exact_backend, _ = choose_backend("auto", device=dev, precision="fp32")
-            draws_backend = GuardedBackend(
-                draws_backend, make_backend(net, backend=exact_backend, device=dev, precision="fp32",
-                                            strategy=strategy, intra_op_threads=threads),
-                choice.guard, decision_threshold=cal.decision_threshold,
-                referral_threshold_mi=cal.referral_threshold_mi)
-        runtime = {
-            "backend_requested": requested_backend,
-            "backend_reason": backend_reason,
-            "cpu": cpu.to_dict(),
-            "precision_requested": choice.requested,
-            "precision": precision,
-            "precision_reason": choice.reason,
-            "strategy_requested": strategy,
-            "strategy": draws_backend.strategy,
-            "threads": threads,
-            "guard_band": None if choice.guard is None else asdict(choice.guard),
-        }
-        identity = ScorerIdentity(
-            name=cfg.name,
-            version=cfg.version,
-            sha256=artifact.sha256,
-            mc_samples=k,
-            head_draws=cfg.head_draws,
-            training_data=cfg.training_data,
-            intended_use=cfg.intended_use,
-        )
-        calibration = ScorerCalibration(
-            referral_threshold_mi=cal.referral_threshold_mi,
-            decision_threshold=cal.decision_threshold,
-            target_referral_rate=cal.target_referral_rate,
-            dataset=cal.dataset,
-            validation=dict(cal.validation),
-        )
-        pipeline = ImagePipeline(
-            size=cfg.input_size,
-            mean=cfg.mean,
-            std=cfg.std,
-            max_pixels=max_pixels,
-            max_bytes=max_bytes,
-            preprocessing=cfg.preprocessing,
-        )
-        logger.info(
-            "model loaded",
-            extra={
-                "model": cfg.name,
-                "version": cfg.version,
-                "sha256": artifact.sha256,
-                "backend": backend,
-                "device": dev,
-                "precision": precision,
-                "precision_reason": choice.reason,
-                "strategy": draws_backend.strategy,
-                "cpu": cpu.summary(),
-                "k": k,
-            },
-        )
-        return cls(
-            backend=draws_backend,
-            pipeline=pipeline,
-            model_identity=identity,
-            calibration=calibration,
-            model_card=artifact.model_card,
-            precision=precision,
-            runtime=runtime,
-        )
+        return load_scorer(ScorerSpec(model_dir=model_dir, **settings), cpu=cpu)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """float32 [B, C, H, W] -> per-draw probabilities float64 [K, B]."""
@@ -302,18 +174,15 @@ class Scorer:
             p = float(unc.probability[i])
             mi = float(unc.mutual_information[i])
             reasons = []
-            if mi > cal.referral_threshold_mi:
+            if cal.is_uncertain(mi):
                 reasons.append(REASON_UNCERTAIN)
             if not im.quality.gradable:
                 reasons.append(REASON_QUALITY)
-            outcome = screening_outcome(
-                gradable=im.quality.gradable, mutual_information=mi, probability=p,
-                referral_threshold_mi=cal.referral_threshold_mi, decision_threshold=cal.decision_threshold,
-            )
+            outcome = cal.outcome(gradable=im.quality.gradable, mutual_information=mi, probability=p)
             out.append(
                 ImageScore(
                     probability=p,
-                    label="referable" if p >= cal.decision_threshold else "non_referable",
+                    label=cal.label(outcome, p),
                     mutual_information=mi,
                     predictive_entropy=float(unc.predictive_entropy[i]),
                     expected_entropy=float(unc.expected_entropy[i]),
@@ -339,33 +208,3 @@ class Scorer:
             f"(sha256 {ident.sha256[:12]}), trained on {ident.training_data} data. "
             f"Intended use: {ident.intended_use} A clinician must review every result."
         )
-
-
-def score_payload(score: ImageScore, scorer: Scorer) -> dict[str, Any]:
-    """The /v1/predict response body for one image (docs/architecture.md §6), minus request_id, study_id, timing_ms."""
-    cal = scorer.calibration
-    return {
-        "model": scorer.model_identity.to_dict(),
-        "diagnosis": {
-            "referable_dr_probability": score.probability,
-            "label": score.label,
-            "decision_threshold": cal.decision_threshold,
-        },
-        "uncertainty": {
-            "mutual_information": score.mutual_information,
-            "predictive_entropy": score.predictive_entropy,
-            "expected_entropy": score.expected_entropy,
-            "unit": "nat",
-            "referral_threshold": cal.referral_threshold_mi,
-        },
-        "quality": {
-            "gradable": score.quality.gradable,
-            "score": score.quality.score,
-            "issues": list(score.quality.issues),
-        },
-        "refer_to_expert": score.refer_to_expert,
-        "referral_reasons": list(score.referral_reasons),
-        "outcome": score.outcome.value,
-        "outcome_reason": OUTCOME_TEXT[score.outcome],
-        "disclaimer": scorer.disclaimer,
-    }

@@ -6,11 +6,14 @@ strategy, K draws and input limits. The spec is a frozen, picklable dataclass of
 to Ray workers as it is, and each process resolves the machine-dependent ``auto`` choices (device, CPU
 capability, precision, backend) where it runs.
 
-Where it comes from:
+Each field is written here once: its type (a ``Literal`` gives the valid choices), default, bounds and
+meaning (:class:`Knob`, in the field's metadata; :func:`knobs` lists them). Everything else is derived:
 
-* the HTTP service: ``Settings.scorer_spec()`` (``RADSCREEN_*`` variables, service/settings.py);
-* the batch job: the ``radscreen-batch score`` flags over the same ``RADSCREEN_*`` defaults
-  (``ScorerSettings`` in service/settings.py, built by service/batch/cli.py).
+* the service settings (``ScorerSettings`` in service/settings.py: ``RADSCREEN_<FIELD>``, through
+  ``spec_setting``), whose ``scorer_spec()`` gives the spec;
+* the ``radscreen-batch score`` flags (``--<field-with-dashes>``, service/batch/cli.py), over the same
+  ``RADSCREEN_*`` defaults;
+* the loader (``service.inference.loading.load_scorer(spec)``), which reads the spec itself.
 
 Example::
 
@@ -20,9 +23,9 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin, get_type_hints
 
 from models.artifact.schema import MAX_MC_SAMPLES
 from models.cpu import NativeBf16Setting
@@ -36,15 +39,25 @@ PrecisionSetting = Literal["auto", "fp32", "bf16", "fp16", "int8"]
 StrategySetting = Literal["auto", "grouped", "loop"]
 
 DEFAULT_MAX_PIXELS = 40_000_000
-DEFAULT_MAX_BYTES = 20 * 1024 * 1024
+DEFAULT_MAX_UPLOAD_BYTES = 20 * 1024 * 1024
+MAX_THREADS = 1024
 
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "backend": get_args(BackendSetting),
-    "device": get_args(DeviceSetting),
-    "precision": get_args(PrecisionSetting),
-    "strategy": get_args(StrategySetting),
-    "native_bf16": get_args(NativeBf16Setting),
-}
+
+@dataclass(frozen=True)
+class Knob:
+    """What the spec says about one field besides its type and default: its meaning and its bounds."""
+
+    doc: str  # one line, shown as the setting's description and the flag's help
+    ge: int | None = None  # smallest value allowed (None: no bound, or not a number)
+    le: int | None = None  # largest value allowed
+    default_text: str | None = None  # how an unset (None) default reads, e.g. "the artifact's"
+    metavar: str | None = None  # the flag's value name in --help
+
+
+def _knob(doc: str, *, ge: int | None = None, le: int | None = None, default_text: str | None = None,
+          metavar: str | None = None) -> dict[str, Knob]:
+    """A field's metadata: ``field(default=..., metadata=_knob("what it means", ge=1))``."""
+    return {"knob": Knob(doc, ge, le, default_text, metavar)}
 
 
 @dataclass(frozen=True)
@@ -57,51 +70,105 @@ class ScorerSpec:
     always comes from the artifact, so the K draws are the same wherever the spec is loaded.
     """
 
-    model_dir: Path | None = None
-    backend: BackendSetting = "auto"  # auto: ONNX Runtime for fp32 on CPU, else torch (platform.choose_backend)
-    device: DeviceSetting = "auto"  # auto: cuda when available, else cpu
-    precision: PrecisionSetting = "auto"  # auto: fastest native path the artifact permits (choose_precision)
-    native_bf16: NativeBf16Setting = "detect"  # override of the CPU's native-bf16 detection
-    strategy: StrategySetting = "auto"  # auto: per-draw loop on CPU, grouped on CUDA
-    mc_samples: int | None = None  # K fixed posterior draws; None: the artifact's
-    threads: int | None = None  # intra-op threads of torch / ONNX Runtime; None: the library's
-    max_pixels: int = DEFAULT_MAX_PIXELS  # largest width*height accepted (checked before decoding)
-    max_bytes: int = DEFAULT_MAX_BYTES  # largest image file accepted
+    model_dir: Path | None = field(default=None, metadata=_knob(
+        "Artifact directory (weights.safetensors, config.json, calibration.json, manifest.json).",
+        default_text="the embedded model"))
+    backend: BackendSetting = field(default="auto", metadata=_knob(
+        "Inference backend for the fixed posterior draws. 'auto' = ONNX Runtime's per-draw graph for fp32 "
+        "and int8 on CPU (the fastest measured CPU paths), torch for bf16/fp16 and on GPU."))
+    device: DeviceSetting = field(default="auto", metadata=_knob(
+        "Compute device. 'auto' = cuda when available, else cpu."))
+    precision: PrecisionSetting = field(default="auto", metadata=_knob(
+        "Arithmetic of the K draws: fp32, bf16/fp16 (torch autocast) or int8 (ONNX Runtime, CPU). 'auto' = the "
+        "fastest of int8, bf16 that this CPU runs natively AND whose drift measured on real photographs the "
+        "artifact permits (with fp32 re-scoring near the thresholds where its record says so), else fp32 "
+        "(service/inference/platform.py). An explicit precision the CPU only emulates fails at start."))
+    native_bf16: NativeBf16Setting = field(default="detect", metadata=_knob(
+        "Override the CPU's native-bf16 detection (/proc/cpuinfo avx512_bf16/amx_bf16/bf16) where it is "
+        "wrong; 'detect' trusts the CPU."))
+    strategy: StrategySetting = field(default="auto", metadata=_knob(
+        "How the backend runs the K draws: one grouped network or a per-draw loop. 'auto' = loop on CPU, "
+        "grouped on CUDA (measured in benchmarks/bench_core.py)."))
+    mc_samples: int | None = field(default=None, metadata=_knob(
+        "Fixed posterior draws K per image. The artifact's MI referral threshold was calibrated for its own "
+        "K; another K is allowed and logged as a warning.", ge=1, le=MAX_MC_SAMPLES, default_text="the artifact's",
+        metavar="K"))
+    threads: int | None = field(default=None, metadata=_knob(
+        "Intra-op threads of torch / ONNX Runtime.", ge=1, le=MAX_THREADS, default_text="the library's (all cores)"))
+    max_pixels: int = field(default=DEFAULT_MAX_PIXELS, metadata=_knob(
+        "Largest width*height (and long side squared) accepted, checked before decoding; "
+        "larger images are refused (image-too-large).", ge=1))
+    max_upload_bytes: int = field(default=DEFAULT_MAX_UPLOAD_BYTES, metadata=_knob(
+        "Largest image file accepted, in bytes.", ge=1024))
 
     def __post_init__(self) -> None:
-        """Refuse values the Scorer could only fail on later, naming the field and the valid choices."""
-        for name, choices in _CHOICES.items():
-            value = getattr(self, name)
-            if value not in choices:
-                raise ValueError(f"unknown {name} {value!r}; expected one of: {', '.join(choices)}")
-        if self.mc_samples is not None and not 1 <= self.mc_samples <= MAX_MC_SAMPLES:
-            raise ValueError(f"mc_samples must be in [1, {MAX_MC_SAMPLES}], got {self.mc_samples}")
-        for name in ("threads", "max_pixels", "max_bytes"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+        """Refuse values the Scorer could only fail on later, naming the field and the valid choices or bounds."""
+        hints = get_type_hints(ScorerSpec)
+        for f in fields(self):
+            value, knob = getattr(self, f.name), f.metadata["knob"]
+            choices = literal_choices(hints[f.name])
+            if choices and value not in choices:
+                raise ValueError(f"unknown {f.name} {value!r}; expected one of: {', '.join(choices)}")
+            if value is None or knob.ge is None:
+                continue
+            if not knob.ge <= value <= (knob.le if knob.le is not None else value):
+                bounds = f"in [{knob.ge}, {knob.le}]" if knob.le is not None else f">= {knob.ge}"
+                raise ValueError(f"{f.name} must be {bounds}, got {value}")
         if self.model_dir is not None and not isinstance(self.model_dir, Path):
             object.__setattr__(self, "model_dir", Path(self.model_dir))
 
     def load(self) -> Scorer:
         """Load and verify the artifact and build the scorer on this machine.
 
-        The CPU is detected here (``models.cpu.detect_cpu``, ``native_bf16`` overriding)
-        and every ``auto`` resolved from it; an explicit bf16 the CPU cannot run natively raises
-        ``PrecisionUnavailableError``, a missing or tampered artifact ``models.artifact.ArtifactError``.
+        The CPU is detected here (``models.cpu.detect_cpu``, ``native_bf16`` overriding) and every ``auto``
+        resolved from it (``service.inference.loading.load_scorer``); an explicit bf16 the CPU cannot run
+        natively raises ``PrecisionUnavailableError``, a missing or tampered artifact
+        ``models.artifact.ArtifactError``.
         """
-        from models.cpu import detect_cpu
-        from service.inference.scoring import Scorer
+        from service.inference.loading import load_scorer
 
-        return Scorer.from_artifact(
-            self.model_dir,
-            backend=self.backend,
-            device=self.device,
-            precision=self.precision,
-            strategy=self.strategy,
-            mc_samples=self.mc_samples,
-            max_pixels=self.max_pixels,
-            max_bytes=self.max_bytes,
-            cpu=detect_cpu(override=self.native_bf16),
-            threads=self.threads,
-        )
+        return load_scorer(self)
+
+
+def literal_choices(hint: Any) -> tuple[str, ...]:
+    """The choices of a ``Literal`` type (``()`` for any other type)."""
+    return tuple(get_args(hint)) if get_origin(hint) is Literal else ()
+
+
+@dataclass(frozen=True)
+class SpecField:
+    """One field of :class:`ScorerSpec` as the settings and the flags derive it: name, type, default, knob."""
+
+    name: str
+    hint: Any  # the resolved annotation, e.g. Literal["auto", "cpu", "cuda"] or int | None
+    default: Any
+    knob: Knob
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return literal_choices(self.hint)
+
+    @property
+    def value_type(self) -> type:
+        """The type a flag parses its text into (``Path``, ``int`` or ``str``)."""
+        if self.choices:
+            return str
+        kinds = [t for t in get_args(self.hint) or (self.hint,) if t is not type(None)]
+        return kinds[0]
+
+    @property
+    def bounds_text(self) -> str:
+        """The allowed range in words (``1-256``, ``>= 1024``), ``""`` when unbounded."""
+        if self.knob.ge is None:
+            return ""
+        return f"{self.knob.ge}-{self.knob.le}" if self.knob.le is not None else f">= {self.knob.ge}"
+
+    @property
+    def default_text(self) -> str:
+        return self.knob.default_text if self.default is None and self.knob.default_text else str(self.default)
+
+
+def knobs() -> tuple[SpecField, ...]:
+    """Every field of :class:`ScorerSpec`, in order, with what the spec says about it."""
+    hints = get_type_hints(ScorerSpec)
+    return tuple(SpecField(f.name, hints[f.name], f.default, f.metadata["knob"]) for f in fields(ScorerSpec))

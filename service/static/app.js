@@ -91,12 +91,12 @@
   const outcomeOf = (body) => OUTCOMES[body.outcome] ||
     { cls: "outcome-review", headline: "Unknown outcome: human review needed", sub: String(body.outcome) };
 
-  /** Uncertainty in words, relative to the calibrated threshold: high = above it (grader review). */
-  function uncertaintyLevel(u) {
-    const ratio = u.referral_threshold > 0 ? u.mutual_information / u.referral_threshold : Infinity;
-    if (ratio > 1) return "high";
-    if (ratio > 0.5) return "borderline";
-    return "low";
+  /** Uncertainty in words: high = the server found it above the calibrated threshold (its "uncertain" reason);
+   *  borderline = above half of the threshold (a display band only, no decision). */
+  function uncertaintyLevel(result) {
+    const u = result.uncertainty;
+    if ((result.referral_reasons || []).includes("uncertain")) return "high";
+    return u.mutual_information > 0.5 * u.referral_threshold ? "borderline" : "low";
   }
 
   const deferralText = (body) => (body.referral_reasons || []).map((r) => REASONS[r] || r.replace(/_/g, " ")).join("; ");
@@ -212,8 +212,8 @@
     return [pct(d.referable_dr_probability), el("div", { class: "meta" }, d.label.replace("_", " "))];
   }
 
-  function uncertaintyBlock(u) {
-    const level = uncertaintyLevel(u);
+  function uncertaintyBlock(result) {
+    const u = result.uncertainty, level = uncertaintyLevel(result);
     const words = { low: "low", borderline: "borderline (near the threshold)", high: "high (above the threshold)" }[level];
     return el("div", { class: "metric", id: "uncertainty" },
       el("h3", {}, "Model uncertainty"),
@@ -231,7 +231,7 @@
     const q = body.quality, m = body.model;
     const metrics = el("div", {},
       probabilityBlock(body.diagnosis, q, body.outcome),
-      uncertaintyBlock(body.uncertainty),
+      uncertaintyBlock(body),
       el("div", { class: "metric", id: "quality" },
         el("h3", {}, "Image quality"),
         el("div", { class: `quality ${q.gradable ? "ok" : "bad"}` }, qualityText(q)),
@@ -265,7 +265,7 @@
           el("td", { class: `outcome-cell ${o.cls}`, "data-outcome": result.outcome }, o.headline),
           el("td", {}, probabilityCell(result)),
           el("td", { title: `Mutual information ${nat(u.mutual_information)} nat, threshold ${nat(u.referral_threshold)} nat` },
-            `Uncertainty: ${uncertaintyLevel(u)}`,
+            `Uncertainty: ${uncertaintyLevel(result)}`,
             gauge("mi", u.mutual_information, u.referral_threshold, miScale(u.referral_threshold),
               `Mutual information ${nat(u.mutual_information)}, threshold ${nat(u.referral_threshold)}`, true),
             el("div", { class: "meta" }, `${nat(u.mutual_information)} nat`)),

@@ -53,7 +53,7 @@
   /** One photograph of an eye: its thumbnail, outcome, probability (or "not graded"), uncertainty, quality. */
   function photographRow(image, url) {
     const r = image.result, o = EYE_OUTCOME[r.outcome] || UNKNOWN;
-    const u = r.uncertainty, high = u.mutual_information > u.referral_threshold;
+    const high = (r.referral_reasons || []).includes("uncertain");  // the server applied the MI rule
     return node("li", { class: "exam-photo", "data-outcome": r.outcome },
       url ? photo(url, `${EYE_NAMES[image.eye]} photograph ${image.filename || ""}`) : node("span", { class: "thumb no-preview" }, "DICOM"),
       node("div", {},

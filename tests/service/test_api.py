@@ -84,6 +84,21 @@ def test_non_fundus_image_is_referred_for_quality(server: str) -> None:
     assert body["outcome"] == "retake_ungradable"
 
 
+def test_an_ungradable_upload_is_labelled_not_graded(server: str) -> None:
+    """A blank dark-grey JPEG is ungradable: its label says so, never "non_referable" (nothing was graded)."""
+    import numpy as np
+
+    grey = encode(np.full((256, 256, 3), 90, np.uint8), "JPEG", quality=90)  # not 128: a truncated JPEG's fill
+    r = httpx.post(f"{server}/v1/predict", content=grey, headers={"Content-Type": "image/jpeg"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["quality"]["gradable"] is False and body["outcome"] == "retake_ungradable"
+    assert body["diagnosis"]["label"] == "not_graded"
+    metrics = httpx.get(f"{server}/metrics").text
+    assert any(line.startswith('radscreen_predictions_total{label="not_graded"}') and float(line.split()[-1]) >= 1
+               for line in metrics.splitlines())
+
+
 def test_batch_keeps_order_and_isolates_bad_items(server: str) -> None:
     files = [
         ("image", ("a.png", encode(fundus_like(1)), "image/png")),

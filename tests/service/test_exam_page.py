@@ -86,6 +86,20 @@ def test_one_eye_only_is_a_retake_and_the_missing_eye_is_said(
     screenshot(exam_page, tmp_path, "exam-one-eye.png")
 
 
+def test_each_photograph_states_its_uncertainty_as_the_server_decided_it(
+    exam_page: Any, service: str, images: dict[str, bytes]
+) -> None:
+    choose(exam_page, "right", images["grader_review_uncertain"])
+    choose(exam_page, "left", images["no_referable_dr"])
+    exam_page.click("#analyse-exam")
+    exam_page.wait_for_selector("#patient-decision", timeout=30_000)
+    assert exam_page.locator("#patient-decision").get_attribute("data-outcome") == "grader_review_uncertain"
+    right = exam_page.locator("#eye-right .exam-photo .meta").first.inner_text()
+    left = exam_page.locator("#eye-left .exam-photo .meta").first.inner_text()
+    assert right.startswith("Uncertainty: high (above the threshold)")
+    assert left.startswith("Uncertainty: within the threshold")
+
+
 def test_single_image_page_links_to_the_exam_page(browser: Any, service: str) -> None:
     context = browser.new_context()
     pg = context.new_page()

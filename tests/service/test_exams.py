@@ -227,6 +227,21 @@ def test_fhir_exam_report_validates_with_one_observation_per_eye(service: str, p
     assert "referable-dr-probability" not in left_codes
 
 
+def test_an_exam_body_that_contradicts_its_photographs_is_not_rendered(
+    service: str, photos: dict[str, bytes]
+) -> None:
+    from service.fhir_exam import to_fhir_exam_bundle
+
+    body = exam(service, [("right", png("r.png", photos[CLEAR])), ("left", png("l.png", photos[CLEAR]))]).json()
+    assert body["outcome"] == CLEAR and to_fhir_exam_bundle(body)["type"] == "collection"
+    with pytest.raises(ValueError, match="contradicts its photographs"):
+        to_fhir_exam_bundle({**body, "outcome": REFER})
+    edited = {**body, "images": [{**body["images"][0], "result": {**body["images"][0]["result"], "outcome": REFER}},
+                                 body["images"][1]]}
+    with pytest.raises(ValueError, match="contradicts the response's own fields"):
+        to_fhir_exam_bundle(edited)
+
+
 def test_exam_metrics_count_outcomes_and_images(service: str, photos: dict[str, bytes]) -> None:
     def samples() -> dict[str, float]:
         text = httpx.get(f"{service}/metrics", timeout=30).text

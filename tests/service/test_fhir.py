@@ -66,7 +66,7 @@ UNCERTAIN = {
     "refer_to_expert": True, "referral_reasons": ["uncertain"], "outcome": "grader_review_uncertain",
 }
 UNGRADABLE = {
-    "diagnosis": {"referable_dr_probability": 1.0, "label": "referable", "decision_threshold": 0.5},
+    "diagnosis": {"referable_dr_probability": 1.0, "label": "not_graded", "decision_threshold": 0.5},
     "quality": {"gradable": False, "score": 0.12, "issues": ["too_dark", "blurred"]},
     "refer_to_expert": True, "referral_reasons": ["image_quality"], "outcome": "retake_ungradable",
     "study_id": None,
@@ -208,6 +208,21 @@ def test_ungradable_image_is_not_graded_and_its_issues_listed() -> None:
 def test_an_outcome_that_contradicts_its_fields_is_refused() -> None:
     with pytest.raises(ValueError, match="contradicts"):
         to_fhir_bundle(response(outcome="no_referable_dr"))  # p = 0.83 >= 0.5, confident, gradable
+
+
+@pytest.mark.parametrize("label", ["non_referable", "not_graded"])
+def test_a_graded_image_whose_label_contradicts_its_probability_is_refused(label: str) -> None:
+    diagnosis = {"referable_dr_probability": 0.83, "label": label, "decision_threshold": 0.5}
+    with pytest.raises(ValueError, match=r"label .* contradicts"):
+        to_fhir_bundle(response(diagnosis=diagnosis))
+
+
+def test_an_ungradable_answer_renders_whatever_its_label() -> None:
+    """Answers written before the not_graded label (label by probability) still render: it is never shown."""
+    diagnosis = {"referable_dr_probability": 1.0, "label": "referable", "decision_threshold": 0.5}
+    old = {**UNGRADABLE, "diagnosis": diagnosis}
+    assert report_of(to_fhir_bundle(response(**old), issued=ISSUED))["conclusion"] == report_of(
+        to_fhir_bundle(response(**UNGRADABLE), issued=ISSUED))["conclusion"]
 
 
 def test_output_is_deterministic_for_a_request_and_distinct_across_requests() -> None:

@@ -8,13 +8,16 @@ import math
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from models.artifact import Calibration
 from service.inference.scoring import ImageScore, QualityReport, ScorerIdentity, ScreeningOutcome
 from service.metrics import ServiceMetrics, mi_buckets
+
+CAL = Calibration(referral_threshold_mi=1e-3, decision_threshold=0.5, target_referral_rate=0.2, dataset="constructed")
 
 
 def score(outcome: ScreeningOutcome, mi: float, p: float = 0.3) -> ImageScore:
     gradable = outcome is not ScreeningOutcome.RETAKE_UNGRADABLE
-    return ImageScore(probability=p, label="referable" if p >= 0.5 else "non_referable", mutual_information=mi,
+    return ImageScore(probability=p, label=CAL.label(outcome, p), mutual_information=mi,
                       predictive_entropy=0.5, expected_entropy=0.5 - mi, refer_to_expert=False, referral_reasons=[],
                       quality=QualityReport(gradable=gradable, score=0.9 if gradable else 0.1, issues=[]),
                       outcome=outcome)

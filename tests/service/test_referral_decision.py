@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.inference.scoring import PreparedImage, QualityReport, Scorer, ScorerCalibration, score_payload
+from models.artifact import Calibration
+from service.inference.scoring import PreparedImage, QualityReport, Scorer
+from service.payload import score_payload
 
 H_09 = 0.3250830  # H(0.9) = H(0.1) nats
 H_06 = 0.6730117  # H(0.6) = H(0.4)
@@ -29,8 +31,7 @@ TOL = 1e-6  # the draws pass through float32 logits, as a real backend's do
 
 GOOD = QualityReport(gradable=True, score=0.9, issues=[])
 BAD = QualityReport(gradable=False, score=0.1, issues=["too_dark"])
-CAL = ScorerCalibration(referral_threshold_mi=0.1, decision_threshold=0.5, target_referral_rate=0.2,
-                        dataset="constructed")
+CAL = Calibration(referral_threshold_mi=0.1, decision_threshold=0.5, target_referral_rate=0.2, dataset="constructed")
 
 
 class ChosenDraws:
@@ -56,7 +57,7 @@ def draws(*groups: tuple[int, float]) -> list[float]:
     return [p for count, p in groups for _ in range(count)]
 
 
-def scorer_for(columns: list[list[float]], tiny: Scorer, calibration: ScorerCalibration = CAL) -> Scorer:
+def scorer_for(columns: list[list[float]], tiny: Scorer, calibration: Calibration = CAL) -> Scorer:
     """A Scorer over :class:`ChosenDraws` (one column of draws per image), the tiny artifact's identity."""
     return Scorer(backend=ChosenDraws(np.array(columns).T), pipeline=tiny.pipeline,
                   model_identity=tiny.model_identity, calibration=calibration)
@@ -71,7 +72,8 @@ def tiny(tiny_artifact: Path) -> Scorer:
     return Scorer.from_artifact(tiny_artifact, backend="torch", device="cpu")
 
 
-# (draws, quality) -> p̄, MI, label, refer_to_expert, reasons, outcome; MI threshold 0.1, decision threshold 0.5
+# (draws, quality) -> p̄, MI, label, refer_to_expert, reasons, outcome; MI threshold 0.1, decision threshold 0.5.
+# An ungradable image is labelled not_graded whatever its probability.
 CASES = {
     "confident, referable": (draws((16, 0.9)), GOOD, 0.9, 0.0, "referable", False, [], "refer_referable_dr"),
     "confident, not referable": (draws((16, 0.1)), GOOD, 0.1, 0.0, "non_referable", False, [], "no_referable_dr"),
@@ -83,11 +85,11 @@ CASES = {
     "disagreeing draws, MI below the threshold": (
         draws((12, 0.6), (4, 0.4)), GOOD, 0.55, MI_MILD, "referable", False, [], "refer_referable_dr"),
     "ungradable, confident high p̄": (
-        draws((16, 0.9)), BAD, 0.9, 0.0, "referable", True, ["image_quality"], "retake_ungradable"),
-    "ungradable, confident low p̄": (
-        draws((16, 0.1)), BAD, 0.1, 0.0, "non_referable", True, ["image_quality"], "retake_ungradable"),
+        draws((16, 0.9)), BAD, 0.9, 0.0, "not_graded", True, ["image_quality"], "retake_ungradable"),
+    "ungradable, confident low p̄": (  # never "non_referable": nothing was graded
+        draws((16, 0.1)), BAD, 0.1, 0.0, "not_graded", True, ["image_quality"], "retake_ungradable"),
     "ungradable and uncertain": (
-        draws((10, 0.9), (6, 0.1)), BAD, 0.6, MI_SPLIT, "referable", True, ["uncertain", "image_quality"],
+        draws((10, 0.9), (6, 0.1)), BAD, 0.6, MI_SPLIT, "not_graded", True, ["uncertain", "image_quality"],
         "retake_ungradable"),
 }
 
@@ -116,8 +118,8 @@ def test_entropies_are_the_closed_form_values(tiny: Scorer) -> None:
 
 
 def _one(columns: list[float], tiny: Scorer, *, mi: float, decision: float) -> tuple[str, bool, str]:
-    cal = ScorerCalibration(referral_threshold_mi=mi, decision_threshold=decision, target_referral_rate=0.2,
-                            dataset="constructed")
+    cal = Calibration(referral_threshold_mi=mi, decision_threshold=decision, target_referral_rate=0.2,
+                      dataset="constructed")
     [got] = scorer_for([columns], tiny, cal).score_batch([image(GOOD)])
     return got.label, got.refer_to_expert, got.outcome.value
 

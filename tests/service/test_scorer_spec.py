@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from service.batch.cli import build_parser, main, scorer_spec
-from service.inference.spec import ScorerSpec
+from service.inference.spec import ScorerSpec, knobs
 from service.settings import ScorerSettings, Settings
 
 SCORER_ENV = ("MODEL_DIR", "BACKEND", "DEVICE", "PRECISION", "NATIVE_BF16", "STRATEGY", "MC_SAMPLES", "THREADS",
@@ -32,8 +32,9 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         ({"native_bf16": "maybe"}, "unknown native_bf16 'maybe'; expected one of: detect, yes, no"),
         ({"mc_samples": 0}, r"mc_samples must be in \[1, 256\], got 0"),
         ({"mc_samples": 257}, r"mc_samples must be in \[1, 256\], got 257"),
-        ({"threads": 0}, "threads must be >= 1, got 0"),
+        ({"threads": 0}, r"threads must be in \[1, 1024\], got 0"),
         ({"max_pixels": 0}, "max_pixels must be >= 1, got 0"),
+        ({"max_upload_bytes": 1023}, "max_upload_bytes must be >= 1024, got 1023"),
     ],
 )
 def test_a_bad_spec_is_refused_with_the_valid_choices(kwargs: dict[str, object], message: str) -> None:
@@ -43,7 +44,7 @@ def test_a_bad_spec_is_refused_with_the_valid_choices(kwargs: dict[str, object],
 
 def test_the_spec_pickles_as_ray_ships_it_and_loads_the_scorer_it_describes(tiny_artifact: Path) -> None:
     spec = ScorerSpec(model_dir=tiny_artifact, backend="torch", device="cpu", strategy="grouped", mc_samples=5,
-                      threads=1, max_pixels=123_456, max_bytes=654_321, native_bf16="no")
+                      threads=1, max_pixels=123_456, max_upload_bytes=654_321, native_bf16="no")
     again = pickle.loads(pickle.dumps(spec))
     assert again == spec
     scorer = again.load()
@@ -64,8 +65,31 @@ def test_service_settings_give_the_spec_of_their_variables(monkeypatch: pytest.M
     monkeypatch.setenv("RADSCREEN_MAX_PIXELS", "1000000")
     monkeypatch.setenv("RADSCREEN_MAX_BATCH_SIZE", "4")  # a service-only knob: not part of the spec
     assert Settings().scorer_spec() == ScorerSpec(model_dir=tmp_path / "m", backend="torch", strategy="loop",
-                                                  mc_samples=8, max_bytes=4096, max_pixels=1_000_000)
+                                                  mc_samples=8, max_upload_bytes=4096, max_pixels=1_000_000)
     assert ScorerSettings().scorer_spec() == Settings().scorer_spec()
+
+
+def test_the_settings_are_the_spec_fields_with_the_spec_types_defaults_and_bounds() -> None:
+    settings = ScorerSettings.model_fields
+    assert list(settings) == [k.name for k in knobs()]
+    for k in knobs():
+        s = settings[k.name]
+        if k.name != "model_dir":  # the settings show the embedded folder; the spec says None (found per process)
+            assert s.annotation == k.hint and s.default == k.default, k.name
+        bounds = {type(m).__name__: m for m in s.metadata}
+        assert (getattr(bounds.get("Ge"), "ge", None), getattr(bounds.get("Le"), "le", None)) == (k.knob.ge, k.knob.le)
+        assert s.description == k.knob.doc
+
+
+def test_every_spec_field_is_a_batch_flag_naming_its_variable(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["score", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for k in knobs():
+        assert f"--{k.name.replace('_', '-')}" in text and f"RADSCREEN_{k.name.upper()}" in text, k.name
+        if k.choices:  # a value outside the spec's Literal is refused by the parser itself
+            with pytest.raises(SystemExit):
+                parse(f"--{k.name.replace('_', '-')}", "bogus")
 
 
 def parse(*argv: str) -> ScorerSpec:
@@ -78,7 +102,7 @@ def test_batch_flags_build_the_same_spec(tmp_path: Path) -> None:
                  "--native-bf16", "yes", "--strategy", "grouped", "--mc-samples", "12", "--threads", "3",
                  "--max-pixels", "5000000", "--max-upload-bytes", "2048") == ScorerSpec(
         model_dir=tmp_path, backend="onnxruntime", device="cpu", precision="fp32", native_bf16="yes",
-        strategy="grouped", mc_samples=12, threads=3, max_pixels=5_000_000, max_bytes=2048)
+        strategy="grouped", mc_samples=12, threads=3, max_pixels=5_000_000, max_upload_bytes=2048)
 
 
 def test_batch_flags_default_to_the_service_variables_and_win_over_them(

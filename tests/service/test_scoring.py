@@ -13,21 +13,20 @@ import numpy as np
 import pytest
 import torch
 
-from models.artifact import load_artifact
+from models.artifact import Calibration, load_artifact
 from models.cpu import detect_cpu
+from models.decision import OUTCOME_TEXT
 from models.sampling import seeded
 from models.vgg import mc_logits
 from service.inference.scoring import (
-    OUTCOME_TEXT,
     PreparedImage,
     QualityReport,
     Scorer,
-    ScorerCalibration,
     ScreeningOutcome,
     prepare_image,
-    score_payload,
     screening_outcome,
 )
+from service.payload import score_payload
 from tests.helpers.images import encode, fundus_like
 
 FP32_TOL = 1e-4  # probability and MI, torch vs onnxruntime vs the reference K-pass loop
@@ -107,8 +106,7 @@ def test_batching_does_not_change_answers(scorer: Scorer, images: list) -> None:
     assert len({round(p, 6) for p in together[:, 0]}) == len(images)  # distinct images, distinct answers
 
 
-CAL = ScorerCalibration(referral_threshold_mi=1e-6, decision_threshold=0.5, target_referral_rate=0.2,
-                        dataset="constructed")
+CAL = Calibration(referral_threshold_mi=1e-6, decision_threshold=0.5, target_referral_rate=0.2, dataset="constructed")
 
 
 @pytest.mark.parametrize(

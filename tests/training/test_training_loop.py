@@ -168,6 +168,12 @@ def test_head_draws_are_a_serving_setting_and_older_runs_read_as_one(tmp_path: P
         _config(tmp_path, tmp_path / "run", head_draws=0)
 
 
+@pytest.mark.parametrize("k", [0, 257])
+def test_a_serving_k_the_artifact_would_refuse_is_refused_before_training(tmp_path: Path, k: int) -> None:
+    with pytest.raises(ValueError, match=r"mc_samples must be in \[1, 256\]"):
+        _config(tmp_path, tmp_path / "run", mc_samples=k)
+
+
 @pytest.mark.training
 def test_baseline_family_is_evaluated_without_a_serving_artifact(tiny_data: Path, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:

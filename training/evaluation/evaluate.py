@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from sklearn.metrics import accuracy_score, roc_auc_score
 
+from models.decision import is_referable, is_uncertain
 from training.evaluation.calibration import ece_bootstrap_se, ece_calibrated_floor, reliability_bins
 from training.evaluation.paired import strategy_differences
 from training.evaluation.referral import DEFAULT_FRACTIONS, STRATEGIES, referral_curve, retained_metrics
@@ -90,7 +91,7 @@ def evaluate_predictions(
     y = _check_labels(labels, unc.probability.size)
     p = unc.probability  # [N]
     mi = unc.mutual_information  # [N]
-    predicted = p >= decision_threshold  # [N]
+    predicted = is_referable(p, decision_threshold)  # [N]
     correct = predicted == (y == 1)  # [N]
 
     curves = {
@@ -119,10 +120,10 @@ def evaluate_predictions(
             threshold=float(referral_threshold_mi),
             target_rate=float(target_referral_rate),
             achieved_rate=rate,
-            n_referred=int(np.sum(mi > referral_threshold_mi)),
+            n_referred=int(np.sum(is_uncertain(mi, referral_threshold_mi))),
             n=int(mi.size),
         )
-    keep = mi <= thr.threshold  # [N] images the threshold does not refer
+    keep = ~is_uncertain(mi, thr.threshold)  # [N] images the threshold does not refer
     auc_keep = float(roc_auc_score(y[keep], p[keep])) if np.unique(y[keep]).size == 2 else float("nan")
     acc_keep = float(accuracy_score(y[keep], predicted[keep])) if keep.any() else float("nan")
 

@@ -30,6 +30,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.stats import beta
 
+from models.decision import is_referable, is_uncertain
+
 MAX_MI = math.log(2)  # nats: the largest MI a binary prediction can have (MI > this never happens)
 
 
@@ -63,15 +65,16 @@ def outcome_shares(probability: ArrayLike, mutual_information: ArrayLike, labels
                    decision_threshold: float, referral_threshold_mi: float) -> dict[str, float]:
     """Missed, auto-negative, uncertain and referred shares of these images at the given thresholds."""
     p, mi, y = (np.asarray(a, dtype=np.float64).ravel() for a in (probability, mutual_information, labels))
-    uncertain = mi > referral_threshold_mi
-    negative = ~uncertain & (p < decision_threshold)  # answered no_referable_dr
+    uncertain = is_uncertain(mi, referral_threshold_mi)
+    referable = is_referable(p, decision_threshold)
+    negative = ~uncertain & ~referable  # answered no_referable_dr
     pos, neg = y == 1, y == 0
     return {
         "missed": int((negative & pos).sum()),
         "missed_share": float((negative & pos).sum() / max(int(pos.sum()), 1)),
         "auto_negative_share": float((negative & neg).sum() / max(int(neg.sum()), 1)),
         "uncertain_share": float(uncertain.mean()),
-        "referred_share": float((~uncertain & (p >= decision_threshold)).mean()),
+        "referred_share": float((~uncertain & referable).mean()),
     }
 
 
@@ -99,7 +102,7 @@ def screening_operating_point(probability: ArrayLike, mutual_information: ArrayL
                         reverse=True)
     best: tuple[float, float, float, float] | None = None  # (auto_negative, -uncertain, t, m)
     for m in candidates:
-        certain = mi <= m
+        certain = ~is_uncertain(mi, m)
         pos_p = np.sort(p[certain & (y == 1)])
         # the largest t with at most `allowed` certain referable eyes below it
         t = 1.0 + 1e-12 if pos_p.size <= allowed else float(pos_p[allowed])

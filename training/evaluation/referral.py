@@ -31,6 +31,7 @@ from numpy.typing import NDArray
 from scipy.stats import rankdata
 from sklearn.metrics import accuracy_score, roc_auc_score
 
+from models.decision import is_referable
 from training.evaluation.uncertainty import FloatArray, McUncertainty
 
 Strategy = Literal["mutual_information", "predictive_entropy", "random"]
@@ -127,7 +128,7 @@ def curve_at(
         y, p = labels[keep], probability[keep]
         n_retained.append(int(keep.size))
         aucs.append(float(roc_auc_score(y, p)) if np.unique(y).size == 2 else float("nan"))
-        accs.append(float(accuracy_score(y, p >= decision_threshold)))
+        accs.append(float(accuracy_score(y, is_referable(p, decision_threshold))))
     return n_retained, aucs, accs
 
 
@@ -142,7 +143,7 @@ def _bootstrap_curve(
     n = labels.size
     aucs = np.empty(len(fractions))
     accs = np.empty(len(fractions))
-    correct = (probability >= decision_threshold) == (labels == 1)  # [n]
+    correct = is_referable(probability, decision_threshold) == (labels == 1)  # [n]
     for j, f in enumerate(fractions):
         keep = order[n_referred(n, f) :]
         aucs[j] = mann_whitney_auc(labels[keep], probability[keep])

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from models.decision import is_referable
 from training.evaluation.referral import mann_whitney_auc
 
 
@@ -65,7 +66,7 @@ def group_summaries(probability: ArrayLike, mutual_information: ArrayLike, group
     out: dict[str, GroupSummary] = {}
     for value in sorted(set(g.tolist())):
         m: NDArray[np.bool_] = g == value
-        out[str(value)] = GroupSummary(int(m.sum()), float(p[m].mean()), float((p[m] >= decision_threshold).mean()),
-                                       float(np.median(mi[m])))
+        positive = float(is_referable(p[m], decision_threshold).mean())
+        out[str(value)] = GroupSummary(int(m.sum()), float(p[m].mean()), positive, float(np.median(mi[m])))
     return out
 

@@ -1,7 +1,7 @@
 """The MI referral threshold the service applies: chosen on validation data for a target referral rate.
 
-Rule shared with the service (docs/architecture.md §6): an image is referred as uncertain iff its mutual information is
-strictly **above** the threshold. For a target rate r the threshold is the validation quantile of MI at
+Rule shared with the service (``models.decision.is_uncertain``): an image is referred as uncertain iff its mutual
+information is strictly **above** the threshold. For a target rate r the threshold is the validation quantile of MI at
 1 - r: with distinct MI values and r · N an integer, exactly r · N validation images lie above it.
 
 Ties: when many images share one MI value (a deterministic baseline has MI = 0 everywhere; fp16 outputs
@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+from models.decision import is_uncertain
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ def referral_rate(mutual_information: ArrayLike, threshold: float) -> float:
     mi = np.asarray(mutual_information, dtype=np.float64)
     if mi.size == 0:
         raise ValueError("referral_rate needs at least one MI value")
-    return float(np.mean(mi > threshold))
+    return float(np.mean(is_uncertain(mi, threshold)))
 
 
 def mi_referral_threshold(mutual_information: ArrayLike, target_rate: float = 0.2) -> ReferralThreshold:

@@ -14,8 +14,9 @@ from service.batch.job import BatchJobConfig, parts_dir_for, run_job, scoring_co
 from service.batch.output import read_output
 from service.batch.parts import PartStoreError
 from service.batch.rows import scored_row
-from service.inference.scoring import Scorer, prepare_image, score_payload
+from service.inference.scoring import Scorer, prepare_image
 from service.inference.spec import ScorerSpec
+from service.payload import score_payload
 
 
 def config(input_path: Path, output: Path, model_dir: Path, **kw: object) -> BatchJobConfig:
@@ -61,7 +62,7 @@ def test_folder_rows_equal_the_scorer_and_predict_payload(
     # the fixture's dark images are ungradable: retake, deferred to a human for image quality
     dark = [r for r in rows[1:] if r["gradable"] is False]
     assert dark and all(r["outcome"] == "retake_ungradable" and "image_quality" in r["referral_reasons"]
-                        for r in dark)
+                        and r["label"] == "not_graded" for r in dark)
     assert result.summary["deferred_to_human"]["count"] == sum(r["refer_to_expert"] is True for r in rows)
 
 
@@ -156,6 +157,29 @@ def test_missing_manifest_column_is_a_clear_cli_error(tmp_path: Path, batch_arti
     err = capsys.readouterr().err
     assert f"manifest {manifest} has no path column: expected 'image' or 'path'" in err
     assert not (tmp_path / "r.parquet").exists()
+
+
+def test_an_ungradable_jpeg_is_labelled_not_graded_in_the_csv(batch_artifact: Path, tmp_path: Path) -> None:
+    """A blank dark-grey JPEG through the batch CLI: its CSV row says not_graded, never non_referable."""
+    import csv
+
+    import numpy as np
+
+    from tests.helpers.images import encode
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "grey.jpg").write_bytes(encode(np.full((256, 256, 3), 90, np.uint8), "JPEG", quality=90))
+    out = tmp_path / "r.csv"
+    summary = tmp_path / "summary.json"
+    assert main(["score", "--input", str(folder), "--output", str(out), "--model-dir", str(batch_artifact),
+                 "--device", "cpu", "--summary", str(summary), "--no-progress"]) == 0
+    with out.open(newline="", encoding="utf-8") as f:
+        [row] = list(csv.DictReader(f))
+    assert row["id"] == "grey.jpg" and row["gradable"].lower() == "false"
+    assert row["outcome"] == "retake_ungradable" and row["label"] == "not_graded"
+    counts = json.loads(summary.read_text())["counts"]
+    assert counts["ungradable"] == 1 and counts["by_label_graded"] == {}  # no label counted for it
 
 
 def test_rows_equal_the_http_predict_answer(make_folder: Callable[..., Path], batch_artifact: Path,

@@ -14,8 +14,9 @@ from service.batch.cli import main
 from service.batch.inputs import discover_folder
 from service.batch.output import read_output
 from service.batch.rows import scored_row
-from service.inference.scoring import Scorer, prepare_image, score_payload
+from service.inference.scoring import Scorer, prepare_image
 from service.inference.spec import ScorerSpec
+from service.payload import score_payload
 
 
 def test_flags_and_variables_shape_the_scorer_of_the_job(
