@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None, *, prog: str = "radscreen-batch") -> int
     args = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from models.artifact import ArtifactError
+    from models.compute import PrecisionUnavailableError
     from service.batch.job import BatchJobConfig, run_job
-    from service.inference.platform import PrecisionUnavailableError
 
     for name in ("batch_size", "workers", "chunk_size", "ray_actors"):
         if getattr(args, name) < 1:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -49,15 +49,6 @@ class Backend(Protocol):
     strategy: str
 
     def run(self, x: np.ndarray) -> np.ndarray: ...
-
-
-def resolve_device(device: Literal["auto", "cpu", "cuda"]) -> str:
-    """'auto' -> 'cuda' when a GPU is visible, else 'cpu'; asking for cuda without one is an error."""
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device='cuda' was requested but no CUDA device is available; use 'auto' or 'cpu'.")
-    return device
 
 
 class TorchBackend:

@@ -16,9 +16,10 @@ import logging
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
+from models.compute import resolve_device
 from models.cpu import CpuCapability, detect_cpu
 from models.int8 import INT8_RANGES_FILE
-from service.inference.backends import GuardedBackend, make_backend, resolve_device
+from service.inference.backends import GuardedBackend, make_backend
 from service.inference.imaging import ImagePipeline
 from service.inference.platform import choose_backend, choose_precision
 from service.inference.scoring import Scorer, ScorerIdentity

@@ -35,12 +35,8 @@ import torch
 
 from models.artifact import load_artifact
 from models.artifact.schema import GuardBand, PrecisionPermit
+from models.compute import is_native, require_native
 from models.cpu import CpuCapability, conv_probe_ms, detect_cpu
-from models.cuda import cuda_native_bf16
-
-
-class PrecisionUnavailableError(ValueError):
-    """An explicit precision this machine cannot run natively (the message names the fix)."""
 
 
 @dataclass(frozen=True)
@@ -59,14 +55,6 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 # int8 ~3x and torch bf16 ~1.6x the fp32 per-draw graph on AVX-512 VNNI + BF16.
 CPU_SPEED_ORDER = ("int8", "bf16")
 _BACKEND_OF = {"int8": "onnxruntime", "bf16": "torch"}
-
-
-def _native(precision: str, cpu: CpuCapability) -> bool:
-    return {"bf16": cpu.native_bf16, "fp16": cpu.native_fp16, "int8": cpu.native_int8}.get(precision, True)
-
-
-def _gpu_bf16(cuda_bf16: bool | None) -> bool:
-    return cuda_native_bf16() if cuda_bf16 is None else cuda_bf16
 
 
 def _permit_text(permit: PrecisionPermit) -> str:
@@ -91,22 +79,7 @@ def choose_precision(requested: str, *, device: str, cpu: CpuCapability, permits
     if requested == "fp32":
         return PrecisionChoice(requested, "fp32", "fp32 was requested")
     if requested != "auto":
-        if requested == "int8" and device != "cpu":
-            raise PrecisionUnavailableError("precision=int8 runs on the CPU only (ONNX Runtime's quantised "
-                                            "convolutions); use fp32, bf16 or fp16 on a GPU.")
-        if device == "cpu" and not _native(requested, cpu):
-            raise PrecisionUnavailableError(
-                f"precision={requested} was requested, but this CPU has no native {requested} "
-                f"({cpu.summary()}): it would be emulated, and emulated bf16 ran the served network "
-                "70x slower than fp32 (docs/benchmarks.md). Set RADSCREEN_PRECISION=auto (or fp32), or "
-                "RADSCREEN_NATIVE_BF16=yes if the detection is wrong."
-            )
-        if device != "cpu" and requested == "bf16" and not _gpu_bf16(cuda_bf16):
-            raise PrecisionUnavailableError(
-                "precision=bf16 was requested, but this GPU has no native bf16 (compute capability below 8.0, "
-                "e.g. T4 or V100): autocast would be emulated. Set RADSCREEN_PRECISION=auto (or fp32, or fp16 "
-                "after measuring its drift)."
-            )
+        require_native(requested, device=device, cpu=cpu, cuda_bf16=cuda_bf16)
         permit = permits.get(requested)
         return PrecisionChoice(requested, requested, f"{requested} was requested" + (
             f"; {_permit_text(permit)}" if permit else
@@ -117,7 +90,7 @@ def choose_precision(requested: str, *, device: str, cpu: CpuCapability, permits
             permit = permits.get(prec)
             if permit is None:
                 skipped.append(f"{prec}: no record free of decision flips")
-            elif not _native(prec, cpu):
+            elif not is_native(prec, device=device, cpu=cpu):
                 skipped.append(f"{prec}: not native on this CPU (emulated is far slower)")
             elif backend not in ("auto", _BACKEND_OF[prec]):
                 skipped.append(f"{prec}: runs on {_BACKEND_OF[prec]}, not the requested {backend}")
@@ -134,7 +107,7 @@ def choose_precision(requested: str, *, device: str, cpu: CpuCapability, permits
     if permit is None:
         return PrecisionChoice("auto", "fp32", "auto: the artifact carries no measured bf16 drift free of "
                                "decision flips (calibration.json precision_drift), so fp32")
-    if not _gpu_bf16(cuda_bf16):
+    if not is_native("bf16", device=device, cpu=cpu, cuda_bf16=cuda_bf16):
         return PrecisionChoice("auto", "fp32", "auto: this GPU has no native bf16 (it would be emulated), so fp32")
     return PrecisionChoice("auto", "bf16", f"auto: bf16 on {device}: {_permit_text(permit)}", permit.guard)
 

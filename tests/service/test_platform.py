@@ -14,8 +14,9 @@ import pytest
 
 from models.artifact import Calibration, load_artifact, replace_artifact_file, replace_calibration
 from models.artifact.schema import PrecisionPermit
+from models.compute import PrecisionUnavailableError
 from models.cpu import CpuCapability, detect_cpu, parse_cpuinfo
-from service.inference.platform import PrecisionUnavailableError, choose_precision, choose_strategy
+from service.inference.platform import choose_precision, choose_strategy
 from service.inference.scoring import Scorer
 from service.settings import Settings
 from tests.helpers.artifacts import build_tiny_artifact
