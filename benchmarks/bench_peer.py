@@ -42,7 +42,7 @@ from models.cpu import detect_cpu
 from models.draws import materialise_draws
 from service.inference.backends import make_backend
 from service.inference.scoring import ImagePipeline, prepare_image
-from tests.helpers.shared_data import IDRID
+from support.shared_data import IDRID
 
 DATA = IDRID  # $RADSCREEN_SHARED_DATA/idrid-lesion-54
 # name -> (backend, strategy) of the served path, as make_backend takes them

@@ -32,7 +32,7 @@ from models.draws import DrawnConv, DrawnLinear, DrawnNetwork, materialise_draws
 from models.onnx_backend import INPUT_NAME, build_onnx_graph, drawn_weights
 from models.uncertainty import binary_uncertainty_from_logits
 from service.inference.scoring import ImagePipeline, prepare_image
-from tests.helpers.shared_data import IDRID
+from support.shared_data import IDRID
 
 DATA = IDRID  # $RADSCREEN_SHARED_DATA/idrid-lesion-54
 

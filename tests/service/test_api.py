@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.inference.scoring import ImageScore, PreparedImage, Scorer
 from service.inference.spec import ScorerSpec
-from tests.helpers.images import encode, fundus_like
-from tests.helpers.live_server import live_server, settings_for, wait_until_ready
+from support.images import encode, fundus_like
+from support.live_server import live_server, settings_for, wait_until_ready
 
 VOLATILE = ("request_id", "timing_ms")
 

@@ -28,7 +28,7 @@ from service.inference.scoring import (
     score_payload,
     screening_outcome,
 )
-from tests.helpers.images import encode, fundus_like
+from support.images import encode, fundus_like
 
 FP32_TOL = 1e-4  # probability and MI, torch vs onnxruntime vs the reference K-pass loop
 BF16_TOL_P, BF16_TOL_MI = 0.02, 0.005  # bf16 autocast vs fp32 on this model (measured: see docs)
@@ -64,7 +64,7 @@ def test_head_draws_artifact_serves_its_k_times_m_posterior_samples(tmp_path: Pa
     """An artifact with head draws: both backends score the K·M samples of materialise_draws, and say so."""
     from models.draws import materialise_draws
     from models.uncertainty import binary_uncertainty_from_logits
-    from tests.helpers.artifacts import build_tiny_artifact
+    from support.artifacts import build_tiny_artifact
 
     path = build_tiny_artifact(tmp_path / "heads", head_draws=8)
     art = load_artifact(path)

@@ -14,8 +14,8 @@ import pytest
 from PIL import Image
 from scipy import ndimage
 
-from tests.helpers.images import IDRID
-from tests.helpers.shared_data import missing_reason
+from support.images import IDRID
+from support.shared_data import missing_reason
 from training.synthetic import FRAME_FORMATS, FRAME_SHARES, plan_image, render_fundus, render_image
 from training.synthetic.fundus import fov_mask, frame_shape, sample_geometry
 
