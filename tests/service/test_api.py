@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -273,10 +274,12 @@ def test_overload_answers_503_with_retry_after(tiny_artifact: Path) -> None:
             async with httpx.AsyncClient(base_url=base, timeout=60) as client:
                 post = lambda: client.post("/v1/predict", content=png, headers={"Content-Type": "image/png"})  # noqa: E731
                 first = asyncio.ensure_future(post())
-                while not holder["s"].entered.is_set():  # first image is in the forward
-                    await asyncio.sleep(0.01)
+                entered = await asyncio.to_thread(holder["s"].entered.wait, 60)
+                assert entered, "the first image never reached the forward"
                 second = asyncio.ensure_future(post())
+                deadline = time.monotonic() + 60
                 while metric_samples(base)[("radscreen_queue_depth", ())] < 1:  # second waits in the queue
+                    assert time.monotonic() < deadline, "the second image never reached the queue"
                     await asyncio.sleep(0.01)
                 third = await post()
                 holder["s"].gate.set()
