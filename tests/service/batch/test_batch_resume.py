@@ -23,7 +23,7 @@ from service.inference.spec import ScorerSpec
 
 REPO = Path(__file__).resolve().parents[3]
 KILLED_AT_PART = 3
-# ``python -c`` program: the batch CLI with the audit hook that kills it as part KILLED_AT_PART is committed.
+# ``python -c`` program: the batch CLI under the audit hook that kills it as part KILLED_AT_PART is being committed.
 KILL_AT_PART = f"""
 import os, re, signal, sys
 from service.batch.cli import main
