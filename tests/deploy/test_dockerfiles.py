@@ -262,7 +262,7 @@ def test_gpu_image_torch_comes_from_the_base_images_cuda_line() -> None:
 def test_gpu_image_onnxruntime_gpu_is_built_for_the_base_images_cuda_major() -> None:
     """Read from the installed onnxruntime-gpu itself: its build info and the CUDA libraries its CUDA provider
     links. A mismatch makes ORT fall back to the CPU on the GPU image (or, now, refuse to start)."""
-    from tests.helpers.cuda_line import installed_onnxruntime_cuda_line
+    from support.cuda_line import installed_onnxruntime_cuda_line
 
     pinned = args("Dockerfile.gpu")["ONNXRUNTIME_GPU_VERSION"]
     ort = installed_onnxruntime_cuda_line()
