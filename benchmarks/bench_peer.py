@@ -47,7 +47,7 @@ from models.draws import materialise_draws
 from models.int8 import INT8_RANGES_FILE
 from service.inference.backends import make_backend
 from service.inference.scoring import ImagePipeline, Scorer, prepare_image
-from tests.helpers.shared_data import IDRID
+from support.shared_data import IDRID
 
 DATA = IDRID  # $RADSCREEN_SHARED_DATA/idrid-lesion-54
 # name -> (backend, strategy, precision) of the served path, as make_backend takes them

@@ -30,7 +30,7 @@ KINDS = ("rgb-png", "rgb-jpeg", "rgb16-png", "rgba-png", "int32-tiff", "float32-
 
 def encode(kind: str, side: int) -> bytes:
     """A fundus-like ``side`` x ``side`` image in the format and pixel type ``kind``."""
-    from tests.helpers.images import fundus_like
+    from support.images import fundus_like
 
     rgb = fundus_like(3, size=side)  # uint8 [S, S, 3]
     buf = io.BytesIO()

@@ -46,7 +46,7 @@ from models.decision import is_referable, is_uncertain
 from models.draws import materialise_draws
 from models.uncertainty import binary_uncertainty_from_logits
 from service.inference.scoring import Scorer, prepare_image
-from tests.helpers.images import synthetic_jpegs
+from support.images import synthetic_jpegs
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:

@@ -55,7 +55,7 @@ from models.int8 import INT8_RANGES_FILE, Int8DrawnSession, calibrate_ranges
 from models.uncertainty import binary_uncertainty_from_logits
 from service.inference.imaging import ImageRejected
 from service.inference.scoring import ImagePipeline, PreparedImage, Scorer, prepare_image
-from tests.helpers.shared_data import IDRID, ODIR, missing_reason
+from support.shared_data import IDRID, ODIR, missing_reason
 from training.data.manifest import ManifestRow, read_odir
 from training.data.splits import split_by_patient
 

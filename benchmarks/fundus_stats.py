@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.fov import FovCircle, fit_fov_circle
 from models.preprocessing import crop_to_fov
 from service.inference.quality import measure
-from tests.helpers.shared_data import IDRID
+from support.shared_data import IDRID
 
 NORM_DIAMETER = 512  # px: FOV diameter of the normalised image
 FOV_LEVEL = 12  # of 255, brightest channel (smoothed): inside the FOV

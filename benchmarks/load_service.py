@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from service.inference.scoring import Scorer, prepare_image
 from service.settings import Settings
-from tests.helpers.artifacts import build_tiny_artifact
-from tests.helpers.images import encode, fundus_like
-from tests.helpers.live_server import live_server, wait_until_ready
+from support.artifacts import build_tiny_artifact
+from support.images import encode, fundus_like
+from support.live_server import live_server, wait_until_ready
 
 SERVER_PIDS: dict[str, int] = {}  # base URL -> pid of the server subprocess (for its GPU memory)
 

@@ -3,7 +3,7 @@
 Starts ``python -m service serve`` (tiny model by default, ``--model full`` for the embedded default
 artifact) with the service's default limits unless overridden, warms it with one normal image
 (baseline RSS), resets the process's peak-RSS counter (``/proc/<pid>/clear_refs``), then replays, with
-``--concurrency`` client threads, ``--rounds`` times: every crafted bomb of tests/helpers/hostile.py,
+``--concurrency`` client threads, ``--rounds`` times: every crafted bomb of support/hostile.py,
 budget-sized zip bombs (a black PNG of exactly RADSCREEN_MAX_PIXELS, alone and a full batch of them),
 too many parts, mid-body and mid-processing disconnects, a stalled and a trickled upload. Prints the
 baseline, the peak (``VmHWM``, and the highest 10 ms sample of ``VmRSS``), the statuses seen, and the
@@ -33,9 +33,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from service.settings import Settings
-from tests.helpers.artifacts import build_tiny_artifact
-from tests.helpers.hostile import hostile_bodies, png_black, small_png
-from tests.helpers.hostile_service import (
+from support.artifacts import build_tiny_artifact
+from support.hostile import hostile_bodies, png_black, small_png
+from support.hostile_service import (
     Service,
     disconnect_mid_body,
     disconnect_while_processing,

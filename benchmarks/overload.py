@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.helpers.artifacts import build_tiny_artifact
-from tests.helpers.hostile_service import hostile_service, post
-from tests.helpers.images import encode, fundus_like
-from tests.helpers.overload import drive, summary
+from support.artifacts import build_tiny_artifact
+from support.hostile_service import hostile_service, post
+from support.images import encode, fundus_like
+from support.overload import drive, summary
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -34,7 +34,7 @@ from models.cuda import cuda_native_bf16
 from models.decision import is_uncertain
 from models.onnx_backend import ProviderFallbackError
 from service.inference.scoring import ImageScore, PreparedImage, Scorer, prepare_image
-from tests.helpers.images import synthetic_jpegs
+from support.images import synthetic_jpegs
 
 
 def score_all(scorer: Scorer, prepared: list[PreparedImage], batch: int) -> tuple[list[ImageScore], float]:

@@ -27,10 +27,9 @@ from PIL import Image, ImageDraw
 from models.preprocessing import DECODE_SIDE
 from service.inference.imaging import decode_rgb
 from service.inference.quality import QualityMeasures, judge, measure
+from support.shared_data import ODIR
 
 CATEGORIES = ("normal_fundus", "dr_keyword", "other_non_dr")
-SHARED_DATA = Path(os.environ.get("RADSCREEN_SHARED_DATA",
-                                  Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
 
 
 def _measure(path: str) -> dict[str, float | str]:
@@ -117,7 +116,7 @@ def contact_sheet(rows: list[dict[str, str]], labels: Path, out: Path, *, limit:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--labels", type=Path, default=SHARED_DATA / "odir-5k" / "labels.csv")
+    parser.add_argument("--labels", type=Path, default=ODIR / "labels.csv")
     parser.add_argument("--out", type=Path, default=Path("runs/quality-odir"), help="folder of measures.csv")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--sheet", type=Path, default=None, help="write a contact sheet of rejected eyes here")

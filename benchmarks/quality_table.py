@@ -8,9 +8,9 @@ Prints two markdown tables for docs/results-quality-gate.md:
    on the degraded set it must catch, next to its threshold: the evidence the thresholds were set on.
 
 Real photographs: ``../shared/data/idrid-lesion-54`` (54 IDRiD images, CC BY 4.0), at 1024 px and
-resized to 565, 2048 and 4288 px wide, and their degradations (tests/helpers/degradations.py).
+resized to 565, 2048 and 4288 px wide, and their degradations (support/degradations.py).
 Synthetic: ``training.synthetic.render_fundus`` renders (gradable and each ungradable kind) and the
-generated non-fundus images (tests/helpers/nonfundus.py).
+generated non-fundus images (support/nonfundus.py).
 
 Example::
 
@@ -28,9 +28,9 @@ from PIL import Image
 
 from service.inference import quality
 from service.inference.quality import QualityMeasures, judge, measure
-from tests.helpers.degradations import DEGRADATIONS
-from tests.helpers.nonfundus import NON_FUNDUS
-from tests.helpers.shared_data import IDRID  # $RADSCREEN_SHARED_DATA/idrid-lesion-54
+from support.degradations import DEGRADATIONS
+from support.nonfundus import NON_FUNDUS
+from support.shared_data import IDRID  # $RADSCREEN_SHARED_DATA/idrid-lesion-54
 from training.synthetic.camera import UNGRADABLE_KINDS
 from training.synthetic.render import render_fundus
 

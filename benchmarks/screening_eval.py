@@ -27,7 +27,6 @@ import argparse
 import csv
 import json
 import os
-import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -35,11 +34,13 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.quality_real import to_measures  # the sibling benchmark that measures the gate
 from models.artifact import Artifact, load_artifact
 from models.decision import Eye, ScreeningOutcome, exam_decision, screening_outcome
 from models.preprocessing import DECODE_SIDE
 from service.inference.imaging import decode_rgb
 from service.inference.quality import assess_quality, judge
+from support.shared_data import IDRID
 from training.config import TrainConfig
 from training.data.dataset import ManifestDataset
 from training.data.manifest import ManifestRow, read_odir, read_synthetic
@@ -50,9 +51,6 @@ from training.evaluation.ensemble import load_draws
 from training.evaluation.screening import EyeRecord, screening_summary
 from training.evaluation.uncertainty import mc_uncertainty
 from training.predict import mc_probabilities
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark that measures the gate
-from quality_real import SHARED_DATA, to_measures
 
 
 def exam_outcome(eyes: dict[str, list[str]]) -> str:
@@ -192,7 +190,7 @@ def main() -> None:
             labelled = True
         elif name == "idrid":
             rows = [ManifestRow(path=p, grade=2, patient_id=p.stem, eye=None, row_no=0, category="idrid")
-                    for p in list_photos(SHARED_DATA / "idrid-lesion-54")]
+                    for p in list_photos(IDRID)]
             probs, labelled = score(artifact, rows, cache), False
         else:
             if args.synthetic is None:

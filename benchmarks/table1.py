@@ -41,7 +41,7 @@ from safetensors.torch import load_file
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers.shared_data import IDRID as SHARED_IDRID  # noqa: E402
+from support.shared_data import IDRID as SHARED_IDRID  # noqa: E402
 from training.cli import main as train_main  # noqa: E402
 from training.config import TrainConfig  # noqa: E402
 from training.data.photos import PhotoDataset, list_photos  # noqa: E402

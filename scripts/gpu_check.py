@@ -56,7 +56,7 @@ def environment() -> tuple[str, bool]:
     import torch
 
     from models.cuda import cuda_native_bf16
-    from tests.helpers.cuda_line import installed_onnxruntime_cuda_line
+    from support.cuda_line import installed_onnxruntime_cuda_line
 
     lines = [f"- date (UTC): {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M}",
              f"- machine: {platform.node()}, {platform.processor() or platform.machine()}, "

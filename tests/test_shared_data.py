@@ -1,4 +1,4 @@
-"""$RADSCREEN_SHARED_DATA points the real-photograph tests at the shared data folder (tests/helpers/shared_data.py)."""
+"""$RADSCREEN_SHARED_DATA points the real-photograph tests at the shared data folder (support/shared_data.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.shared_data import REPO_ROOT, shared_data_dir
+from support.shared_data import REPO_ROOT, shared_data_dir
 
-SHOW = "from tests.helpers.images import IDRID; from tests.helpers.shared_data import missing_reason; " \
+SHOW = "from support.images import IDRID; from support.shared_data import missing_reason; " \
        "print(IDRID); print(missing_reason(IDRID))"
 
 

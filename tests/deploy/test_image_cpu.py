@@ -27,9 +27,9 @@ from typing import Any
 import httpx
 import pytest
 
+from support.images import IDRID, fundus_png, synthetic_jpegs
+from support.processes import free_port, running_process, wait_until_ready
 from tests.helpers.deploy import ROOT
-from tests.helpers.images import IDRID, fundus_png, synthetic_jpegs
-from tests.helpers.processes import free_port, running_process, wait_until_ready
 
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(3000)]
 

@@ -15,10 +15,10 @@ import httpx
 import pytest
 import yaml
 
-from tests.helpers.artifacts import build_e2e_artifact
+from support.artifacts import build_e2e_artifact
+from support.images import blank_png, fundus_png
+from support.processes import free_port, running_process, wait_until_ready
 from tests.helpers.deploy import DEPLOY, prometheus_tool
-from tests.helpers.images import blank_png, fundus_png
-from tests.helpers.processes import free_port, running_process, wait_until_ready
 from tests.helpers.service_process import running_service
 
 SCRAPE_INTERVAL_S = 1

@@ -1,5 +1,6 @@
-"""The one shared place for test scaffolding (plain functions, no fixtures), used by tests and benchmarks.
+"""Test-only scaffolding (plain functions, no fixtures): what the benchmarks never need.
 
-conftest.py files hold fixtures only; test modules and benchmarks/*.py import helpers from here, never
-from a conftest.py or another test module. Not shipped: the wheel packages models, training and service.
+conftest.py files hold fixtures only; test modules import helpers from here or from ``support`` (what the
+tests share with the benchmarks), never from a conftest.py or another test module. Not shipped: the wheel
+packages models, training and service.
 """

@@ -15,11 +15,13 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from support.shared_data import ODIR
+
 EXPLICIT_VR_LE = "1.2.840.10008.1.2.1"
 JPEG_BASELINE = "1.2.840.10008.1.2.4.50"
 OP_8BIT = "1.2.840.10008.5.1.4.1.1.77.1.5.1"
 CT_IMAGE = "1.2.840.10008.5.1.4.1.1.2"
-ODIR_IMAGES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "odir-5k" / "images"
+ODIR_IMAGES = ODIR / "images"
 
 
 def op_dicom(

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from tests.helpers.artifacts import build_e2e_artifact, build_tiny_artifact
-from tests.helpers.images import blank_png, fundus_png
+from support.artifacts import build_e2e_artifact, build_tiny_artifact
+from support.images import blank_png, fundus_png
 
 OUTCOMES = ("refer_referable_dr", "grader_review_uncertain", "retake_ungradable", "no_referable_dr")
 CANDIDATE_SEEDS = range(6)

@@ -3,7 +3,7 @@
 Used by the Prometheus scrape and container-image tests (tests/deploy) and by the dashboard and FHIR
 endpoint tests (tests/service). The server is a separate process started with the app factory, exactly as
 ``uvicorn --factory service.app:create_app`` runs it in production, configured through ``RADSCREEN_*``
-environment variables; it is always stopped when the context exits. (``tests.helpers.live_server`` runs
+environment variables; it is always stopped when the context exits. (``support.live_server`` runs
 uvicorn in a thread of the test process instead, for tests that need the app object or many quick starts.)
 """
 
@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.helpers.processes import ROOT, free_port, running_process, wait_until_ready
+from support.processes import ROOT, free_port, running_process, wait_until_ready
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ from models.artifact import (
 from models.artifact import storage as artifact_storage
 from models.sampling import seeded
 from models.vgg import VGGConfig, VGGStar, build_vgg16_star, mc_logits
-from tests.helpers.artifacts import edit_config, resign
+from support.artifacts import edit_config, resign
 
 ARCH = VGGConfig(width=4, input_size=64, layer="radial", rho_init=-4.0)
 CARD = "# Tiny test model\n\nIntended use: tests only. Trained on nothing.\n"

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from service.inference.scoring import ImageScore, PreparedImage, Scorer, prepare_image
+from support.images import synthetic_jpegs
 from tests.helpers.gpu import GPU
-from tests.helpers.images import synthetic_jpegs
 
 pytestmark = GPU
 

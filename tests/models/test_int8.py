@@ -12,7 +12,7 @@ from models.artifact import load_artifact
 from models.draws import DrawnNetwork, materialise_draws
 from models.int8 import Int8DrawnSession, Int8RangesError, calibrate_ranges, check_ranges
 from models.onnx_backend import OnnxDrawnSession
-from tests.helpers.artifacts import build_tiny_artifact
+from support.artifacts import build_tiny_artifact
 
 
 def drawn(tmp: Path, k: int) -> DrawnNetwork:

@@ -19,8 +19,8 @@ from models.fov import fit_fov_circle
 from models.preprocessing import FOV_LOCAL_MEAN, LEGACY, crop_to_fov, disc_mask, preprocess_fundus
 from service.inference.imaging import ImagePipeline, fov_square, resize_square
 from service.inference.scoring import prepare_image
-from tests.helpers.images import IDRID
-from tests.helpers.shared_data import missing_reason
+from support.images import IDRID
+from support.shared_data import missing_reason
 from training.data.dataset import load_image
 
 SIZE = 256

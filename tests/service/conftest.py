@@ -2,7 +2,7 @@
 tests (test_dashboard.py, test_exam_page.py) a served calibrated artifact and a browser.
 
 The artifact is a real ``models.artifact`` directory (tiny radial VGG-16*: width 4, 64 px input), built by
-``tests.helpers.artifacts`` with its defaults once per test session, so the tests never depend on the
+``support.artifacts`` with its defaults once per test session, so the tests never depend on the
 embedded full-size model.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.artifacts import build_tiny_artifact
+from support.artifacts import build_tiny_artifact
 from tests.helpers.browser import launch
 from tests.helpers.outcomes import build_outcome_artifact
 from tests.helpers.service_process import running_service

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.inference.scoring import ImageScore, PreparedImage, Scorer
 from service.inference.spec import ScorerSpec
-from tests.helpers.images import encode, fundus_like
-from tests.helpers.live_server import live_server, settings_for, wait_until_ready
+from service.schemas import ModelIdentity, PredictionResponse, Timing
+from support.images import encode, fundus_like
+from support.live_server import live_server, settings_for, wait_until_ready
 
 VOLATILE = ("request_id", "timing_ms")
 
@@ -46,27 +48,13 @@ def test_predict_multipart_and_raw_give_the_design_body(server: str) -> None:
     )
     assert r.status_code == 200, r.text
     body = r.json()
-    assert set(body) == {
-        "request_id",
-        "study_id",
-        "model",
-        "diagnosis",
-        "uncertainty",
-        "quality",
-        "refer_to_expert",
-        "referral_reasons",
-        "outcome",
-        "outcome_reason",
-        "timing_ms",
-        "disclaimer",
-    }
+    assert set(body) == set(PredictionResponse.model_fields)  # the documented schema (OpenAPI), every field
     assert body["study_id"] == "study-0042" and body["request_id"] == r.headers["x-request-id"]
-    assert set(body["model"]) == {"name", "version", "sha256", "mc_samples", "head_draws", "training_data",
-                                  "intended_use"}
+    assert list(body["model"]) == list(ModelIdentity.model_fields)  # in the documented order
     assert body["model"]["name"] == "tiny-radial-test" and body["model"]["mc_samples"] == 16
     assert 0 <= body["diagnosis"]["referable_dr_probability"] <= 1
     assert body["uncertainty"]["unit"] == "nat" and body["uncertainty"]["mutual_information"] >= 0
-    assert set(body["timing_ms"]) == {"decode", "queue", "inference"}
+    assert set(body["timing_ms"]) == set(Timing.model_fields)
     assert body["quality"]["gradable"] is True
     assert body["refer_to_expert"] == bool(body["referral_reasons"])
     raw = httpx.post(f"{server}/predict?study_id=abc", content=png, headers={"Content-Type": "image/png"})
@@ -288,10 +276,12 @@ def test_overload_answers_503_with_retry_after(tiny_artifact: Path) -> None:
             async with httpx.AsyncClient(base_url=base, timeout=60) as client:
                 post = lambda: client.post("/v1/predict", content=png, headers={"Content-Type": "image/png"})  # noqa: E731
                 first = asyncio.ensure_future(post())
-                while not holder["s"].entered.is_set():  # first image is in the forward
-                    await asyncio.sleep(0.01)
+                entered = await asyncio.to_thread(holder["s"].entered.wait, 60)
+                assert entered, "the first image never reached the forward"
                 second = asyncio.ensure_future(post())
+                deadline = time.monotonic() + 60
                 while metric_samples(base)[("radscreen_queue_depth", ())] < 1:  # second waits in the queue
+                    assert time.monotonic() < deadline, "the second image never reached the queue"
                     await asyncio.sleep(0.01)
                 third = await post()
                 holder["s"].gate.set()

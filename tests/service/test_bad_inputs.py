@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.helpers.hostile import png_claiming
-from tests.helpers.images import encode, fundus_like
-from tests.helpers.live_server import live_server, settings_for
+from support.hostile import png_claiming
+from support.images import encode, fundus_like
+from support.live_server import live_server, settings_for
 
 PROBLEM = "application/problem+json"
 LIMIT = 256 * 1024

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.live_server import live_server, settings_for
-from tests.helpers.processes import ROOT
+from support.live_server import live_server, settings_for
+from support.processes import ROOT
 
 DOC_HOST = "http://127.0.0.1:8000"
 API_KEY = "s3cret"

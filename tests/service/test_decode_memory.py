@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DECODE_BYTES_PER_PIXEL = 24  # the figure in docs/service.md and benchmarks/memory_bound.py
 
 
+# slow: six fresh processes (each imports torch) decode 2000 x 2000 images, ~15 s of CPU; a smaller side does
+# not test the bound (the fixed working buffers dominate: ~39 B/px at 1000 px). Runs in `make test-all`.
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc VmHWM reset")
 def test_decode_peak_per_pixel_within_the_documented_bound() -> None:
     out = subprocess.run([sys.executable, "benchmarks/decode_peak.py", "--side", "2000"],

@@ -20,8 +20,8 @@ from service.errors import IMAGE_PROBLEM_STATUS
 from service.inference.dicom import decode_dicom_rgb, decode_photograph, is_dicom, read_dicom_tags
 from service.inference.imaging import ImageRejected, decode_rgb
 from service.inference.scoring import prepare_image
+from support.images import encode, fundus_like
 from tests.helpers.dicom_files import CT_IMAGE, EXPLICIT_VR_LE, JPEG_BASELINE, odir_pair, op_dicom, rgb_of
-from tests.helpers.images import encode, fundus_like
 
 LIMITS: dict[str, Any] = {"max_pixels": 40_000_000, "max_bytes": 20 * 1024 * 1024}
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from service.settings import Settings
-from tests.helpers.live_server import live_server
+from support.live_server import live_server
 
 # Any absolute or protocol-relative URL in the page, wherever it appears (attributes, inline JS, CSS).
 EXTERNAL_URL = re.compile(r"(?:https?:)?//[A-Za-z0-9.-]+\.[A-Za-z]{2,}", re.IGNORECASE)

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from support.images import encode
 from tests.helpers.dicom_files import CT_IMAGE, JPEG_BASELINE, odir_pair, op_dicom, rgb_of
-from tests.helpers.images import encode
 from tests.helpers.outcomes import build_outcome_artifact
 from tests.helpers.service_process import running_service
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers.images import blank_png, fundus_png
+from support.images import blank_png, fundus_png
 from tests.helpers.outcomes import OUTCOMES, build_outcome_artifact
 from tests.helpers.service_process import running_service
 

@@ -17,7 +17,7 @@ from models.draws import materialise_draws
 from models.int8 import calibrate_ranges
 from models.uncertainty import binary_uncertainty_from_logits
 from service.inference.backends import GuardedBackend, OnnxBackend
-from tests.helpers.artifacts import build_tiny_artifact
+from support.artifacts import build_tiny_artifact
 
 Pair = tuple[OnnxBackend, OnnxBackend, np.ndarray]  # int8, fp32, images [B, C, H, W]
 

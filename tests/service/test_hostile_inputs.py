@@ -25,10 +25,9 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.helpers.artifacts import edit_config
-from tests.helpers.hostile import hostile_bodies, png_black, png_claiming
-from tests.helpers.hostile_decode import jpeg_many_scans, tiff_tile_bomb, truncated_jpeg
-from tests.helpers.hostile_service import (
+from support.artifacts import edit_config
+from support.hostile import hostile_bodies, png_black, png_claiming
+from support.hostile_service import (
     Service,
     disconnect_mid_body,
     disconnect_while_processing,
@@ -41,9 +40,10 @@ from tests.helpers.hostile_service import (
     trickled_headers,
     trickled_upload,
 )
-from tests.helpers.images import encode, fundus_like
-from tests.helpers.overload import drive, summary
-from tests.helpers.processes import ROOT, free_port
+from support.images import encode, fundus_like
+from support.overload import drive, summary
+from support.processes import ROOT, free_port
+from tests.helpers.hostile_decode import jpeg_many_scans, tiff_tile_bomb, truncated_jpeg
 
 PROBLEM = "application/problem+json"
 MAX_PIXELS = 4_000_000

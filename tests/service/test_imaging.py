@@ -11,7 +11,7 @@ from PIL import Image
 
 from service.errors import IMAGE_PROBLEM_STATUS
 from service.inference.imaging import ImageRejected, decode_rgb, fov_square, open_image
-from tests.helpers.hostile import png_claiming
+from support.hostile import png_claiming
 
 LIMITS: dict[str, Any] = {"max_pixels": 10_000_000, "max_bytes": 5_000_000}
 

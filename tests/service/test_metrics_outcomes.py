@@ -1,14 +1,16 @@
 """Metrics of the screening outcome: a counter per outcome, and MI histogram buckets on the scale of the
-artifact's calibrated threshold (the embedded model's is ~1e-4 nat, far below any fixed 1e-2 bucket)."""
+artifact's calibrated threshold (the embedded model's is ~1e-3 nat, below the resolution of fixed decade
+buckets)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from models.artifact import Calibration
+from models.artifact import CALIBRATION_FILE, DEFAULT_ARTIFACT_DIR, Calibration
 from service.inference.scoring import ImageScore, QualityReport, ScorerIdentity, ScreeningOutcome
 from service.metrics import ServiceMetrics, mi_buckets
 
@@ -38,14 +40,25 @@ def samples(metrics: ServiceMetrics, name: str) -> dict[tuple[tuple[str, str], .
     return out
 
 
-def test_mi_buckets_resolve_the_embedded_models_scale() -> None:
-    threshold = 1.0087068889053086e-06
+def shipped_calibration() -> Calibration:
+    """The embedded default model's calibration (calibration.json alone; the weights are not read)."""
+    return Calibration.from_dict(json.loads((DEFAULT_ARTIFACT_DIR / CALIBRATION_FILE).read_text(encoding="utf-8")))
+
+
+def test_mi_buckets_cover_the_shipped_models_mi_and_resolve_its_threshold() -> None:
+    calibration = shipped_calibration()
+    threshold = calibration.referral_threshold_mi
+    quantile = {float(q): v for q, v in calibration.validation["mi_quantiles"].items()}  # validation MI, nats
     bounds = mi_buckets(threshold)
-    assert bounds[0] == pytest.approx(threshold * 0.01, rel=1e-5)
-    assert float(f"{threshold:.6g}") in bounds  # the referral boundary is a bucket edge
-    assert bounds[-1] == math.log(2) and list(bounds) == sorted(bounds)
-    assert sum(b < 1e-5 for b in bounds) >= 8  # most buckets where this model's MI actually lives
-    assert mi_buckets(0.3) == (0.003, 0.009, 0.03, 0.075, 0.15, 0.225, 0.3, 0.45, 0.6, math.log(2))
+    assert list(bounds) == sorted(set(bounds)) and bounds[-1] == math.log(2)  # up to the largest binary MI
+    # the referral boundary is a bucket edge: the count at it is the images not referred for uncertainty
+    assert any(b == pytest.approx(threshold, rel=1e-5) for b in bounds)
+    # the validation spread (5-95 %) lies inside the finite buckets and is split over several of them
+    assert bounds[0] < quantile[0.05] and quantile[0.95] < bounds[-2]
+    assert sum(quantile[0.05] <= b <= quantile[0.95] for b in bounds) >= 5
+    # resolution around the threshold: an edge between it and each neighbouring quartile
+    assert any(quantile[0.25] <= b < threshold for b in bounds)
+    assert any(threshold < b <= quantile[0.75] for b in bounds)
 
 
 def test_outcome_counter_and_threshold_histogram() -> None:
@@ -54,14 +67,17 @@ def test_outcome_counter_and_threshold_histogram() -> None:
         (("outcome", o.value),): 0.0 for o in ScreeningOutcome}  # zeros before the first image
     assert samples(metrics, "radscreen_mutual_information_count") == {}  # no model yet, no buckets yet
     metrics.set_model(identity("m", "a" * 64), referral_threshold_mi=1e-6)
-    for outcome, mi in [(ScreeningOutcome.NO_REFERABLE_DR, 4e-7), (ScreeningOutcome.REFER_REFERABLE_DR, 9e-7),
-                        (ScreeningOutcome.GRADER_REVIEW_UNCERTAIN, 3e-6), (ScreeningOutcome.NO_REFERABLE_DR, 1e-8)]:
+    observed = [(ScreeningOutcome.NO_REFERABLE_DR, 4e-7), (ScreeningOutcome.REFER_REFERABLE_DR, 9e-7),
+                (ScreeningOutcome.GRADER_REVIEW_UNCERTAIN, 3e-6), (ScreeningOutcome.NO_REFERABLE_DR, 1e-8)]
+    for outcome, mi in observed:
         metrics.observe_score(score(outcome, mi))
     counts = samples(metrics, "radscreen_outcomes_total")
     assert counts[(("outcome", "no_referable_dr"),)] == 2 and counts[(("outcome", "refer_referable_dr"),)] == 1
     assert counts[(("outcome", "grader_review_uncertain"),)] == 1 and counts[(("outcome", "retake_ungradable"),)] == 0
-    buckets = {dict(k)["le"]: v for k, v in samples(metrics, "radscreen_mutual_information_bucket").items()}
-    assert buckets["1e-06"] == 3 and buckets["5e-07"] == 2 and buckets["1e-08"] == 1 and buckets["+Inf"] == 4
+    buckets = {float(dict(k)["le"]): v for k, v in samples(metrics, "radscreen_mutual_information_bucket").items()}
+    assert set(buckets) == {*mi_buckets(1e-6), math.inf}
+    assert buckets[1e-6] == 3  # the threshold's edge: the three at or below it
+    assert all(count == sum(mi <= le for _, mi in observed) for le, count in buckets.items())  # cumulative counts
     # loading another model rebuilds the histogram on its threshold (no duplicate registration)
     metrics.set_model(identity("m2", "b" * 64), referral_threshold_mi=0.01)
     les = {dict(k)["le"] for k in samples(metrics, "radscreen_mutual_information_bucket")}

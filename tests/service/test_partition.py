@@ -13,7 +13,7 @@ import pytest
 
 from service.inference.partition import Accepted, accepted, merge_in_order, score_accepted
 from service.inference.scoring import ImageRejected, PreparedImage, Scorer, prepare_image
-from tests.helpers.images import encode, fundus_like
+from support.images import encode, fundus_like
 
 
 @dataclass(frozen=True)

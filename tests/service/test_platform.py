@@ -19,9 +19,9 @@ from models.cpu import CpuCapability, detect_cpu, parse_cpuinfo
 from service.inference.platform import choose_precision, choose_strategy
 from service.inference.scoring import Scorer
 from service.settings import Settings
-from tests.helpers.artifacts import build_tiny_artifact
-from tests.helpers.images import encode, fundus_like
-from tests.helpers.live_server import live_server
+from support.artifacts import build_tiny_artifact
+from support.images import encode, fundus_like
+from support.live_server import live_server
 
 AMD_AVX2 = """processor\t: 0
 vendor_id\t: AuthenticAMD

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers.live_server import live_server, settings_for
+from support.live_server import live_server, settings_for
 
 schemathesis = pytest.importorskip("schemathesis")
 

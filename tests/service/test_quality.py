@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from service.inference.quality import assess_quality
-from tests.helpers.nonfundus import NON_FUNDUS
+from support.nonfundus import NON_FUNDUS
 
 synthetic = pytest.importorskip("training.synthetic.render")
 camera = pytest.importorskip("training.synthetic.camera")

@@ -20,8 +20,8 @@ from models.fov import fit_fov_circle
 from models.preprocessing import DECODE_SIDE, crop_to_fov
 from service.inference.imaging import decode_rgb
 from service.inference.quality import assess_quality
-from tests.helpers.degradations import DEGRADATIONS
-from tests.helpers.shared_data import ODIR, missing_reason
+from support.degradations import DEGRADATIONS
+from support.shared_data import ODIR, missing_reason
 
 needs_odir = pytest.mark.skipif(not (ODIR / "labels.csv").is_file(), reason=missing_reason(ODIR))
 

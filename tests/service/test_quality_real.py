@@ -16,9 +16,9 @@ from PIL import Image, ImageDraw
 from models.fov import fit_fov_circle
 from service.inference.imaging import fov_square
 from service.inference.quality import assess_quality
-from tests.helpers.degradations import DEGRADATIONS
-from tests.helpers.images import IDRID
-from tests.helpers.shared_data import missing_reason
+from support.degradations import DEGRADATIONS
+from support.images import IDRID
+from support.shared_data import missing_reason
 
 pytestmark = pytest.mark.skipif(not IDRID.is_dir(), reason=missing_reason(IDRID))
 

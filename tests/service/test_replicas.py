@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from tests.helpers.images import blank_png, fundus_png
+from support.images import blank_png, fundus_png
 from tests.helpers.service_process import running_service
 
 PHOTOS = [fundus_png(seed, size=160) for seed in range(4)] + [blank_png()]

@@ -27,7 +27,8 @@ from service.inference.scoring import (
     screening_outcome,
 )
 from service.payload import score_payload
-from tests.helpers.images import encode, fundus_like
+from service.schemas import ImageResult, ModelIdentity
+from support.images import encode, fundus_like
 
 FP32_TOL = 1e-4  # probability and MI, torch vs onnxruntime vs the reference K-pass loop
 BF16_TOL_P, BF16_TOL_MI = 0.02, 0.005  # bf16 autocast vs fp32 on this model (measured: see docs)
@@ -63,7 +64,7 @@ def test_head_draws_artifact_serves_its_k_times_m_posterior_samples(tmp_path: Pa
     """An artifact with head draws: both backends score the K·M samples of materialise_draws, and say so."""
     from models.draws import materialise_draws
     from models.uncertainty import binary_uncertainty_from_logits
-    from tests.helpers.artifacts import build_tiny_artifact
+    from support.artifacts import build_tiny_artifact
 
     path = build_tiny_artifact(tmp_path / "heads", head_draws=8)
     art = load_artifact(path)
@@ -150,23 +151,13 @@ def test_payload_fields(scorer: Scorer, images: list) -> None:
     assert 0.0 <= poor.mutual_information <= poor.predictive_entropy <= np.log(2) + 1e-12
     assert poor.predictive_entropy == pytest.approx(poor.expected_entropy + poor.mutual_information)
     body = score_payload(poor, scorer)
-    assert set(body) == {
-        "model",
-        "diagnosis",
-        "uncertainty",
-        "quality",
-        "refer_to_expert",
-        "referral_reasons",
-        "outcome",
-        "outcome_reason",
-        "disclaimer",
-    }
+    # the image's part of the documented response; the API adds the per-request fields
+    assert set(body) == set(ImageResult.model_fields) - {"study_id", "timing_ms"}
     assert body["outcome"] == "retake_ungradable"
     assert body["outcome_reason"] == "Retake the photograph: the image cannot be graded"
     assert body["model"]["sha256"] == scorer.model_identity.sha256 and body["model"]["mc_samples"] == 16
     # the typed identity serialises to the documented JSON object, keys in the documented order
-    assert list(body["model"]) == ["name", "version", "sha256", "mc_samples", "head_draws", "training_data",
-                                   "intended_use"]
+    assert list(body["model"]) == list(ModelIdentity.model_fields)
     assert body["uncertainty"]["unit"] == "nat"
     assert body["quality"] == {"gradable": False, "score": 0.2, "issues": ["blurred"]}
     assert "not a diagnosis" in body["disclaimer"] and "synthetic" in body["disclaimer"]

@@ -7,9 +7,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.images import synthetic_jpegs
+from support.live_server import live_server, settings_for
 from tests.helpers.gpu import GPU
-from tests.helpers.images import synthetic_jpegs
-from tests.helpers.live_server import live_server, settings_for
 
 pytestmark = GPU
 

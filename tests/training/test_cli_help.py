@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers.artifacts import build_tiny_artifact
+from support.artifacts import build_tiny_artifact
 from training.cli import build_parser
 from training.cli import main as train_main
 

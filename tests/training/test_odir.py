@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from models.preprocessing import FOV_LOCAL_MEAN
-from tests.helpers.shared_data import ODIR, missing_reason
+from support.shared_data import ODIR, missing_reason
 from training.data import ManifestDataset, ManifestError, load_image, read_odir, split_by_patient
 from training.data.cache import preprocessed_array
 

@@ -11,8 +11,8 @@ from PIL import Image
 from models.preprocessing import FOV_LOCAL_MEAN, LEGACY
 from service.inference.imaging import ImagePipeline
 from service.inference.scoring import prepare_image
-from tests.helpers.images import IDRID
-from tests.helpers.shared_data import missing_reason
+from support.images import IDRID
+from support.shared_data import missing_reason
 from training.data.dataset import ManifestDataset
 from training.data.manifest import ManifestRow
 from training.data.photos import PhotoDataset, list_photos, serving_square

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.helpers.artifacts import build_tiny_artifact
+from support.artifacts import build_tiny_artifact
 
 if TYPE_CHECKING:
     from service.inference.scoring import Scorer

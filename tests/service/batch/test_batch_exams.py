@@ -23,8 +23,8 @@ from service.batch.inputs import InputError
 from service.batch.job import BatchJobConfig, run_job
 from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
+from support.images import fundus_like
 from tests.helpers.dicom_files import op_dicom
-from tests.helpers.images import fundus_like
 
 
 def _write(path: Path, seed: int) -> None:

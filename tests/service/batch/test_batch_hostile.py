@@ -17,8 +17,8 @@ from pathlib import Path
 
 from service.batch.output import read_output, write_output
 from service.batch.rows import COLUMNS
-from tests.helpers.images import encode, fundus_like
-from tests.helpers.processes import ROOT
+from support.images import encode, fundus_like
+from support.processes import ROOT
 
 SPARSE_BYTES = 1 << 30  # 1 GiB of holes: nothing on disk, 1 GiB of memory if read whole
 FORMULA_IDS = ('=HYPERLINK("evil.example")&"x".png', "+1.png", "-2.png", "@3.png", "'quoted.png")

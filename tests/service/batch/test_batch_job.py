@@ -165,7 +165,7 @@ def test_an_ungradable_jpeg_is_labelled_not_graded_in_the_csv(batch_artifact: Pa
 
     import numpy as np
 
-    from tests.helpers.images import encode
+    from support.images import encode
 
     folder = tmp_path / "in"
     folder.mkdir()

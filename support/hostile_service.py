@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from tests.helpers.processes import ROOT, free_port, running_process, wait_until_ready
+from support.processes import ROOT, free_port, running_process, wait_until_ready
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import io
 import numpy as np
 from PIL import Image
 
-from tests.helpers.shared_data import IDRID as IDRID  # the 54 real IDRiD photographs ($RADSCREEN_SHARED_DATA)
+from support.shared_data import IDRID as IDRID  # the 54 real IDRiD photographs ($RADSCREEN_SHARED_DATA)
 
 
 def fundus_like(seed: int, size: int = 96) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Servers started as subprocesses in tests: a free port, start with a log file, wait for readiness, always stop.
 
 Used by the end-to-end service (tests.helpers.service_process), the hostile-input service
-(tests.helpers.hostile_service) and the Prometheus scrape test.
+(support.hostile_service) and the Prometheus scrape test.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository: the working directory of the servers
+ROOT = Path(__file__).resolve().parents[1]  # the repository: the working directory of the servers
 LOG_TAIL_CHARS = 3000
 
 
