@@ -7,9 +7,12 @@ apps in one process (tests, benchmarks) never clash over metric names.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from models.decision import DiagnosisLabel, ScreeningOutcome
 from service.inference.scoring import ImageScore, ScorerIdentity
@@ -24,6 +27,22 @@ PROBABILITY_BUCKETS = tuple(round(0.1 * i, 1) for i in range(1, 11))
 # that threshold (1.0e-3 nat for the embedded model 1.0.0, 8.1e-4 for 0.3.0, 1e-6 for 0.1.0), so fixed bounds
 # would hide drift.
 MI_BUCKET_FACTORS = (0.01, 0.03, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 10.0, 100.0, 1000.0)
+
+
+class _GuardCollector(Collector):
+    """Reads a guarded backend's re-scored count at scrape time (the backend counts; nothing is copied)."""
+
+    def __init__(self, backend: object) -> None:
+        self.backend = backend
+        self.start = int(getattr(backend, "rescored", 0))
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(
+            "radscreen_precision_rescored",
+            "Images re-scored in fp32 because their reduced-precision answer lay inside the guard band around "
+            "a threshold (0 without a guard band); divide by radscreen_outcomes_total for the share.",
+            value=int(getattr(self.backend, "rescored", 0)) - self.start,
+        )
 
 
 def mi_buckets(referral_threshold_mi: float) -> tuple[float, ...]:
@@ -95,6 +114,7 @@ class ServiceMetrics:
             "radscreen_model_info", "The loaded model (value 1).", ["name", "version", "sha256"], registry=r
         )
         self.ready = Gauge("radscreen_ready", "1 when the model is loaded and warm.", registry=r)
+        self._guard: _GuardCollector | None = None
         # pre-create the label sets we know so dashboards see zeros instead of gaps
         for label in DiagnosisLabel:
             self.predictions.labels(label=label.value)
@@ -162,6 +182,15 @@ class ServiceMetrics:
         self.model_info.labels(
             name=identity.name, version=identity.version, sha256=identity.sha256
         ).set(1)
+
+    def watch_guard(self, backend: object) -> None:
+        """Expose ``radscreen_precision_rescored_total``: images whose reduced-precision answer lay inside the
+        guard band and were re-scored in fp32 (``service.inference.backends.GuardedBackend``), counted from
+        now on (after the warm-up); 0 when the precision serves without a guard band."""
+        if self._guard is not None:
+            self.registry.unregister(self._guard)
+        self._guard = _GuardCollector(backend)
+        self.registry.register(self._guard)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""

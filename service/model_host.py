@@ -99,6 +99,7 @@ class ModelHost:
         self.admission = Admission(self.settings.max_queue_wait_s, self._seconds_per_image)
         self.batcher.start()
         self.metrics.set_model(scorer.model_identity, scorer.calibration.referral_threshold_mi)
+        self.metrics.watch_guard(scorer.backend)
         self.metrics.ready.set(1)
         self.state = "ready"
         rt = scorer.runtime

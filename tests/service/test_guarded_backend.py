@@ -76,3 +76,26 @@ def test_the_mi_band_and_the_extremes(pair: Pair) -> None:
                              referral_threshold_mi=1.0)
     np.testing.assert_array_equal(nothing.run(x), lf)
     assert nothing.rescored == 0
+
+
+def test_the_rescored_images_are_counted_for_prometheus_from_the_end_of_the_warm_up(pair: Pair) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from service.metrics import ServiceMetrics
+
+    fast, exact, x = pair
+
+    def rescored(metrics: ServiceMetrics) -> float:
+        families = {f.name: f for f in text_string_to_metric_families(metrics.render().decode())}
+        [sample] = [s for s in families["radscreen_precision_rescored"].samples if s.name.endswith("_total")]
+        return sample.value
+
+    guarded = GuardedBackend(fast, exact, GuardBand(1.0, 1.0, 1.0), decision_threshold=0.5, referral_threshold_mi=0.1)
+    guarded.run(x[:2])  # the warm-up: not counted
+    metrics = ServiceMetrics()
+    metrics.watch_guard(guarded)
+    assert rescored(metrics) == 0
+    guarded.run(x[:3])
+    assert rescored(metrics) == 3  # every image lies inside a band this wide
+    metrics.watch_guard(fast)  # a precision served without a guard band: the series stays, at 0
+    assert rescored(metrics) == 0
