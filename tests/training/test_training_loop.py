@@ -13,10 +13,11 @@ from models.artifact import load_artifact
 from models.draws import materialise_draws
 from training.cli import main as train_main
 from training.config import TrainConfig
+from training.data.prepare import prepare_data
 from training.elbo import elbo_loss
 from training.evaluation import evaluate_predictions
 from training.evaluation.ensemble import DRAWS_FILENAME, load_draws
-from training.loop import Trainer, prepare_data
+from training.loop import Trainer
 
 
 def test_elbo_is_mean_nll_plus_kl_over_n() -> None:
