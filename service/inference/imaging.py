@@ -62,6 +62,8 @@ MIN_SIDE = 16
 # leaves a wide margin for montages and odd crops while refusing strips whose padded square would be
 # mostly black (and, with the padded-square budget, any "aspect-ratio bomb" such as 100000x10).
 MAX_ASPECT_RATIO = 4.0
+DEFAULT_MAX_PIXELS = 40_000_000  # an ImagePipeline's limits when none are given (the service passes its settings)
+DEFAULT_MAX_BYTES = 20 * 1024 * 1024
 FRAME_COUNT_CAP = 64  # frames counted for the multi-frame message; walking them all is a CPU bomb
 # PNG text/iCCP chunks are decompressed at open: at most 1 MiB each (Pillow's MAX_TEXT_CHUNK), and we
 # lower Pillow's 64 MiB total for all text chunks of one image to this (the service reads none of them).
@@ -117,9 +119,16 @@ class ImagePipeline:
     size: int  # square input side in px
     mean: tuple[float, float, float]  # per-channel mean of [0, 1] RGB
     std: tuple[float, float, float]
-    max_pixels: int = 40_000_000
-    max_bytes: int = 20 * 1024 * 1024
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    max_bytes: int = DEFAULT_MAX_BYTES
     preprocessing: str = LEGACY_PREPROCESSING  # models.preprocessing contract named by the artifact
+
+    @classmethod
+    def of(cls, transform: ImageTransform, *, max_pixels: int = DEFAULT_MAX_PIXELS,
+           max_bytes: int = DEFAULT_MAX_BYTES) -> ImagePipeline:
+        """The pipeline of an artifact's transform (``artifact.image_transform()``) under these upload limits."""
+        return cls(size=transform.size, mean=transform.mean, std=transform.std, max_pixels=max_pixels,
+                   max_bytes=max_bytes, preprocessing=transform.preprocessing)
 
     @property
     def transform(self) -> ImageTransform:

@@ -94,8 +94,9 @@ def test_the_artifact_hands_out_the_transform_the_service_runs(tiny_data: Path) 
         cfg.input_size, cfg.preprocessing, cfg.mean, cfg.std)
     assert transform.preprocessing == FOV_LOCAL_MEAN != LEGACY
     path = next(iter(read_synthetic(tiny_data))).path
-    pipeline = ImagePipeline(size=cfg.input_size, mean=cfg.mean, std=cfg.std, preprocessing=cfg.preprocessing)
+    pipeline = ImagePipeline.of(transform)
     assert pipeline.transform == transform
+    assert pipeline == ImagePipeline(size=cfg.input_size, mean=cfg.mean, std=cfg.std, preprocessing=cfg.preprocessing)
     expected = prepare_image(path.read_bytes(), pipeline).pixels  # float32 [3, 256, 256]
     np.testing.assert_array_equal(transform(path), expected)
     np.testing.assert_array_equal(transform(path.read_bytes()), expected)
