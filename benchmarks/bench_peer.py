@@ -135,8 +135,7 @@ def ours_runners(paths: list[str], model_dir: Path | None, threads: int,
 
 def real_image(size_from: Path | None) -> np.ndarray:
     """One IDRiD photograph through the served preprocessing: float32 [1, 3, S, S]."""
-    cfg = load_artifact(size_from).config
-    pipe = ImagePipeline(size=cfg.input_size, mean=cfg.mean, std=cfg.std)
+    pipe = ImagePipeline.of(load_artifact(size_from).image_transform())  # the artifact's own contract
     path = DATA / "IDRiD_01.jpg"
     if not path.is_file():
         raise SystemExit(f"bench_peer: {path} is missing; it needs the shared IDRiD images (see its README)")

@@ -44,9 +44,9 @@ from models.priors import prior_from_config
 from models.sampling import sampling_generator
 from models.vgg import mc_logits
 from training.config import TrainConfig
+from training.data.prepare import prepare_data
 from training.evaluation import mc_uncertainty
 from training.evaluation.referral import mann_whitney_auc
-from training.loop import prepare_data
 from training.predict import mc_probabilities
 
 

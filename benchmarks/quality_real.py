@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from models.preprocessing import DECODE_SIDE
+from models.decode import DECODE_SIDE
 from service.inference.imaging import decode_rgb
 from service.inference.quality import QualityMeasures, judge, measure
 from support.shared_data import ODIR
@@ -34,7 +34,7 @@ CATEGORIES = ("normal_fundus", "dr_keyword", "other_non_dr")
 
 def _measure(path: str) -> dict[str, float | str]:
     data = Path(path).read_bytes()
-    rgb = decode_rgb(data, max_pixels=50_000_000, max_bytes=len(data) + 1, target=DECODE_SIDE)
+    rgb = decode_rgb(data, max_pixels=50_000_000, max_bytes=len(data) + 1, size=DECODE_SIDE)
     return {"image": path, **measure(rgb).as_dict()}
 
 

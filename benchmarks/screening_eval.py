@@ -37,7 +37,7 @@ import numpy as np
 from benchmarks.quality_real import to_measures  # the sibling benchmark that measures the gate
 from models.artifact import Artifact, load_artifact
 from models.decision import Eye, ScreeningOutcome, exam_decision, screening_outcome
-from models.preprocessing import DECODE_SIDE
+from models.decode import DECODE_SIDE
 from service.inference.imaging import decode_rgb
 from service.inference.quality import assess_quality, judge
 from support.shared_data import IDRID
@@ -61,7 +61,7 @@ def exam_outcome(eyes: dict[str, list[str]]) -> str:
 
 def _gate(path: str) -> bool:
     data = Path(path).read_bytes()
-    rgb = decode_rgb(data, max_pixels=50_000_000, max_bytes=len(data) + 1, target=DECODE_SIDE)
+    rgb = decode_rgb(data, max_pixels=50_000_000, max_bytes=len(data) + 1, size=DECODE_SIDE)
     return assess_quality(rgb).gradable
 
 

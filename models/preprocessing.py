@@ -4,8 +4,9 @@ Two contracts, named in the artifact's ``config.json`` (``input.preprocessing``)
 preprocessing is part of what a model learnt and travels with its weights:
 
 - ``LEGACY`` (the text every artifact written before this module carries, and the value when the
-  field is missing): pad to a centred square, resize, ``(x - mean) / std``. The embedded default
-  model was trained that way and keeps being served exactly so (``service.inference.imaging.fov_square``).
+  field is missing): the field of view centred on a square (``fov_square``), a bilinear resize
+  (``resize_square``), ``(x - mean) / std``. Models trained before ``FOV_LOCAL_MEAN`` (default model
+  0.1.0) were trained on square renders, which ``fov_square`` keeps as they are.
 - ``FOV_LOCAL_MEAN`` (``"fov-local-mean/1"``), for new models, so a real photograph lands where the
   training images were:
 
@@ -26,6 +27,9 @@ preprocessing is part of what a model learnt and travels with its weights:
   3. then, as for every model, scaling to [0, 1] and ``(x - mean) / std`` with the artifact's
      statistics (``channel_stats`` over preprocessed training images).
 
+Both start from the decoded frame of ``models.decode``; ``models.transform.ImageTransform`` puts decode,
+contract and normalisation together as the one callable an artifact hands out.
+
 Example::
 
     square = preprocess_fundus(rgb, 256)        # uint8 [256, 256, 3]
@@ -42,13 +46,11 @@ from models.fov import FovCircle, fit_fov_circle
 
 LEGACY = "decode to RGB, resize to size x size (bilinear), scale to [0, 1], normalise each channel: (x - mean) / std"
 FOV_LOCAL_MEAN = "fov-local-mean/1"
-# JPEGs are decoded at a reduced DCT scale of at least 2 x max(model side, this): large enough for the
-# quality gate's compression check and FOV fit; shared by the service and training.data.photos
-DECODE_SIDE = 512
 PREPROCESSINGS: tuple[str, ...] = (LEGACY, FOV_LOCAL_MEAN)
 BY_NAME: dict[str, str] = {"legacy": LEGACY, FOV_LOCAL_MEAN: FOV_LOCAL_MEAN}  # short names (CLI choices)
 RIM_FRACTION = 0.97  # beyond this share of the radius the local-mean output is set to grey
 SIGMA_FRACTION = 1 / 60  # local-mean sigma, as a share of the output side (= radius / 30)
+FOV_THRESHOLD = 12  # of 255: fundus cameras record a near-black background outside the FOV
 
 
 def check_preprocessing(name: str) -> str:
@@ -149,3 +151,52 @@ def preprocess_fundus(rgb: np.ndarray, size: int, circle: FovCircle | None = Non
         circle = fit_fov_circle(rgb)
     square, valid = crop_to_fov(rgb, circle, size)
     return local_mean_normalise(square, valid & disc_mask(size))
+
+
+def fov_square(rgb: np.ndarray) -> np.ndarray:
+    """The ``LEGACY`` geometry: a square with the field of view centred and whole. uint8 [H, W, 3] -> [S, S, 3].
+
+    Square images are returned as they are (the legacy models' training renders are square with the FOV
+    centred). For a wide or tall camera frame, the dark margins along the long axis are trimmed, down to a
+    square around the FOV at most, and what remains is padded with black to a centred square: the FOV is
+    never cut and never shrunk by empty margins.
+    """
+    h, w = rgb.shape[:2]
+    if h == w:
+        return rgb
+    long_axis = 1 if w > h else 0
+    short, long = min(h, w), max(h, w)
+    bright = rgb.max(axis=2) > FOV_THRESHOLD  # [H, W]
+    # a line across the long axis belongs to the FOV when a few of its pixels are bright (JPEG noise)
+    profile = bright.sum(axis=1 - long_axis) >= max(2, short // 200)  # [long]
+    idx = np.flatnonzero(profile)
+    if idx.size:
+        extent = min(long, max(short, int(idx[-1] - idx[0] + 1)))
+        start = round((idx[0] + idx[-1]) / 2 - extent / 2)
+        start = min(max(start, 0), long - extent)
+    else:
+        extent, start = long, 0
+    rgb = rgb[:, start : start + extent] if long_axis == 1 else rgb[start : start + extent]
+    h, w = rgb.shape[:2]
+    side = max(h, w)
+    out = np.zeros((side, side, 3), dtype=np.uint8)
+    top, left = (side - h) // 2, (side - w) // 2
+    out[top : top + h, left : left + w] = rgb
+    return out
+
+
+def resize_square(square: np.ndarray, size: int) -> np.ndarray:
+    """uint8 [S, S, 3] -> uint8 [size, size, 3], bilinear (antialiased when shrinking)."""
+    if square.shape[0] == size:
+        return square
+    return np.asarray(Image.fromarray(square).resize((size, size), Image.Resampling.BILINEAR))
+
+
+def preprocess(rgb: np.ndarray, size: int, preprocessing: str, circle: FovCircle | None = None) -> np.ndarray:
+    """The contract ``preprocessing`` on a decoded photograph: uint8 [H, W, 3] -> uint8 [size, size, 3].
+
+    ``circle`` (``FOV_LOCAL_MEAN`` only): the FOV circle already fitted on ``rgb``, as in ``preprocess_fundus``.
+    """
+    if check_preprocessing(preprocessing) == FOV_LOCAL_MEAN:
+        return preprocess_fundus(rgb, size, circle)
+    return resize_square(fov_square(rgb), size)

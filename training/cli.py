@@ -197,8 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _fit(args: argparse.Namespace) -> int:
     from models.cpu import detect_cpu
+    from training.data.prepare import prepare_data
     from training.finalise import finalise_run, summary_lines
-    from training.loop import Trainer, prepare_data
+    from training.loop import Trainer
 
     config = TrainConfig(
         data=args.data, layout=args.layout, out=args.out, artifact=args.artifact, name=args.name,
@@ -242,8 +243,8 @@ def _fit(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     from models.artifact import load_artifact
     from training.data.dataset import ManifestDataset
+    from training.data.prepare import read_rows
     from training.evaluation import evaluate_predictions, write_report
-    from training.loop import read_rows
     from training.predict import mc_probabilities
 
     artifact = load_artifact(args.artifact)

@@ -18,11 +18,13 @@ from models.artifact import ArtifactConfig, Calibration, save_artifact
 from models.vgg import count_parameters
 from training.config import TrainConfig
 from training.data.manifest import ManifestRow
+from training.data.prepare import PreparedData, prepare_data
 from training.evaluation import EvaluationReport, evaluate_predictions, write_report
 from training.evaluation.ensemble import DRAWS_FILENAME, save_draws
 from training.evaluation.operating_point import OperatingPoint, outcome_shares, screening_operating_point
 from training.evaluation.uncertainty import mc_uncertainty
-from training.loop import BEST_WEIGHTS, PreparedData, build_model, iterate_history, prepare_data
+from training.history import read_history
+from training.loop import BEST_WEIGHTS, build_model
 from training.model_card import REAL_USE, SYNTHETIC_USE, render_model_card
 from training.predict import is_bayesian, mc_probabilities
 from training.storage import DTYPES, rounding_to_sd, storage_line
@@ -146,7 +148,7 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         validation=validation,
         dataset=description,
     )
-    history = list(iterate_history(run_dir))
+    history = read_history(run_dir)
     if history:  # per-epoch times add up across resumed calls; this call's own time would not
         train_seconds = sum(float(row.get("seconds", 0.0)) for row in history)
     card = render_model_card(

@@ -1,7 +1,12 @@
 """The training loop: NLL-only epoch(s) on the means, then the full ELBO; exact resume; best by validation NLL.
 
-The recipe (optimiser, μ/ρ parameter groups, lr schedule) lives in ``training.optim``; the per-epoch
-posterior diagnostics (σ per layer, Δρ against its step budget, NLL-gradient SD) in ``training.diagnostics``.
+``Trainer.fit`` reads as the loop it is: start or resume (``_start``), then per epoch ``_train_epoch``, whose
+``train_step`` is one optimiser step (augment, normalise, forward the weight draws, NLL + KL/N, backward,
+step). The data (manifest, patient split, datasets, input statistics) come from ``training.data.prepare``;
+the recipe (optimiser, μ/ρ parameter groups, lr schedule) from ``training.optim``; the per-epoch posterior
+diagnostics (σ per layer, Δρ against its step budget, NLL-gradient SD) from ``training.diagnostics``; the
+epoch rows are written by ``training.history``.
+
 The best epoch minimises the validation NLL (or NLL + KL/N with ``select_by="val_elbo"``), never maximises
 AUC: AUC ignores calibration, and the uncertainty the product sells needs a proper scoring rule.
 
@@ -9,18 +14,16 @@ The trainer knows nothing about the architecture beyond ``create_model``; random
 generators whose states are checkpointed (data order is derived from (seed, epoch)), so a run killed at any
 step and resumed ends in exactly the state of an uninterrupted run. That is tested bitwise on CPU; on CUDA
 the trainer switches cuDNN to deterministic kernels and TF32 off, which makes the promise hold on the same
-GPU, driver and library versions (the ``gpu`` test ``tests/gpu/test_cuda_training.py`` checks it there).
+GPU, driver and library versions (the ``gpu`` test ``tests/training/test_training_cuda.py`` checks it there).
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import math
 import time
-from collections.abc import Iterator
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -45,24 +48,16 @@ from models.vgg import mc_logits
 from training.checkpoint import TrainState, load_checkpoint, restore, save_checkpoint
 from training.config import TrainConfig
 from training.data.augment import augment_batch, color_jitter, normalise
-from training.data.dataset import ManifestDataset, channel_stats
-from training.data.manifest import Manifest, read_aptos, read_eyepacs, read_manifest, read_odir, read_synthetic
-from training.data.splits import DataSplit, split_by_patient
-from training.diagnostics import budget_ratio, nll_gradient_sd, plot_training_curves, rho_shift, sigma_stats
+from training.data.prepare import PreparedData, prepare_data
+from training.diagnostics import budget_ratio, nll_gradient_sd, rho_shift, sigma_stats
 from training.elbo import elbo_loss
+from training.history import write_history
 from training.optim import RHO_GROUP, apply_schedule, build_optimizer, group_lr
 from training.predict import mc_probabilities
-from training.warm_start import (
-    check_same_source,
-    input_statistics,
-    load_into,
-    rho_reference,
-    save_init_record,
-)
+from training.warm_start import check_same_source, load_into, rho_reference, save_init_record
 
 log = logging.getLogger(__name__)
 BEST_WEIGHTS = "best.safetensors"
-CURVES_PNG = "training_curves.png"
 
 
 def resolve_device(device: str) -> torch.device:
@@ -103,58 +98,6 @@ def derived_seed(*parts: int) -> int:
     return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
 
 
-def _kaggle_paths(root: Path, csv_name: str, image_folder: str) -> tuple[Path, Path]:
-    """The CSV and image folder of a Kaggle download: ``<root>/<csv_name>`` with the images in
-    ``<root>/<image_folder>/`` (EyePACS ``train/``, APTOS ``train_images/``), or beside the CSV when that
-    folder does not exist. ``root`` may also be the CSV itself."""
-    csv_path = root / csv_name if root.is_dir() else root
-    images = csv_path.parent / image_folder
-    return csv_path, images if images.is_dir() else csv_path.parent
-
-
-def read_rows(config: TrainConfig) -> Manifest:
-    root = Path(config.data)
-    if config.layout == "synthetic":
-        return read_synthetic(root, gradable_only=config.gradable_only)
-    if config.layout == "eyepacs":
-        return read_eyepacs(*_kaggle_paths(root, "trainLabels.csv", "train"))
-    if config.layout == "aptos":
-        return read_aptos(*_kaggle_paths(root, "train.csv", "train_images"))
-    if config.layout == "odir":
-        return read_odir(root / "labels.csv" if root.is_dir() else root,
-                         include_other_disease=config.include_other_disease)
-    return read_manifest(root)
-
-
-@dataclass
-class PreparedData:
-    split: DataSplit
-    train: ManifestDataset
-    val: ManifestDataset
-    test: ManifestDataset
-    mean: tuple[float, float, float]
-    std: tuple[float, float, float]
-
-
-def prepare_data(config: TrainConfig) -> PreparedData:
-    rows = read_rows(config)
-    if rows.skipped:
-        log.warning("%d manifest rows skipped: %s", len(rows.skipped), rows.skipped[:3])
-    split = split_by_patient(rows, config.split, seed=config.effective_split_seed)
-    if not split.train or not split.val:
-        raise ValueError(f"{config.data}: too few images for a train/validation split ({len(rows)} rows).")
-    pre = config.preprocessing
-    train, val, test = (ManifestDataset(part, size=config.input_size, preprocessing=pre) for part in split)
-    if config.cache_images:  # preprocess once: decoding + FOV fit + local mean cost more than a step per image
-        for dataset in (train, val, test):
-            dataset.use_cache(Path(config.out) / "cache", workers=max(config.workers, 2), progress=True)
-    if config.init_from:  # a warm start keeps the input normalisation its weights were trained with
-        mean, std = input_statistics(config.init_from, preprocessing=pre)
-    else:
-        mean, std = channel_stats(train, max_images=500)
-    return PreparedData(split, train, val, test, mean, std)
-
-
 def build_model(config: TrainConfig) -> nn.Module:
     return create_model(config.model, width=config.width, input_size=config.input_size, rho_init=config.rho_init)
 
@@ -171,6 +114,52 @@ def validation_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, float
     acc = float(((p >= 0.5) == (labels == 1)).mean())
     auc = float(roc_auc_score(labels, p)) if 0 < labels.sum() < len(labels) else float("nan")
     return {"val_nll": nll, "val_accuracy": acc, "val_auc": auc}
+
+
+@dataclass
+class Run:
+    """What one ``fit`` call trains, and the state that makes it resumable (checkpointed together)."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    generators: dict[str, torch.Generator]  # "augment" and "weights", seeded from (seed, 2) and (seed, 3)
+    state: TrainState
+    prior: Prior
+    bayesian: bool  # the model has Bayesian layers: its loss gains KL/N after the means-only epochs
+    autocast: AbstractContextManager[Any]  # bf16 autocast, or nothing (fp32)
+    probe: tuple[torch.Tensor, torch.Tensor]  # the fixed batch of the gradient-SD probe: normalised x, y
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one optimiser step measured on its batch."""
+
+    nll: float  # mean NLL over the batch and the draws
+    kl: float  # KL(q || p) of the whole network; 0 in the means-only epochs
+    correct: float  # images whose mean logit is on the side of their label
+    n: float  # images in the batch
+
+    def add_to(self, sums: dict[str, float]) -> None:
+        """Accumulate into the epoch's running sums (``TrainState.epoch_sums``)."""
+        sums["nll"] += self.nll * self.n
+        sums["kl"] += self.kl
+        sums["correct"] += self.correct
+        sums["n"] += self.n
+        sums["steps"] += 1
+
+
+@dataclass
+class StepBudget:
+    """The optimiser steps one ``fit`` call may still take (``None``: no limit)."""
+
+    left: int | None
+
+    def take(self) -> bool:
+        """Count one step; True once the budget is spent."""
+        if self.left is None:
+            return False
+        self.left -= 1
+        return self.left <= 0
 
 
 class Trainer:
@@ -202,11 +191,21 @@ class Trainer:
         ``stop_after_steps`` ends the call after that many optimiser steps with a checkpoint written — a
         step budget for preemptible or time-sliced machines; calling ``fit`` again continues exactly.
         """
-        cfg = self.config
-        steps_this_call = 0
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        torch.manual_seed(cfg.seed)
-        data = data or prepare_data(cfg)
+        torch.manual_seed(self.config.seed)
+        data = data or prepare_data(self.config)
+        run = self._start(data)
+        if self.config.init_from and not run.state.history and run.state.global_step == 0:
+            self._validate_starting_point(run, data)
+        budget = StepBudget(stop_after_steps)
+        while run.state.epoch < self.config.epochs:
+            if not self._train_epoch(run, data, budget):
+                break  # the step budget ran out mid-epoch: a checkpoint holds the place
+        return run.state
+
+    def _start(self, data: PreparedData) -> Run:
+        """The model, optimiser and generators, restored from the run's checkpoint or freshly started."""
+        cfg = self.config
         model = build_model(cfg).to(self.device)
         bayesian = bool(bayesian_layers(model))
         prior = prior_from_config(cfg.prior)
@@ -232,118 +231,129 @@ class Trainer:
             (self.run_dir / "data.json").write_text(json.dumps(
                 {"n_train": len(data.train), "n_val": len(data.val), "n_test": len(data.test),
                  "mean": data.mean, "std": data.std}, indent=2))
-        n_train = len(data.train)
         autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if cfg.precision == "bf16"
                     else nullcontext())
-        probe_x, probe_y = _probe_batch(data, cfg, self.device)
-        if cfg.init_from and not state.history and state.global_step == 0:
-            # epoch 0: the artifact as loaded, validated like every epoch; it competes for "best", so a
-            # continuation that never beats its starting point hands that starting point on unchanged
-            started = time.monotonic()
-            init_row: dict[str, Any] = {
-                "epoch": 0, "phase": "init", "lr": 0.0, "rho_lr": 0.0, "train_nll": float("nan"),
-                "train_kl": float("nan"), "train_kl_per_example": float("nan"), "train_accuracy": float("nan"),
-                **self._validation_row(model, data, prior, probe_x, probe_y, n_train, None, state.rho_budget)}
-            self._close_epoch(init_row, started, model, state)
-        while state.epoch < cfg.epochs:
-            epoch = state.epoch
-            means_only = epoch < cfg.nll_epochs
-            apply_schedule(optimizer, cfg, epoch)
-            batches = _batches(n_train, cfg, epoch)
-            loader = DataLoader(data.train, batch_sampler=batches[state.step_in_epoch:], num_workers=cfg.workers)
-            sums = state.epoch_sums or {"nll": 0.0, "kl": 0.0, "correct": 0.0, "n": 0.0, "steps": 0.0}
-            # an epoch resumed mid-way counts the time its earlier calls spent on the steps they checkpointed
-            started = time.monotonic() - sums.get("seconds", 0.0)
-            bar = tqdm(loader, total=len(batches), initial=state.step_in_epoch, disable=not self.progress,
-                       desc=f"epoch {epoch + 1}/{cfg.epochs} {'nll(means)' if means_only else 'elbo'}")
-            model.train()
-            for x, y, _ in bar:
-                x, y = x.to(self.device), y.to(self.device)
-                if cfg.augment:
-                    fill = 0.5 if cfg.preprocessing == FOV_LOCAL_MEAN else 0.0  # the surround's value
-                    x = augment_batch(x, generator=gens["augment"], fill=fill)
-                    if cfg.color_jitter:
-                        x = color_jitter(x, generator=gens["augment"], centre=fill or 0.5)
-                x = normalise(x, data.mean, data.std).contiguous(memory_format=torch.channels_last)
-                with sampling_generator(model, gens["weights"]), use_means(model, means_only), autocast:
-                    logits = mc_logits(model, x, cfg.train_samples)[..., 0].float()  # [S, B]
-                nll = F.binary_cross_entropy_with_logits(logits, y.expand_as(logits))
-                if bayesian and not means_only:
-                    kl = kl_divergence(model, prior)
-                    loss = elbo_loss(nll, kl, n_train)
-                else:
-                    kl = torch.zeros(())
-                    loss = nll
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                apply_schedule(optimizer, cfg, epoch, state.global_step)
-                optimizer.step()
-                if bayesian and not means_only:  # the most any ρ can have moved with Adam: Σ lr over ELBO steps
-                    state.rho_budget += group_lr(optimizer, RHO_GROUP)
-                b = float(len(y))
-                sums["nll"] += nll.item() * b
-                sums["kl"] += kl.item()
-                sums["correct"] += float(((logits.mean(0) > 0) == (y > 0.5)).sum().item())
-                sums["n"] += b
-                sums["steps"] += 1
-                sums["seconds"] = time.monotonic() - started
-                state.step_in_epoch += 1
-                state.global_step += 1
-                state.epoch_sums = sums
-                bar.set_postfix(nll=f"{sums['nll'] / sums['n']:.3f}", kl=f"{kl.item():.3g}")
-                steps_this_call += 1
-                budget_spent = stop_after_steps is not None and steps_this_call >= stop_after_steps
-                if (state.global_step % cfg.checkpoint_every == 0 or budget_spent) and state.step_in_epoch < len(
-                        batches):
-                    save_checkpoint(self.run_dir, model=model, optimizer=optimizer, state=state, generators=gens,
-                                    config=cfg.to_dict())
-                if budget_spent and state.step_in_epoch < len(batches):
-                    bar.close()
-                    return state
-            row: dict[str, Any] = {
-                "epoch": epoch + 1, "phase": "nll_means" if means_only else "elbo",
-                "lr": group_lr(optimizer, "mu"), "rho_lr": group_lr(optimizer, RHO_GROUP),
-                "train_nll": sums["nll"] / max(sums["n"], 1), "train_kl": sums["kl"] / max(sums["steps"], 1),
-                "train_kl_per_example": sums["kl"] / max(sums["steps"], 1) / n_train,
-                "train_accuracy": sums["correct"] / max(sums["n"], 1),
-                **self._validation_row(model, data, prior, probe_x, probe_y, n_train, epoch, state.rho_budget),
-            }
-            self._close_epoch(row, started, model, state)
-            state.epoch += 1
-            state.step_in_epoch = 0
-            state.epoch_sums = {}
-            save_checkpoint(self.run_dir, model=model, optimizer=optimizer, state=state, generators=gens,
-                            config=cfg.to_dict())
-        return state
+        probe = _probe_batch(data, cfg, self.device)
+        return Run(model, optimizer, gens, state, prior, bayesian, autocast, probe)
 
-    def _validation_row(self, model: nn.Module, data: PreparedData, prior: Prior, probe_x: torch.Tensor,
-                        probe_y: torch.Tensor, n_train: int, epoch: int | None, rho_budget: float) -> dict[str, Any]:
+    def _validate_starting_point(self, run: Run, data: PreparedData) -> None:
+        """Epoch 0 of a warm start: the artifact as loaded, validated like every epoch. It competes for
+        "best", so a continuation that never beats its starting point hands that starting point on unchanged."""
+        started = time.monotonic()
+        row: dict[str, Any] = {
+            "epoch": 0, "phase": "init", "lr": 0.0, "rho_lr": 0.0, "train_nll": float("nan"),
+            "train_kl": float("nan"), "train_kl_per_example": float("nan"), "train_accuracy": float("nan"),
+            **self._validation_row(run, data, None)}
+        self._close_epoch(row, started, run)
+
+    def _train_epoch(self, run: Run, data: PreparedData, budget: StepBudget) -> bool:
+        """Train the epoch in progress from where it stands, then validate, log and checkpoint it.
+
+        Returns False when ``budget`` runs out before the epoch's last step (checkpointed there).
+        """
+        cfg, state = self.config, run.state
+        means_only = state.epoch < cfg.nll_epochs
+        apply_schedule(run.optimizer, cfg, state.epoch)
+        batches = _batches(len(data.train), cfg, state.epoch)
+        loader = DataLoader(data.train, batch_sampler=batches[state.step_in_epoch:], num_workers=cfg.workers)
+        sums = state.epoch_sums or {"nll": 0.0, "kl": 0.0, "correct": 0.0, "n": 0.0, "steps": 0.0}
+        # an epoch resumed mid-way counts the time its earlier calls spent on the steps they checkpointed
+        started = time.monotonic() - sums.get("seconds", 0.0)
+        bar = tqdm(loader, total=len(batches), initial=state.step_in_epoch, disable=not self.progress,
+                   desc=f"epoch {state.epoch + 1}/{cfg.epochs} {'nll(means)' if means_only else 'elbo'}")
+        run.model.train()
+        for x, y, _ in bar:
+            step = self.train_step(run, x.to(self.device), y.to(self.device), data, means_only=means_only)
+            step.add_to(sums)
+            sums["seconds"] = time.monotonic() - started
+            state.step_in_epoch += 1
+            state.global_step += 1
+            state.epoch_sums = sums
+            bar.set_postfix(nll=f"{sums['nll'] / sums['n']:.3f}", kl=f"{step.kl:.3g}")
+            spent, mid_epoch = budget.take(), state.step_in_epoch < len(batches)
+            if mid_epoch and (spent or state.global_step % cfg.checkpoint_every == 0):
+                self._checkpoint(run)
+            if mid_epoch and spent:
+                bar.close()
+                return False
+        self._close_epoch(self._epoch_row(run, data, sums, means_only), started, run)
+        state.epoch += 1
+        state.step_in_epoch = 0
+        state.epoch_sums = {}
+        self._checkpoint(run)
+        return True
+
+    def train_step(self, run: Run, x: torch.Tensor, y: torch.Tensor, data: PreparedData, *,
+                   means_only: bool) -> StepResult:
+        """One optimiser step on a batch: x [B, C, H, W] in [0, 1] and y [B] on the training device.
+
+        Augment (seeded), normalise with the run's statistics, forward ``train_samples`` weight draws, then
+        the loss: the NLL of the draws' logits, plus KL/N (``elbo_loss``) once past the means-only epochs.
+        """
+        cfg, model, gens = self.config, run.model, run.generators
+        if cfg.augment:
+            fill = 0.5 if cfg.preprocessing == FOV_LOCAL_MEAN else 0.0  # the surround's value
+            x = augment_batch(x, generator=gens["augment"], fill=fill)
+            if cfg.color_jitter:
+                x = color_jitter(x, generator=gens["augment"], centre=fill or 0.5)
+        x = normalise(x, data.mean, data.std).contiguous(memory_format=torch.channels_last)
+        with sampling_generator(model, gens["weights"]), use_means(model, means_only), run.autocast:
+            logits = mc_logits(model, x, cfg.train_samples)[..., 0].float()  # [S, B]
+        nll = F.binary_cross_entropy_with_logits(logits, y.expand_as(logits))
+        elbo = run.bayesian and not means_only
+        kl = kl_divergence(model, run.prior) if elbo else torch.zeros(())
+        loss = elbo_loss(nll, kl, len(data.train)) if elbo else nll
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        apply_schedule(run.optimizer, cfg, run.state.epoch, run.state.global_step)
+        run.optimizer.step()
+        if elbo:  # the most any ρ can have moved with Adam: Σ lr over ELBO steps
+            run.state.rho_budget += group_lr(run.optimizer, RHO_GROUP)
+        correct = float(((logits.mean(0) > 0) == (y > 0.5)).sum().item())
+        return StepResult(nll=nll.item(), kl=kl.item(), correct=correct, n=float(len(y)))
+
+    def _epoch_row(self, run: Run, data: PreparedData, sums: dict[str, float], means_only: bool) -> dict[str, Any]:
+        """The history row of the epoch just trained: its schedule, training sums, validation and diagnostics."""
+        n_train = len(data.train)
+        return {
+            "epoch": run.state.epoch + 1, "phase": "nll_means" if means_only else "elbo",
+            "lr": group_lr(run.optimizer, "mu"), "rho_lr": group_lr(run.optimizer, RHO_GROUP),
+            "train_nll": sums["nll"] / max(sums["n"], 1), "train_kl": sums["kl"] / max(sums["steps"], 1),
+            "train_kl_per_example": sums["kl"] / max(sums["steps"], 1) / n_train,
+            "train_accuracy": sums["correct"] / max(sums["n"], 1),
+            **self._validation_row(run, data, run.state.epoch),
+        }
+
+    def _checkpoint(self, run: Run) -> None:
+        save_checkpoint(self.run_dir, model=run.model, optimizer=run.optimizer, state=run.state,
+                        generators=run.generators, config=self.config.to_dict())
+
+    def _validation_row(self, run: Run, data: PreparedData, epoch: int | None) -> dict[str, Any]:
         """Validation metrics (the serving draws) and the posterior diagnostics at the end of 0-based ``epoch``
         (None: before the first step of a warm start)."""
         cfg = self.config
-        probs, labels = mc_probabilities(model, data.val, mean=data.mean, std=data.std, samples=cfg.eval_samples,
+        probs, labels = mc_probabilities(run.model, data.val, mean=data.mean, std=data.std, samples=cfg.eval_samples,
                                          seed=cfg.draw_seed)
-        row = {**validation_metrics(probs, labels),
-               **self._posterior_diagnostics(model, prior, probe_x, probe_y, n_train, epoch, rho_budget)}
+        row = {**validation_metrics(probs, labels), **self._posterior_diagnostics(run, len(data.train), epoch)}
         row["val_elbo"] = row["val_nll"] + row["kl_per_example"]
         return row
 
-    def _close_epoch(self, row: dict[str, Any], started: float, model: nn.Module, state: TrainState) -> None:
+    def _close_epoch(self, row: dict[str, Any], started: float, run: Run) -> None:
         """Log ``row`` and keep the weights when it is the best so far by ``select_by`` (the caller checkpoints)."""
+        state = run.state
         row["seconds"] = time.monotonic() - started
         state.history.append(row)
-        self._write_log(state.history)
+        write_history(self.run_dir, state.history)
         log.info("epoch %d: %s", row["epoch"], row)
         score = -float(row[self.config.select_by])
         if not math.isnan(score) and score > state.best_score:
             state.best_score, state.best_epoch = score, int(row["epoch"])
-            save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
+            save_file({k: v.detach().cpu().contiguous() for k, v in run.model.state_dict().items()},
                       str(self.run_dir / BEST_WEIGHTS))
 
-    def _posterior_diagnostics(self, model: nn.Module, prior: Prior, x: torch.Tensor, y: torch.Tensor,
-                               n_train: int, epoch: int | None, rho_budget: float) -> dict[str, Any]:
+    def _posterior_diagnostics(self, run: Run, n_train: int, epoch: int | None) -> dict[str, Any]:
         """σ statistics, Δρ and its budget, KL/N and the NLL-gradient SD at the end of an epoch."""
-        cfg = self.config
+        cfg, model, (x, y), rho_budget = self.config, run.model, run.probe, run.state.rho_budget
         out: dict[str, Any] = {}
         seed = derived_seed(cfg.seed, 4, epoch) if epoch is not None else derived_seed(cfg.seed, 5)
         if cfg.grad_sd_samples:
@@ -355,20 +365,12 @@ class Trainer:
         if bayesian_layers(model):
             with torch.no_grad(), sampling_generator(model, torch.Generator().manual_seed(seed)):
                 mc_logits(model, x, 1)  # one seeded draw: the KL's cross-entropy term uses the last sample
-                kl_n = float(kl_divergence(model, prior)) / n_train
+                kl_n = float(kl_divergence(model, run.prior)) / n_train
         shift = rho_shift(model, self.rho_origin)
         out.update({"kl_per_example": kl_n, "rho_budget": rho_budget, **shift,
                     "rho_budget_ratio": budget_ratio(shift.get("rho_shift_mean"), rho_budget),
                     **sigma_stats(model)})
         return out
-
-    def _write_log(self, history: list[dict[str, Any]]) -> None:
-        (self.run_dir / "history.json").write_text(json.dumps(history, indent=2) + "\n")
-        with (self.run_dir / "history.csv").open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(history[0]))
-            writer.writeheader()
-            writer.writerows(history)
-        plot_training_curves(history, self.run_dir / CURVES_PNG)
 
 
 def _probe_batch(data: PreparedData, config: TrainConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -378,8 +380,3 @@ def _probe_batch(data: PreparedData, config: TrainConfig, device: torch.device) 
     x = torch.stack([it[0] for it in items]).to(device)  # [B, C, H, W]
     y = torch.stack([torch.as_tensor(it[1]) for it in items]).float().to(device)  # [B]
     return normalise(x, data.mean, data.std), y
-
-
-def iterate_history(run_dir: Path) -> Iterator[dict[str, Any]]:
-    path = run_dir / "history.json"
-    yield from (json.loads(path.read_text()) if path.is_file() else [])

@@ -22,6 +22,7 @@ from models.posteriors import POSTERIOR_FAMILIES
 from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
 from models.preprocessing import PREPROCESSINGS
 from models.registry import DEFAULT_ARCHITECTURE, check_architecture
+from models.transform import ImageTransform
 from models.vgg import ConfigFieldError, VGGConfig
 
 CONFIG_FORMAT_VERSION = 1
@@ -232,6 +233,10 @@ class ArtifactConfig:
         )
         _check(bool(self.intended_use.strip()), f, "intended_use", "must be a non-empty string")
         _check("kind" in self.prior, f, "prior.kind", "is missing")
+
+    def image_transform(self) -> ImageTransform:
+        """The callable that turns an image file or bytes into this model's input (its declared preprocessing)."""
+        return ImageTransform(size=self.input_size, preprocessing=self.preprocessing, mean=self.mean, std=self.std)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``config.json`` layout (nested sections, JSON types only)."""

@@ -40,6 +40,7 @@ from models.artifact.schema import (
 )
 from models.atomic import atomic_write_bytes, fsync_dir, fsync_file
 from models.registry import build_architecture
+from models.transform import ImageTransform
 from models.vgg import VGGStar
 
 logger = logging.getLogger(__name__)
@@ -173,6 +174,10 @@ class Artifact:
         _verify_hash(WEIGHTS_FILE, data, self.files[WEIGHTS_FILE])
         tensors = load_safetensors_bytes(data)
         return {k: (v.float() if v.is_floating_point() else v) for k, v in tensors.items()}
+
+    def image_transform(self) -> ImageTransform:
+        """Image file or bytes -> this model's input: the preprocessing its config declares (``models.transform``)."""
+        return self.config.image_transform()
 
     def build_model(self) -> VGGStar:
         """The Bayesian VGG-16* with the stored weights (loaded strictly), fp32, eval mode."""

@@ -216,7 +216,7 @@ def _jpeg_frame(pixel_data: bytes) -> bytes:
     return frames[0]
 
 
-def decode_dicom_rgb(data: bytes, *, max_pixels: int, max_bytes: int, target: int | None = None) -> np.ndarray:
+def decode_dicom_rgb(data: bytes, *, max_pixels: int, max_bytes: int, size: int | None = None) -> np.ndarray:
     """Validate a DICOM photograph from its header, then decode it to uint8 [H, W, 3] (module docstring)."""
     if len(data) > max_bytes:
         raise ImageRejected("payload-too-large", f"The image is {len(data)} bytes; the limit is {max_bytes} bytes.")
@@ -236,13 +236,13 @@ def decode_dicom_rgb(data: bytes, *, max_pixels: int, max_bytes: int, target: in
             f"The DICOM frame is a {inner.format} of {inner.size[0]}x{inner.size[1]} px where the header declares "
             f"a JPEG of {columns}x{rows} px.",
         )
-    return decode_rgb(frame, max_pixels=max_pixels, max_bytes=max_bytes, target=target)
+    return decode_rgb(frame, max_pixels=max_pixels, max_bytes=max_bytes, size=size)
 
 
-def decode_photograph(data: bytes, *, max_pixels: int, max_bytes: int, target: int | None = None,
+def decode_photograph(data: bytes, *, max_pixels: int, max_bytes: int, size: int | None = None,
                       deadline: DecodeDeadline | None = None) -> np.ndarray:
     """Any accepted upload -> uint8 [H, W, 3]: a DICOM file here, every other format by ``decode_rgb``
     (within ``deadline``, when given)."""
     if is_dicom(data):
-        return decode_dicom_rgb(data, max_pixels=max_pixels, max_bytes=max_bytes, target=target)
-    return decode_rgb(data, max_pixels=max_pixels, max_bytes=max_bytes, target=target, deadline=deadline)
+        return decode_dicom_rgb(data, max_pixels=max_pixels, max_bytes=max_bytes, size=size)
+    return decode_rgb(data, max_pixels=max_pixels, max_bytes=max_bytes, size=size, deadline=deadline)

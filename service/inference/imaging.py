@@ -1,6 +1,9 @@
-"""Image decoding, validation and preprocessing: bytes in, an 8-bit RGB fundus square out.
+"""Image decoding and validation of uploads: bytes in, an 8-bit RGB photograph out.
 
-Everything here is plain Pillow + numpy (no FastAPI, no torch) and runs in a worker thread.
+Everything here is plain Pillow + numpy (no FastAPI, no torch) and runs in a worker thread. The decode
+itself is ``models.decode`` (the one training runs); this module wraps it in the checks an upload from
+the network needs, and ``ImagePipeline`` joins the artifact's ``models.transform.ImageTransform`` to the
+upload limits.
 
 Rules, in the order they are applied:
 
@@ -11,8 +14,8 @@ Rules, in the order they are applied:
    recognised as an image -> 415.
 3. Geometry from the header, *before* decoding (``Image.open`` only reads the header), so that no
    later allocation can exceed the budget: more than ``max_pixels`` pixels -> 413; a padded FOV
-   square (``max(w, h)**2``, what ``fov_square`` may build) above ``max_pixels`` -> 413; Pillow's own
-   decompression-bomb error also -> 413. Sides below ``MIN_SIDE`` px -> 400 (nothing to grade in a
+   square (``max(w, h)**2``, what ``models.preprocessing.fov_square`` may build) above ``max_pixels``
+   -> 413; Pillow's own decompression-bomb error also -> 413. Sides below ``MIN_SIDE`` px -> 400 (nothing to grade in a
    thumbnail); a long side more than ``MAX_ASPECT_RATIO`` times the short one -> 400
    ``extreme-aspect-ratio`` (not a fundus photograph). Metadata is bounded too: Pillow's PNG text
    limits (``MAX_TEXT_CHUNK`` 1 MiB per compressed chunk, ``MAX_TEXT_MEMORY`` 64 MiB in all) turn
@@ -27,18 +30,14 @@ Rules, in the order they are applied:
    libjpeg's exact grey fill (pixel data cut short, whatever its trailer says) likewise. With a
    deadline (the service's ``RADSCREEN_DECODE_TIMEOUT_S``), a decode past it or abandoned by its client
    stops within one read chunk -> 422 ``image-too-complex``. JPEGs are decoded at a reduced
-   scale (``draft``) when far larger than needed, which is exact up to resampling and much faster.
-6. Normalisation to 8-bit RGB: EXIF orientation applied; 16-bit and 32-bit integer images scaled by
-   their container range (65535), not clipped; float images scaled to [0, 1]; alpha composited on
-   black (the fundus background); palette, grayscale, CMYK, YCbCr, LAB converted.
-7. Geometry, for artifacts with the *legacy* preprocessing contract (models trained before the shared
-   preprocessing, e.g. the first default model 0.1.0; ``fov_square``): square images are kept as they
-   are (that contract's preprocessing is "resize to size x size", and its training renders were
-   square); wide/tall camera frames have their dark margins trimmed along the long axis (down to a
-   square at most) and are padded with black to a centred square, so the field of view (FOV) is never
-   cut or distorted. Then a bilinear resize to the artifact's input size. Artifacts with ``fov-local-mean/1`` use
-   ``models.preprocessing.preprocess_fundus`` instead (crop to the fitted FOV circle), see
-   ``service.inference.scoring.prepare_image``.
+   scale (``draft``, ``models.decode.decode_side``) when far larger than needed, which is exact up to
+   resampling and much faster.
+6. Normalisation to 8-bit RGB (``models.decode.to_rgb8``): EXIF orientation applied; 16-bit and 32-bit
+   integer images scaled by their container range (65535), not clipped; float images scaled to [0, 1];
+   alpha composited on black (the fundus background); palette, grayscale, CMYK, YCbCr, LAB converted.
+
+The geometry and normalisation that follow are the artifact's contract (``models.preprocessing``), run by
+``service.inference.scoring.prepare_image`` through ``ImagePipeline.transform``.
 """
 
 from __future__ import annotations
@@ -49,9 +48,11 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image, ImageFile, ImageOps, PngImagePlugin, UnidentifiedImageError
+from PIL import Image, ImageFile, PngImagePlugin, UnidentifiedImageError
 
+from models.decode import DRAFT_FORMATS, draft_for, oriented_rgb8
 from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
+from models.transform import ImageTransform
 from service.inference.decode_deadline import CHUNK, DeadlineReader, DecodeAborted, DecodeDeadline
 from service.inference.jpeg_structure import GREY_BLOCK, count_scans, has_grey_tail, scan_problem
 from service.inference.spec import DEFAULT_MAX_PIXELS, DEFAULT_MAX_UPLOAD_BYTES
@@ -68,7 +69,6 @@ FRAME_COUNT_CAP = 64  # frames counted for the multi-frame message; walking them
 MAX_PNG_TEXT_MEMORY = 4 * 1024 * 1024
 PngImagePlugin.MAX_TEXT_MEMORY = min(PngImagePlugin.MAX_TEXT_MEMORY, MAX_PNG_TEXT_MEMORY)
 _METADATA_LIMIT_ERRORS = ("Decompressed data too large", "Too much memory used in text chunks")
-FOV_THRESHOLD = 12  # of 255: fundus cameras record a near-black background outside the FOV
 ALLOWED_FORMATS = frozenset({"JPEG", "PNG", "TIFF", "WEBP", "BMP", "GIF", "MPO"})
 
 # Magic numbers of the image formats we accept: used to tell "an image we cannot decode" (400)
@@ -113,7 +113,7 @@ class ImageRejected(Exception):  # noqa: N818 (contract name)
 
 @dataclass(frozen=True)
 class ImagePipeline:
-    """Preprocessing contract taken from the artifact (size, mean, std, preprocessing) plus the upload limits."""
+    """The artifact's image transform (size, mean, std, preprocessing) plus the upload limits."""
 
     size: int  # square input side in px
     mean: tuple[float, float, float]  # per-channel mean of [0, 1] RGB
@@ -122,11 +122,21 @@ class ImagePipeline:
     max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     preprocessing: str = LEGACY_PREPROCESSING  # models.preprocessing contract named by the artifact
 
+    @classmethod
+    def of(cls, transform: ImageTransform, *, max_pixels: int = DEFAULT_MAX_PIXELS,
+           max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES) -> ImagePipeline:
+        """The pipeline of an artifact's transform (``artifact.image_transform()``) under these upload limits."""
+        return cls(size=transform.size, mean=transform.mean, std=transform.std, max_pixels=max_pixels,
+                   max_bytes=max_bytes, preprocessing=transform.preprocessing)
+
+    @property
+    def transform(self) -> ImageTransform:
+        """The artifact's ``models.transform.ImageTransform``: what training ran on the same file."""
+        return ImageTransform(size=self.size, preprocessing=self.preprocessing, mean=self.mean, std=self.std)
+
     def normalise(self, rgb: np.ndarray) -> np.ndarray:
         """uint8 [H, W, 3] -> float32 [3, H, W], (x/255 - mean) / std."""
-        x = rgb.astype(np.float32) / np.float32(255.0)  # [H, W, 3]
-        y = (x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
-        return np.ascontiguousarray(y.transpose(2, 0, 1), dtype=np.float32)  # [3, H, W]
+        return self.transform.normalise(rgb)
 
 
 def looks_like_image(data: bytes) -> bool:
@@ -286,44 +296,6 @@ def open_image(
     return img
 
 
-def _to_rgb8(img: Image.Image) -> np.ndarray:
-    """Any decoded Pillow mode -> uint8 [H, W, 3]; high bit depths are scaled, alpha goes on black.
-
-    Integer arithmetic where the result is an integer anyway (16-bit scaling, alpha compositing): the
-    same values as rounding the exact quotient (no ties exist for /255 and /257), at a fraction of the
-    memory of float copies (RGBA: ~21 instead of ~48 bytes per pixel at the peak).
-    """
-    mode = img.mode
-    if mode in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F"):
-        arr = np.asarray(img)  # [H, W]: uint16, int32 or float32
-        if mode != "F" and (mode.startswith("I;16") or int(arr.max(initial=0)) <= 65535):
-            v = np.clip(arr, 0, 65535).astype(np.uint32)  # [H, W]
-            v += 128
-            v //= 257  # round(v * 255 / 65535) = round(v / 257)
-            gray8 = v.astype(np.uint8)
-        else:
-            wide = arr.astype(np.float64)
-            if mode == "F":
-                top = 1.0 if wide.size and float(np.nanmax(wide)) <= 1.0 else float(np.nanmax(wide) or 1.0)
-            else:
-                top = float(wide.max())
-            np.nan_to_num(wide, copy=False)  # the same arithmetic as before, in place: one float copy
-            wide /= top
-            np.clip(wide, 0.0, 1.0, out=wide)
-            wide *= 255.0
-            gray8 = np.round(wide, out=wide).astype(np.uint8)
-        return np.repeat(gray8[:, :, None], 3, axis=2)
-    has_alpha = mode in ("RGBA", "LA", "PA", "RGBa", "La") or (mode == "P" and "transparency" in img.info)
-    if has_alpha:
-        rgba = np.asarray(img.convert("RGBA"))  # uint8 [H, W, 4]
-        rgb = rgba[:, :, :3].astype(np.uint16)  # [H, W, 3]; 255 * 255 fits in 16 bits
-        rgb *= rgba[:, :, 3:4]  # composite on black: c * a / 255, rounded
-        rgb += 127
-        rgb //= 255
-        return rgb.astype(np.uint8)
-    return np.asarray(img.convert("RGB"), dtype=np.uint8)
-
-
 def _refuse_grey_tail(img: Image.Image, declared_width: int) -> None:
     """400 when a decoded JPEG ends in libjpeg's exact mid-grey fill: its pixel data stopped early."""
     block = max(1, GREY_BLOCK * img.size[0] // declared_width)  # one 8x8 block at the draft scale
@@ -337,33 +309,32 @@ def _refuse_grey_tail(img: Image.Image, declared_width: int) -> None:
 
 
 def decode_rgb(
-    data: bytes, *, max_pixels: int, max_bytes: int, target: int | None = None,
+    data: bytes, *, max_pixels: int, max_bytes: int, size: int | None = None,
     deadline: DecodeDeadline | None = None,
 ) -> np.ndarray:
-    """Validate and decode to oriented 8-bit RGB, uint8 [H, W, 3].
+    """Validate and decode to oriented 8-bit RGB, uint8 [H, W, 3]: ``models.decode`` within the upload checks.
 
-    ``target``: the side the caller will resize to; JPEGs much larger than that are decoded at a
-    reduced DCT scale (still >= 2*target px) to save time and memory. ``deadline``: stop decoding
-    (``image-too-complex``) when it passes or the request is cancelled.
+    ``size``: the input side of the model the image is for; JPEGs much larger than that are decoded at
+    a reduced DCT scale (``models.decode.draft_for``, the rule training decodes by) to save time and
+    memory. ``deadline``: stop decoding (``image-too-complex``) when it passes or the request is cancelled.
     """
     try:
         img = open_image(data, max_pixels=max_pixels, max_bytes=max_bytes, deadline=deadline)
     except DecodeAborted as exc:
         raise ImageRejected("image-too-complex", str(exc)) from exc
     declared_width = img.size[0]
-    if img.format in ("JPEG", "MPO") and b"\xff\xd9" not in data[-4096:]:
+    if img.format in DRAFT_FORMATS and b"\xff\xd9" not in data[-4096:]:
         # libjpeg pads a truncated scan with grey instead of failing: require the end-of-image marker
         raise ImageRejected(
             "undecodable-image", "The JPEG data is truncated (no end-of-image marker) and cannot be used."
         )
     try:
-        if img.format in ("JPEG", "MPO") and target is not None:
-            img.draft("RGB", (2 * target, 2 * target))
+        if size is not None:
+            draft_for(img, size)
         img.load()
-        if img.format in ("JPEG", "MPO") and img.mode in ("RGB", "L", "YCbCr"):
+        if img.format in DRAFT_FORMATS and img.mode in ("RGB", "L", "YCbCr"):
             _refuse_grey_tail(img, declared_width)  # before any rotation moves the last block
-        img = ImageOps.exif_transpose(img) or img
-        return _to_rgb8(img)
+        return oriented_rgb8(img)
     except Image.DecompressionBombError as exc:
         raise ImageRejected("image-too-large", f"Decompression bomb refused: {exc}") from exc
     except DecodeAborted as exc:
@@ -374,42 +345,3 @@ def decode_rgb(
         raise ImageRejected(
             "undecodable-image", f"The {img.format} data is truncated or corrupt and cannot be decoded."
         ) from exc
-
-
-def fov_square(rgb: np.ndarray) -> np.ndarray:
-    """Make a square with the field of view centred and whole. uint8 [H, W, 3] -> [S, S, 3].
-
-    Square images are returned as they are (the training renders are square with the FOV centred,
-    so serving sees exactly what training saw). For a wide or tall camera frame, the dark margins
-    along the long axis are trimmed, down to a square around the FOV at most, and what remains is
-    padded with black to a centred square: the FOV is never cut and never shrunk by empty margins.
-    """
-    h, w = rgb.shape[:2]
-    if h == w:
-        return rgb
-    long_axis = 1 if w > h else 0
-    short, long = min(h, w), max(h, w)
-    bright = rgb.max(axis=2) > FOV_THRESHOLD  # [H, W]
-    # a line across the long axis belongs to the FOV when a few of its pixels are bright (JPEG noise)
-    profile = bright.sum(axis=1 - long_axis) >= max(2, short // 200)  # [long]
-    idx = np.flatnonzero(profile)
-    if idx.size:
-        extent = min(long, max(short, int(idx[-1] - idx[0] + 1)))
-        start = round((idx[0] + idx[-1]) / 2 - extent / 2)
-        start = min(max(start, 0), long - extent)
-    else:
-        extent, start = long, 0
-    rgb = rgb[:, start : start + extent] if long_axis == 1 else rgb[start : start + extent]
-    h, w = rgb.shape[:2]
-    side = max(h, w)
-    out = np.zeros((side, side, 3), dtype=np.uint8)
-    top, left = (side - h) // 2, (side - w) // 2
-    out[top : top + h, left : left + w] = rgb
-    return out
-
-
-def resize_square(square: np.ndarray, size: int) -> np.ndarray:
-    """uint8 [S, S, 3] -> uint8 [size, size, 3], bilinear (antialiased when shrinking), as in training."""
-    if square.shape[0] == size:
-        return square
-    return np.asarray(Image.fromarray(square).resize((size, size), Image.Resampling.BILINEAR))

@@ -97,14 +97,8 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
         training_data=cfg.training_data,
         intended_use=cfg.intended_use,
     )
-    pipeline = ImagePipeline(
-        size=cfg.input_size,
-        mean=cfg.mean,
-        std=cfg.std,
-        max_pixels=spec.max_pixels,
-        max_bytes=spec.max_upload_bytes,
-        preprocessing=cfg.preprocessing,
-    )
+    pipeline = ImagePipeline.of(artifact.image_transform(), max_pixels=spec.max_pixels,
+                                max_bytes=spec.max_upload_bytes)
     logger.info(
         "model loaded",
         extra={

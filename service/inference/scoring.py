@@ -28,12 +28,11 @@ from models.artifact.schema import Calibration
 from models.cpu import CpuCapability
 from models.decision import DiagnosisLabel, ScreeningOutcome, screening_outcome
 from models.fov import fit_fov_circle
-from models.preprocessing import DECODE_SIDE, FOV_LOCAL_MEAN, preprocess_fundus
 from models.uncertainty import binary_uncertainty
 from service.inference.backends import Backend
 from service.inference.decode_deadline import DecodeDeadline
 from service.inference.dicom import decode_photograph
-from service.inference.imaging import ImagePipeline, ImageRejected, fov_square, resize_square
+from service.inference.imaging import ImagePipeline, ImageRejected
 from service.inference.quality import QualityReport, assess_quality
 
 __all__ = [
@@ -68,26 +67,18 @@ def prepare_image(data: bytes, pipeline: ImagePipeline, deadline: DecodeDeadline
     """Decode, validate, quality-check and preprocess one image; raises ImageRejected (400/413/415).
 
     JPEG/PNG/TIFF/WebP/BMP go through ``service.inference.imaging``, DICOM photographs through
-    ``service.inference.dicom``; both end in the same uint8 RGB array.
-
-    The FOV circle is fitted once on the decoded frame and used by both the quality gate and,
-    for artifacts with the ``fov-local-mean/1`` contract, the preprocessing
-    (``models.preprocessing.preprocess_fundus``, the very function training used). Artifacts with
-    the legacy contract (models trained before it, e.g. default model 0.1.0) get exactly what they were trained with:
-    ``fov_square`` + resize.
+    ``service.inference.dicom``; both end in the same uint8 RGB array, decoded by ``models.decode``'s rule
+    for the model's input size. The FOV circle is fitted once on that frame and used by both the quality
+    gate and the artifact's transform (``pipeline.transform``, the ``models.transform.ImageTransform``
+    training ran on the same file).
     """
     start = time.perf_counter()
-    # decode large enough for the compression check (JPEG block grid) and the FOV fit
-    target = max(pipeline.size, DECODE_SIDE)
-    rgb = decode_photograph(data, max_pixels=pipeline.max_pixels, max_bytes=pipeline.max_bytes, target=target,
+    transform = pipeline.transform
+    rgb = decode_photograph(data, max_pixels=pipeline.max_pixels, max_bytes=pipeline.max_bytes, size=transform.size,
                             deadline=deadline)
     circle = fit_fov_circle(rgb)
     quality = assess_quality(rgb, circle)
-    if pipeline.preprocessing == FOV_LOCAL_MEAN:
-        square = preprocess_fundus(rgb, pipeline.size, circle)  # uint8 [size, size, 3]
-    else:
-        square = resize_square(fov_square(rgb), pipeline.size)  # legacy contract
-    pixels = pipeline.normalise(square)  # [3, size, size]
+    pixels = transform.normalise(transform.square(rgb, circle))  # [3, size, size]
     return PreparedImage(pixels=pixels, quality=quality, decode_ms=(time.perf_counter() - start) * 1e3)
 
 

@@ -16,8 +16,16 @@ from PIL import Image
 
 from models.artifact import DEFAULT_ARTIFACT_DIR, ArtifactConfig, ArtifactError
 from models.fov import fit_fov_circle
-from models.preprocessing import FOV_LOCAL_MEAN, LEGACY, crop_to_fov, disc_mask, preprocess_fundus
-from service.inference.imaging import ImagePipeline, fov_square, resize_square
+from models.preprocessing import (
+    FOV_LOCAL_MEAN,
+    LEGACY,
+    crop_to_fov,
+    disc_mask,
+    fov_square,
+    preprocess_fundus,
+    resize_square,
+)
+from service.inference.imaging import ImagePipeline
 from service.inference.scoring import prepare_image
 from support.images import IDRID
 from support.shared_data import missing_reason

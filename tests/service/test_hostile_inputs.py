@@ -413,14 +413,14 @@ def test_integer_alpha_and_16_bit_paths_equal_exact_rounding() -> None:
     """The memory-lean integer decode paths give round(exact value) for every input value."""
     from PIL import Image
 
-    from service.inference.imaging import _to_rgb8
+    from models.decode import to_rgb8
 
     c, a = np.meshgrid(np.arange(256), np.arange(256))  # every (colour, alpha) pair
     rgba = np.stack([c, c, c, a], axis=-1).astype(np.uint8)  # [256, 256, 4]
-    got = _to_rgb8(Image.fromarray(rgba, "RGBA"))
+    got = to_rgb8(Image.fromarray(rgba, "RGBA"))
     assert np.array_equal(got[..., 0], np.round(c * a / 255.0).astype(np.uint8))
     v = np.arange(65536, dtype=np.uint16).reshape(256, 256)  # every 16-bit value
-    got = _to_rgb8(Image.fromarray(v))
+    got = to_rgb8(Image.fromarray(v))
     assert np.array_equal(got[..., 1], np.round(v.astype(np.float64) * 255.0 / 65535.0).astype(np.uint8))
 
 

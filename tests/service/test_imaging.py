@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from models.preprocessing import fov_square
 from service.errors import IMAGE_PROBLEM_STATUS
-from service.inference.imaging import ImageRejected, decode_rgb, fov_square, open_image
+from service.inference.imaging import ImageRejected, decode_rgb, open_image
 from support.hostile import png_claiming
 
 LIMITS: dict[str, Any] = {"max_pixels": 10_000_000, "max_bytes": 5_000_000}

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from models.decode import DECODE_SIDE
 from models.fov import fit_fov_circle
-from models.preprocessing import DECODE_SIDE, crop_to_fov
+from models.preprocessing import crop_to_fov
 from service.inference.imaging import decode_rgb
 from service.inference.quality import assess_quality
 from support.degradations import DEGRADATIONS
@@ -60,7 +61,7 @@ def _odir_sample(category: str, n: int) -> tuple[str, ...]:
 
 def _decoded(name: str) -> np.ndarray:
     data = (ODIR / name).read_bytes()
-    return decode_rgb(data, max_pixels=50_000_000, max_bytes=len(data) + 1, target=DECODE_SIDE)
+    return decode_rgb(data, max_pixels=50_000_000, max_bytes=len(data) + 1, size=DECODE_SIDE)
 
 
 @needs_odir

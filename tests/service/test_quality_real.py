@@ -14,7 +14,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from models.fov import fit_fov_circle
-from service.inference.imaging import fov_square
+from models.preprocessing import fov_square
 from service.inference.quality import assess_quality
 from support.degradations import DEGRADATIONS
 from support.images import IDRID

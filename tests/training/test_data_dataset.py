@@ -39,15 +39,15 @@ def test_items_are_resized_float_images_with_binary_labels(tmp_path: Path) -> No
 
 
 def test_exif_orientation_is_applied_and_non_square_images_are_padded(tmp_path: Path) -> None:
-    # 20 wide x 10 high, left half white; EXIF orientation 6 = "rotate 90° clockwise to display".
-    arr = np.zeros((10, 20, 3), np.uint8)
+    # 20 wide x 10 high, left half white, right half grey; EXIF orientation 6 = "rotate 90° clockwise to display".
+    arr = np.full((10, 20, 3), 100, np.uint8)
     arr[:, :10] = 255
     exif = Image.Exif()
     exif[0x0112] = 6
     path = tmp_path / "rot.jpg"
     Image.fromarray(arr).save(path, exif=exif, quality=100)
     out = load_image(path, 20).astype(float)  # displayed: 10 wide x 20 high, white on top; padded left/right
-    assert out[:8, 6:14].mean() > 240 and out[12:, 6:14].mean() < 15  # white top half, black bottom half
+    assert out[:8, 6:14].mean() > 240 and abs(out[12:, 6:14].mean() - 100) < 15  # white top half, grey bottom
     assert out[:, :4].mean() < 5 and out[:, 16:].mean() < 5  # black padding at the sides
 
 

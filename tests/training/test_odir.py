@@ -100,7 +100,7 @@ def test_cache_holds_exactly_the_loader_pixels_and_rebuilds_when_a_file_changes(
 
 def test_odir_layout_reads_through_the_training_config(odir_like: Path) -> None:
     from training.config import TrainConfig
-    from training.loop import read_rows
+    from training.data.prepare import read_rows
 
     rows = read_rows(TrainConfig(data=str(odir_like), out="unused", layout="odir", include_other_disease=False))
     assert len(rows) == 3

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from training.config import TrainConfig
-from training.loop import read_rows
+from training.data.prepare import read_rows
 
 
 def _image(path: Path, seed: int) -> None:

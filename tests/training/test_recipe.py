@@ -13,8 +13,10 @@ from safetensors.torch import load_file
 
 from models.posteriors import sigma_from_rho
 from training.config import TrainConfig
+from training.data.prepare import prepare_data
 from training.diagnostics import nll_gradient_sd, sigma_stats
-from training.loop import BEST_WEIGHTS, CURVES_PNG, Trainer, build_model, prepare_data
+from training.history import CURVES_PNG
+from training.loop import BEST_WEIGHTS, Trainer, build_model
 from training.model_card import recipe_lines
 from training.optim import apply_schedule, build_optimizer, lr_factor, warmup_factor
 from training.synthetic.dataset import generate_dataset

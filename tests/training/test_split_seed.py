@@ -11,8 +11,9 @@ import torch
 from training.cli import main as train_main
 from training.config import TrainConfig
 from training.data.manifest import ManifestRow
+from training.data.prepare import prepare_data, read_rows
 from training.data.splits import split_by_patient
-from training.loop import Trainer, prepare_data, read_rows
+from training.loop import Trainer
 
 
 def _config(data: Path, out: Path, **kw: object) -> TrainConfig:

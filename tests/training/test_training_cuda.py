@@ -14,7 +14,8 @@ import torch
 
 from tests.helpers.gpu import GPU
 from training.config import TrainConfig
-from training.loop import Trainer, prepare_data
+from training.data.prepare import prepare_data
+from training.loop import Trainer
 
 pytestmark = [*GPU, pytest.mark.training]
 

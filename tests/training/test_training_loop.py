@@ -13,10 +13,11 @@ from models.artifact import load_artifact
 from models.draws import materialise_draws
 from training.cli import main as train_main
 from training.config import TrainConfig
+from training.data.prepare import prepare_data
 from training.elbo import elbo_loss
 from training.evaluation import evaluate_predictions
 from training.evaluation.ensemble import DRAWS_FILENAME, load_draws
-from training.loop import Trainer, prepare_data
+from training.loop import Trainer
 
 
 def test_elbo_is_mean_nll_plus_kl_over_n() -> None:
@@ -26,7 +27,7 @@ def test_elbo_is_mean_nll_plus_kl_over_n() -> None:
 
 
 def _config(data: Path, out: Path, **kw: object) -> TrainConfig:
-    # device pinned: the CPU suite means CPU, on a GPU machine too (tests/gpu/ runs the CUDA side)
+    # device pinned: the CPU suite means CPU, on a GPU machine too (test_training_cuda.py runs the CUDA side)
     base: dict[str, object] = dict(data=str(data), out=str(out), device="cpu", width=2, input_size=32, epochs=2,
                                    nll_epochs=1, batch_size=8, eval_samples=2, mc_samples=4, checkpoint_every=100,
                                    n_bootstrap=10, rho_init=-3.0, lr=1e-3)
@@ -199,7 +200,7 @@ def test_mc_probabilities_refuses_head_draws_for_a_baseline() -> None:
 
 def test_the_cpu_suite_trains_on_the_cpu_on_a_gpu_machine_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The exact-resume comparisons are bitwise CPU facts; on a GPU machine these tests must not drift to
-    cuda (tests/gpu/ covers the CUDA side)."""
+    cuda (tests/training/test_training_cuda.py covers the CUDA side)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert Trainer(_config(tmp_path, tmp_path / "run"), progress=False).device == torch.device("cpu")
 

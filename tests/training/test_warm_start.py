@@ -16,8 +16,9 @@ from models.preprocessing import LEGACY
 from training.checkpoint import load_checkpoint
 from training.cli import main as train_main
 from training.config import TrainConfig
+from training.data.prepare import prepare_data
 from training.finalise import finalise_run
-from training.loop import Trainer, build_model, prepare_data
+from training.loop import Trainer, build_model
 from training.warm_start import load_into
 
 pytestmark = pytest.mark.training

@@ -38,11 +38,14 @@ CHUNK = 64  # images per worker task
 
 def _code_digest() -> bytes:
     """The source of the code that turns a file into pixels: a change to it is a new cache."""
+    import models.decode
     import models.fov
     import models.preprocessing
+    import models.transform
     import training.data.dataset
 
-    return b"".join(inspect.getsource(m).encode() for m in (models.fov, models.preprocessing, training.data.dataset))
+    modules = (models.decode, models.fov, models.preprocessing, models.transform, training.data.dataset)
+    return b"".join(inspect.getsource(m).encode() for m in modules)
 
 
 def cache_key(paths: Sequence[Path], size: int, preprocessing: str) -> str:

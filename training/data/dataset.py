@@ -1,13 +1,10 @@
-"""Image decoding and the ``ManifestDataset``: labelled fundus images as float tensors.
+"""Image loading and the ``ManifestDataset``: labelled fundus images as float tensors.
 
-Preprocessing is the artifact's contract (``models.preprocessing``), the same function the service
-and the batch job run: decode with PIL, apply the EXIF orientation, convert to RGB, then
-
-- ``FOV_LOCAL_MEAN`` (new runs): decode as the service does (``decode_photo``), then
-  ``models.preprocessing.preprocess_fundus``: crop to the fitted FOV circle, resize, local-mean
-  subtraction inside the FOV;
-- ``LEGACY`` (models trained before the shared preprocessing, e.g. default model 0.1.0): pad to a square
-  with black (centred), resize to ``size`` x ``size`` (bicubic).
+An image is read exactly as the service reads it: the artifact contract's ``models.transform.ImageTransform``
+decodes the file (``models.decode``: JPEG draft at ``2 * max(size, 512)`` px, EXIF orientation, 8-bit RGB)
+and preprocesses it (``models.preprocessing``: ``FOV_LOCAL_MEAN`` crops to the fitted FOV circle and
+subtracts the local mean; ``LEGACY`` centres the field of view on a square and resizes bilinearly), so a
+file gives the service's pixels (tests/training/test_one_image_path.py).
 
 Then scale to [0, 1]. Channel normalisation is *not* done here: it runs after augmentation, on the
 training device (``augment.normalise``), with the statistics from ``channel_stats``.
@@ -20,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps
 from torch.utils.data import Dataset
 
-from models.preprocessing import DECODE_SIDE, LEGACY, check_preprocessing, preprocess_fundus
+from models.preprocessing import LEGACY
+from models.transform import ImageTransform
 from training.data.manifest import ManifestRow
 
 
@@ -31,43 +28,18 @@ class ImageLoadError(OSError):
     """An image that cannot be decoded; the message names the file (one-argument form for DataLoader)."""
 
 
-def decode_photo(path: Path | str, size: int) -> np.ndarray:
-    """Decode ``path`` as the service does: oriented 8-bit RGB ``[H, W, 3]``.
-
-    A JPEG is decoded at a reduced DCT scale of at least ``2 * max(size, DECODE_SIDE)`` px (``draft``),
-    exactly as ``service.inference.imaging.decode_rgb(target=max(size, DECODE_SIDE))``, so training,
-    evaluation and serving see the same pixels of the same file (tests/training/test_photos.py).
-    """
-    try:
-        with Image.open(path) as raw:
-            if raw.format in ("JPEG", "MPO"):
-                side = 2 * max(size, DECODE_SIDE)
-                raw.draft("RGB", (side, side))
-            raw.load()
-            return np.asarray((ImageOps.exif_transpose(raw) or raw).convert("RGB"), dtype=np.uint8)
-    except Exception as exc:
-        raise ImageLoadError(f"cannot read image {path}: {type(exc).__name__}: {exc}") from exc
-
-
 def load_image(path: Path | str, size: int, preprocessing: str = LEGACY) -> np.ndarray:
     """Decode ``path`` and return it preprocessed as uint8 ``[size, size, 3]`` RGB (see module docstring)."""
-    if check_preprocessing(preprocessing) != LEGACY:
-        return preprocess_fundus(decode_photo(path, size), size)
+    return read_square(path, ImageTransform(size=size, preprocessing=preprocessing))
+
+
+def read_square(path: Path | str, transform: ImageTransform) -> np.ndarray:
+    """``transform``'s decode and contract on the file ``path``: uint8 ``[size, size, 3]``; ImageLoadError names it."""
     try:
-        with Image.open(path) as raw:
-            raw.draft("RGB", (size, size))  # JPEG: decode at a reduced scale when much larger than needed
-            im: Image.Image = ImageOps.exif_transpose(raw).convert("RGB")
+        rgb = transform.decode(path)
     except Exception as exc:
         raise ImageLoadError(f"cannot read image {path}: {type(exc).__name__}: {exc}") from exc
-    w, h = im.size
-    if w != h:
-        side = max(w, h)
-        square = Image.new("RGB", (side, side))
-        square.paste(im, ((side - w) // 2, (side - h) // 2))
-        im = square
-    if im.size != (size, size):
-        im = im.resize((size, size), Image.Resampling.BICUBIC)
-    return np.asarray(im, dtype=np.uint8)
+    return transform.square(rgb)
 
 
 def to_tensor(image: np.ndarray) -> torch.Tensor:
@@ -86,8 +58,9 @@ class ManifestDataset(Dataset[tuple[torch.Tensor, torch.Tensor, int]]):
         if size < 8:
             raise ValueError(f"size must be >= 8, got {size}")
         self.rows = list(rows)
+        self.transform = ImageTransform(size=size, preprocessing=preprocessing)  # the artifact-to-be's transform
         self.size = size
-        self.preprocessing = check_preprocessing(preprocessing)
+        self.preprocessing = preprocessing
         self.pixels: np.ndarray | None = None  # preprocessed images [N, size, size, 3] uint8 (use_cache)
 
     def use_cache(self, cache_dir: Path, *, workers: int = 1, progress: bool = False) -> ManifestDataset:
@@ -103,7 +76,7 @@ class ManifestDataset(Dataset[tuple[torch.Tensor, torch.Tensor, int]]):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         row = self.rows[index]
-        pixels = self.pixels[index] if self.pixels is not None else load_image(row.path, self.size, self.preprocessing)
+        pixels = self.pixels[index] if self.pixels is not None else read_square(row.path, self.transform)
         image = to_tensor(pixels)  # [3, H, W]
         label = torch.tensor(1.0 if row.referable else 0.0, dtype=torch.float32)
         return image, label, index

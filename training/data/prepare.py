@@ -1,0 +1,82 @@
+"""A run's data: the manifest its config names, split by patient into datasets, and the input statistics.
+
+``read_rows`` reads the labels of any supported layout (synthetic, EyePACS, APTOS, ODIR-5K, a generic CSV);
+``prepare_data`` splits them by patient, builds the three ``ManifestDataset``s (optionally preprocessed once
+into the run's cache) and fixes the channel mean/std the model is trained and served with: measured on the
+training split, or, for a warm start, the parent artifact's own.
+
+Example::
+
+    data = prepare_data(TrainConfig(data="data/synth", out="runs/x"))
+    len(data.train), data.mean, data.std
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from training.config import TrainConfig
+from training.data.dataset import ManifestDataset, channel_stats
+from training.data.manifest import Manifest, read_aptos, read_eyepacs, read_manifest, read_odir, read_synthetic
+from training.data.splits import DataSplit, split_by_patient
+from training.warm_start import input_statistics
+
+log = logging.getLogger(__name__)
+
+
+def _kaggle_paths(root: Path, csv_name: str, image_folder: str) -> tuple[Path, Path]:
+    """The CSV and image folder of a Kaggle download: ``<root>/<csv_name>`` with the images in
+    ``<root>/<image_folder>/`` (EyePACS ``train/``, APTOS ``train_images/``), or beside the CSV when that
+    folder does not exist. ``root`` may also be the CSV itself."""
+    csv_path = root / csv_name if root.is_dir() else root
+    images = csv_path.parent / image_folder
+    return csv_path, images if images.is_dir() else csv_path.parent
+
+
+def read_rows(config: TrainConfig) -> Manifest:
+    """The labelled images of ``config.data`` in ``config.layout``."""
+    root = Path(config.data)
+    if config.layout == "synthetic":
+        return read_synthetic(root, gradable_only=config.gradable_only)
+    if config.layout == "eyepacs":
+        return read_eyepacs(*_kaggle_paths(root, "trainLabels.csv", "train"))
+    if config.layout == "aptos":
+        return read_aptos(*_kaggle_paths(root, "train.csv", "train_images"))
+    if config.layout == "odir":
+        return read_odir(root / "labels.csv" if root.is_dir() else root,
+                         include_other_disease=config.include_other_disease)
+    return read_manifest(root)
+
+
+@dataclass
+class PreparedData:
+    """The patient split, its three datasets (items in [0, 1]) and the channel statistics to normalise with."""
+
+    split: DataSplit
+    train: ManifestDataset
+    val: ManifestDataset
+    test: ManifestDataset
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+
+
+def prepare_data(config: TrainConfig) -> PreparedData:
+    """Read, split by patient and (with ``cache_images``) preprocess once; see the module docstring."""
+    rows = read_rows(config)
+    if rows.skipped:
+        log.warning("%d manifest rows skipped: %s", len(rows.skipped), rows.skipped[:3])
+    split = split_by_patient(rows, config.split, seed=config.effective_split_seed)
+    if not split.train or not split.val:
+        raise ValueError(f"{config.data}: too few images for a train/validation split ({len(rows)} rows).")
+    pre = config.preprocessing
+    train, val, test = (ManifestDataset(part, size=config.input_size, preprocessing=pre) for part in split)
+    if config.cache_images:  # preprocess once: decoding + FOV fit + local mean cost more than a step per image
+        for dataset in (train, val, test):
+            dataset.use_cache(Path(config.out) / "cache", workers=max(config.workers, 2), progress=True)
+    if config.init_from:  # a warm start keeps the input normalisation its weights were trained with
+        mean, std = input_statistics(config.init_from, preprocessing=pre)
+    else:
+        mean, std = channel_stats(train, max_images=500)
+    return PreparedData(split, train, val, test, mean, std)
