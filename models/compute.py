@@ -52,9 +52,13 @@ def is_native(precision: str, *, device: str, cpu: CpuCapability, cuda_bf16: boo
     return precision == "fp16"
 
 
-def require_native(precision: str, *, device: str, cpu: CpuCapability, cuda_bf16: bool | None = None) -> None:
-    """Raise :class:`PrecisionUnavailableError`, naming the fix, when ``device`` would only emulate
-    ``precision`` (or has no such path)."""
+SERVICE_FIX = "Set RADSCREEN_PRECISION=auto (or fp32), or RADSCREEN_NATIVE_BF16=yes if the detection is wrong."
+
+
+def require_native(precision: str, *, device: str, cpu: CpuCapability, cuda_bf16: bool | None = None,
+                   fix: str = SERVICE_FIX) -> None:
+    """Raise :class:`PrecisionUnavailableError`, naming ``fix``, when ``device`` would only emulate ``precision``
+    (or has no such path)."""
     if precision == "int8" and device != "cpu":
         raise PrecisionUnavailableError("precision=int8 runs on the CPU only (ONNX Runtime's quantised "
                                         "convolutions); use fp32, bf16 or fp16 on a GPU.")
@@ -64,11 +68,9 @@ def require_native(precision: str, *, device: str, cpu: CpuCapability, cuda_bf16
         raise PrecisionUnavailableError(
             f"precision={precision} was requested, but this CPU has no native {precision} "
             f"({cpu.summary()}): it would be emulated, and emulated bf16 ran the served network "
-            "70x slower than fp32 (docs/benchmarks.md). Set RADSCREEN_PRECISION=auto (or fp32), or "
-            "RADSCREEN_NATIVE_BF16=yes if the detection is wrong."
+            f"70x slower than fp32 (docs/benchmarks.md). {fix}"
         )
     raise PrecisionUnavailableError(
         "precision=bf16 was requested, but this GPU has no native bf16 (compute capability below 8.0, "
-        "e.g. T4 or V100): autocast would be emulated. Set RADSCREEN_PRECISION=auto (or fp32, or fp16 "
-        "after measuring its drift)."
+        f"e.g. T4 or V100): autocast would be emulated. {fix}"
     )

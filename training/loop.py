@@ -37,8 +37,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from models import compute
 from models.cpu import CpuCapability, detect_cpu
-from models.cuda import cuda_native_bf16, use_deterministic_cudnn, use_ieee_fp32
+from models.cuda import use_deterministic_cudnn, use_ieee_fp32
 from models.kl import bayesian_layers, kl_divergence
 from models.preprocessing import FOV_LOCAL_MEAN
 from models.priors import Prior, prior_from_config
@@ -61,37 +62,34 @@ BEST_WEIGHTS = "best.safetensors"
 
 
 def resolve_device(device: str) -> torch.device:
-    """``auto`` → cuda when available, else cpu (the service's rule); ``cuda`` without a GPU is an error."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {device} was requested but no CUDA device is available; use auto or cpu.")
-    return torch.device(device)
+    """``auto`` → cuda when available, else cpu (``models.compute``, the service's rule too)."""
+    try:
+        return torch.device(compute.resolve_device(device))
+    except RuntimeError as exc:
+        raise ValueError(f"--device {device}: {exc}") from exc
+
+
+TRAIN_FIX = "Use --precision fp32, or auto to take bf16 only where it is native."
 
 
 def resolve_precision(requested: str, device: torch.device, *,
                       cpu: CpuCapability | None = None) -> Literal["fp32", "bf16"]:
-    """The autocast precision a run trains in: ``fp32``, or ``bf16`` only where ``device`` runs it natively.
+    """The autocast precision a run trains in: ``fp32``, or ``bf16`` only where ``device`` runs it natively
+    (``models.compute.is_native``: a CUDA device with bf16, or a CPU with AVX-512-BF16/AMX).
 
-    ``auto`` -> bf16 on a CUDA device with bf16 or a CPU with AVX-512-BF16/AMX (``models.cpu``), else fp32.
     An explicit ``bf16`` where it would be emulated is refused: oneDNN's emulation on an AVX2-only CPU ran
     the network ~70x slower than fp32 (docs/benchmarks.md), which turns an hour's run into days with no
     message. ``cpu`` is injected by tests; default: this machine.
     """
     if requested == "fp32":
         return "fp32"
-    if device.type == "cuda":  # native only: torch's default answer counts emulation (T4, V100)
-        native, where = cuda_native_bf16(), torch.cuda.get_device_name(device)
-    else:
-        capability = cpu or detect_cpu()
-        native, where = capability.native_bf16, capability.summary()
-    if native:
+    capability = cpu or detect_cpu()
+    if compute.is_native("bf16", device=device.type, cpu=capability):
         return "bf16"
     if requested == "auto":
         return "fp32"
-    raise ValueError(f"--precision bf16 was requested but {where} has no native bf16: autocast would be "
-                     "emulated (measured ~70x slower than fp32 on an AVX2-only CPU, docs/benchmarks.md). "
-                     "Use --precision fp32, or auto to take bf16 only where it is native.")
+    compute.require_native("bf16", device=device.type, cpu=capability, fix=TRAIN_FIX)
+    raise AssertionError("unreachable: require_native raises for a precision that is not native")
 
 
 def derived_seed(*parts: int) -> int:
