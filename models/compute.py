@@ -71,6 +71,13 @@ def require_native(precision: str, *, device: str, cpu: CpuCapability, cuda_bf16
             f"70x slower than fp32 (docs/benchmarks.md). {fix}"
         )
     raise PrecisionUnavailableError(
-        "precision=bf16 was requested, but this GPU has no native bf16 (compute capability below 8.0, "
-        f"e.g. T4 or V100): autocast would be emulated. {fix}"
+        f"precision=bf16 was requested, but this GPU has no native bf16 ({_gpu_name(device)}: compute "
+        f"capability below 8.0, e.g. T4 or V100): autocast would be emulated. {fix}"
     )
+
+
+def _gpu_name(device: str) -> str:
+    try:
+        return str(torch.cuda.get_device_name(device))
+    except (RuntimeError, AssertionError, ValueError):  # no driver, a CPU build, or a bad index
+        return "unknown GPU"

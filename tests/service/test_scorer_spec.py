@@ -28,7 +28,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     [
         ({"backend": "tensorrt"}, "unknown backend 'tensorrt'; expected one of: auto, torch, onnxruntime"),
         ({"strategy": "fused"}, "unknown strategy 'fused'; expected one of: auto, grouped, loop"),
-        ({"precision": "int8"}, "unknown precision 'int8'; expected one of: auto, fp32, bf16, fp16"),
+        ({"precision": "int4"}, "unknown precision 'int4'; expected one of: auto, fp32, bf16, fp16, int8"),
         ({"native_bf16": "maybe"}, "unknown native_bf16 'maybe'; expected one of: detect, yes, no"),
         ({"mc_samples": 0}, r"mc_samples must be in \[1, 256\], got 0"),
         ({"mc_samples": 257}, r"mc_samples must be in \[1, 256\], got 257"),
