@@ -27,6 +27,9 @@ from typing import Any
 import httpx
 import pytest
 
+from models.artifact import load_artifact
+from models.cpu import detect_cpu
+from service.inference.platform import choose_backend, choose_precision
 from support.images import IDRID, fundus_png, synthetic_jpegs
 from support.processes import free_port, running_process, wait_until_ready
 from tests.helpers.deploy import ROOT
@@ -178,7 +181,12 @@ def test_predict_returns_exactly_the_local_services_numbers(
     settings = _image_settings(cpu_image)
     assert settings["RADSCREEN_DEVICE"] == "cpu" and settings["RADSCREEN_BACKEND"] == "auto"
     runtime = httpx.get(f"{healthy.base_url}/v1/model", timeout=30).json()["runtime"]
-    assert (runtime["backend"], runtime["precision"]) == ("onnxruntime", "fp32")  # the fastest fp32 CPU path
+    # what auto picks on this CPU from the embedded model's real-eye record (guarded bf16 where bf16 is
+    # native, ONNX Runtime fp32 elsewhere): the image decides as the checkout does
+    choice = choose_precision("auto", device="cpu", cpu=detect_cpu(), permits=load_artifact().calibration.permits())
+    expected_backend, _ = choose_backend("auto", device="cpu", precision=choice.precision)
+    assert (runtime["backend"], runtime["precision"]) == (expected_backend, choice.precision)
+    assert (runtime["guard_band"] is None) == (choice.guard is None)
     # two generated images and a JPEG: a real photograph (IDRiD) where the shared data folder is present
     images = [(fundus_png(seed, size=320), "fundus.png", "image/png") for seed in (3, 11)]
     photo = IDRID / "IDRiD_01.jpg"
