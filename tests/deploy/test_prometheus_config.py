@@ -41,6 +41,7 @@ def test_required_alerts_exist_and_use_our_metrics() -> None:
     assert {
         "RadscreenDown", "RadscreenHighP99Latency", "RadscreenHigh5xxRate", "RadscreenHigh503Rate",
         "RadscreenOutcomeShareDrift", "RadscreenMutualInformationDrift", "RadscreenRetakeSpike",
+        "RadscreenPrecisionGuardShareHigh",
     } <= alerts
     allowed = exposed_series_names() | {r["record"] for r in all_rules if "record" in r} | {"up"}
     for rule in all_rules:
