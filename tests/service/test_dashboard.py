@@ -280,7 +280,18 @@ def test_refused_upload_is_explained_in_plain_words(page: Any, tmp_path: Path) -
     page.click("#analyse")
     page.wait_for_selector("#error:not([hidden])", timeout=30_000)
     text = page.inner_text("#error")
-    assert "This file type is not accepted. Use JPEG, PNG, TIFF, WebP or BMP." in text
+    assert "This file type is not accepted. Use JPEG, PNG, TIFF, WebP, BMP or a DICOM photograph." in text
     assert "Details: " in text and "Request id: " in text
     assert page.inner_text("#status") == "Analysis failed."
     screenshot(page, tmp_path, "dashboard-error.png")
+
+
+def test_a_costly_encoding_is_explained_in_plain_words(page: Any) -> None:
+    from tests.helpers.hostile_decode import jpeg_many_scans
+
+    enter_api_key(page)
+    bomb = jpeg_many_scans(64, 2000)  # far more progressive scans than any camera writes
+    page.set_input_files("#file-input", [{"name": "scans.jpg", "mimeType": "image/jpeg", "buffer": bomb}])
+    page.click("#analyse")
+    page.wait_for_selector("#error:not([hidden])", timeout=30_000)
+    assert "too costly to decode" in page.inner_text("#error") and "original JPEG" in page.inner_text("#error")
