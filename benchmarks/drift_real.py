@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -95,8 +96,6 @@ def run_path(forward: Any, pixels: np.ndarray, batch: int) -> Scored:
     start = time.perf_counter()
     logits = np.concatenate([forward(pixels[i:i + batch]) for i in range(0, len(pixels), batch)], axis=1)
     secs = (time.perf_counter() - start) / len(pixels)
-    import torch
-
     unc = binary_uncertainty_from_logits(torch.from_numpy(logits))
     return Scored(unc.probability.numpy().astype(np.float64), unc.mutual_information.numpy().astype(np.float64),
                   secs)

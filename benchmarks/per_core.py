@@ -38,55 +38,36 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.drift_real import odir_split, sample
 from models.cpu import detect_cpu
-from training.data.manifest import read_odir
-from training.data.splits import split_by_patient
+from support.processes import free_port, running_process, wait_until_ready
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("RADSCREEN_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
 def photographs(n: int, seed: int) -> list[Path]:
-    rows = read_odir(SHARED / "odir-5k" / "labels.csv", include_other_disease=True, verify_images=False)
-    val = split_by_patient(rows, (0.7, 0.15, 0.15), seed=0).val
-    return [Path(val[i].path) for i in np.random.default_rng(seed).permutation(len(val))[:n]]
+    """A seeded sample of the model's ODIR validation patients' photographs (drift_real.py's sample)."""
+    return sample(odir_split(0).val, n, seed)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident memory (VmHWM), MB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM"))) / 1024
 
 
 @contextlib.contextmanager
-def replica(cores: str, env: dict[str, str], log: Path) -> Iterator[str]:
-    """A service process pinned to ``cores`` (taskset list); yields its base URL once ready."""
+def replica(cores: str, env: dict[str, str], log: Path, peaks: list[float]) -> Iterator[str]:
+    """A service process pinned to ``cores`` (taskset list); yields its base URL once ready and appends its
+    peak memory to ``peaks`` when it stops."""
     port = free_port()
     cmd = ["taskset", "-c", cores, sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app",
            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"replica on cores {cores} exited: {log.read_text()[-2000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
-                    break
-            time.sleep(1)
-        else:
-            raise SystemExit(f"replica on cores {cores} not ready after 600 s")
+    with running_process(cmd, log, cwd=ROOT, env={**os.environ, **env}) as proc:
+        wait_until_ready(proc, f"{base}/readyz", deadline_s=600, log_path=log)
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        peaks.append(peak_rss_mb(proc.pid))
 
 
 def post(base: str, jpeg: bytes) -> None:
@@ -155,17 +136,17 @@ def main() -> None:
             env = {"RADSCREEN_PRECISION": precision, "RADSCREEN_DEVICE": "cpu"}
             if args.model_dir:
                 env["RADSCREEN_MODEL_DIR"] = str(args.model_dir.resolve())
-            logs = Path(tmp)
-            with replica(c0, {**env, "RADSCREEN_THREADS": "1"}, logs / "a.log") as a:
+            logs, peaks = Path(tmp), list[float]()
+            with replica(c0, {**env, "RADSCREEN_THREADS": "1"}, logs / "a.log", peaks) as a:
                 chosen = httpx.get(f"{a}/v1/model", timeout=10).json()["runtime"]
                 label = f"{precision} -> {chosen['backend']} {chosen['precision']}"
                 rows.append((label, "service, 1 process x 1 thread", 1,
                              service_rate([a], jpegs, args.requests, args.concurrency)))
-            with replica(f"{c0},{c1}", {**env, "RADSCREEN_THREADS": "2"}, logs / "b.log") as b:
+            with replica(f"{c0},{c1}", {**env, "RADSCREEN_THREADS": "2"}, logs / "b.log", peaks) as b:
                 rows.append((label, "service, 1 process x 2 threads", 2,
                              service_rate([b], jpegs, args.requests, args.concurrency)))
-            with replica(c0, {**env, "RADSCREEN_THREADS": "1"}, logs / "c.log") as r0, \
-                    replica(c1, {**env, "RADSCREEN_THREADS": "1"}, logs / "d.log") as r1:
+            with replica(c0, {**env, "RADSCREEN_THREADS": "1"}, logs / "c.log", peaks) as r0, \
+                    replica(c1, {**env, "RADSCREEN_THREADS": "1"}, logs / "d.log", peaks) as r1:
                 rows.append((label, "service, 2 replicas x 1 thread", 2,
                              service_rate([r0, r1], jpegs, args.requests, args.concurrency)))
             if not args.skip_batch:
@@ -175,6 +156,7 @@ def main() -> None:
                              batch_rate(f"{c0},{c1}", 2, 2, folder, env, args.batch_images)))
             for row in rows[-5:]:
                 print(f"  {row[0]} | {row[1]}: {row[3]:.2f} img/s", flush=True)
+            print(f"  {label} | peak memory of a service replica (VmHWM): {max(peaks) / 1024:.2f} GB", flush=True)
     print("\n| precision (chosen) | configuration | cores | images/s | images/s per core |")
     print("| --- | --- | ---: | ---: | ---: |")
     for label, config, n, rate in rows:
