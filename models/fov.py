@@ -5,7 +5,13 @@ frames cut that disc: a 3:2 or 4:3 frame cuts it at the top and bottom (or left 
 portrait), and some cameras add a notch or text overlays at the border. So the circle is fitted only
 to edge points that are *not* on the frame, with RANSAC (three-point circles, the one with most
 inliers wins) followed by a least-squares refit on its inliers: notches, text blobs and the straight
-cut lines of a padded frame are outliers and do not pull the fit.
+cut lines of a padded frame are outliers and do not pull the fit. Thin bright strokes on the surround
+(text burned into a corner) are opened away before the edge is traced (``TEXT_STROKE``).
+
+A tight square crop clips the disc on all four sides: the circle is larger than the frame and its edge
+is visible only in the frame's corners. The fit needs nothing special for it (the corner arcs fix the
+circle); ``FovCircle.arc_quadrants`` says that the visible edge is spread around the centre, which is
+what tells such a crop from a curve in one corner.
 
 Some published copies of fundus photographs were cropped and then resized to a square, which stretches the
 disc into an axis-aligned ellipse (the ODIR-5K copies: axis ratio ~1.14). A circle fits only two of its four

@@ -133,17 +133,21 @@ def _row(photo_set: str, name: str, split: str, truth: str, framing: str, size: 
             "finish": finish, "issues": ";".join(issues)}
 
 
-def judge_photograph(photo: Photo, index: int, *, degrade: bool = True) -> list[dict[str, str]]:
+def judge_photograph(photo: Photo, index: int, *, degrade: bool = True, family_too: bool = True
+                     ) -> list[dict[str, str]]:
     """Rows of verdicts: the original (framing ``original``), its family if gradable, and one degradation's family.
 
-    ``truth`` is ``gradable`` for the original's renders and the degradation's name for the degraded ones.
+    ``truth`` is the category for the original, ``gradable`` for its renders and the degradation's name for the
+    degraded ones. ``family_too=False``: the original only.
     """
     split = split_of(photo.patient)
     rgb = decode(photo.path)
     report = assess_quality(rgb)
     rows = [_row(photo.source, photo.name, split, photo.category, "original", "native", "plain", report.issues)]
+    if not report.gradable or not family_too:
+        return rows
     disc = canonical(rgb)
-    if not report.gradable or disc is None:
+    if disc is None:
         return rows
     rng = np.random.default_rng(zlib.crc32(photo.name.encode()))
     for framing, size, finish, img in family(disc, rng):

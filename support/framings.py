@@ -38,6 +38,12 @@ FRAMINGS = ("camera", "padded", "stretched", "tight")
 SIZES = (224, 320, 400, 512)
 FINISHES = ("plain", "jpeg", "ring", "notch", "text")
 CANONICAL_MAX = 1024  # the canonical disc's diameter at most (px)
+# the family's ranges, as shares of the disc's diameter (or radius, for the notch): what training's framing
+# augmentation must cover (training.data.augment.FramingConfig; tests/training/test_augment.py)
+CAMERA_HEIGHT = (0.82, 0.9)  # camera frame height / diameter: the disc is cut at top and bottom
+STRETCH_HEIGHT = (0.82, 0.92)  # the cut before an ODIR-style stretch to a square
+TIGHT_SIDE = (0.75, 0.88)  # tight square side / diameter: cut on four sides
+NOTCH_HALF = (0.05, 0.08)  # notch half-side / radius
 
 
 def canonical(rgb: np.ndarray) -> np.ndarray | None:
@@ -82,7 +88,7 @@ def _place(disc: np.ndarray, width: int, height: int, rng: np.random.Generator, 
 def camera(disc: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, Geometry]:
     """A 4:3 .. 3:2 camera frame: the disc spans 67-98 % of the width and is cut at the top and bottom."""
     d = disc.shape[0]
-    height = round(d * rng.uniform(0.82, 0.9))
+    height = round(d * rng.uniform(*CAMERA_HEIGHT))
     width = round(height * rng.uniform(1.25, 1.5))
     return _place(disc, max(width, round(d * 1.02)), height, rng)
 
@@ -96,14 +102,14 @@ def padded(disc: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, Geom
 def stretched(disc: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, Geometry]:
     """Cut at the top and bottom to 82-92 % of the diameter, then resized to a square (an ODIR-style ellipse)."""
     d = disc.shape[0]
-    frame, (cx, cy, rx, ry) = _place(disc, d, round(d * rng.uniform(0.82, 0.92)), rng, jitter=0.0)
+    frame, (cx, cy, rx, ry) = _place(disc, d, round(d * rng.uniform(*STRETCH_HEIGHT)), rng, jitter=0.0)
     stretch = d / frame.shape[0]
     return _resize(frame, d, d), (cx, cy * stretch, rx, ry * stretch)
 
 
 def tight(disc: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, Geometry]:
     """A square of 75-88 % of the diameter inside the disc: clipped on four sides, black only in the corners."""
-    side = round(disc.shape[0] * rng.uniform(0.75, 0.88))
+    side = round(disc.shape[0] * rng.uniform(*TIGHT_SIDE))
     return _place(disc, side, side, rng, jitter=0.015)
 
 
@@ -150,7 +156,7 @@ def notch(rgb: np.ndarray, geometry: Geometry, rng: np.random.Generator) -> np.n
     inside = [a for a in angles if 0 <= cx + rx * math.cos(a) < w and 0 <= cy + ry * math.sin(a) < h]
     theta = float(inside[0] if inside else angles[0])
     ex, ey = cx + rx * math.cos(theta), cy + ry * math.sin(theta)
-    half = rng.uniform(0.05, 0.08) * min(rx, ry)
+    half = rng.uniform(*NOTCH_HALF) * min(rx, ry)
     out = rgb.copy()
     out[max(0, round(ey - half)) : max(0, round(ey + half)), max(0, round(ex - half)) : max(0, round(ex + half))] = 0
     return out

@@ -8,13 +8,16 @@ the camera made it (any size, any aspect: 3:2 and 4:3 frames cut the disc, squar
    edge points that are not on the frame (``models.fov``: RANSAC + least squares, so frame cuts,
    notches and text overlays do not pull it). It must be plausible *as a circle*: most edge points
    on it (``MIN_INLIER_SHARE``), its in-frame arc supported by edge points (``MIN_ARC_SUPPORT``),
-   at least ``MIN_VISIBLE_ARC`` of it inside the frame, centred (``MAX_FOV_OFFSET`` radii from the
-   frame centre), of a radius a fundus camera produces (``MIN_FOV_RADIUS``..``MAX_FOV_RADIUS`` of
-   the frame's half short side), and the bright region must fill it (IoU >= ``MIN_FOV_IOU``).
+   at least ``MIN_VISIBLE_ARC`` of it inside the frame and spread around it (supported arcs in at
+   least ``MIN_ARC_QUADRANTS`` of the four quadrants: a disc clipped on four sides by a tight crop
+   shows its edge only in the frame's corners, but in all four), centred (``MAX_FOV_OFFSET`` radii
+   from the frame centre), of a radius a fundus camera produces (``MIN_FOV_RADIUS``..``MAX_FOV_RADIUS``
+   of the frame's half short side), and the bright region must fill it (IoU >= ``MIN_FOV_IOU``).
 2. every other measure is taken on the FOV cropped to the fitted circle and resampled so that its
    diameter is ``WORK_SIZE`` px (``models.preprocessing.crop_to_fov``): the thresholds hold at any
-   camera resolution, and the cost does not grow with it. Without a plausible FOV the whole frame
-   is measured. Inside the disc (rim excluded):
+   camera resolution and copy size (224 px or 4288 px), and the cost does not grow with it. Without a
+   plausible FOV the whole frame is measured. Inside the disc (rim and ``EDGE_MARGIN`` px along the
+   frame's cuts excluded):
 
    - **exposure**: mean luminance >= ``MIN_MEAN_LUMA`` (``too_dark``); ``overexposed`` when the share of
      near-white pixels exceeds ``MAX_SATURATED``, or the mean luminance exceeds ``MAX_MEAN_LUMA_SHARP``, or
@@ -27,7 +30,9 @@ the camera made it (any size, any aspect: 3:2 and 4:3 frames cut the disc, squar
      (differences of Gaussians, sigma 1-3 px over 3-6 px at ``WORK_SIZE``) of the green channel
      divided by its local mean. Dividing by the local mean makes it a *contrast* (independent of
      exposure and pigmentation); the ratio makes it independent of how much structure a retina has
-     (blur removes the vessel band first), and sigma >= 1 px keeps sensor noise out of it;
+     (blur removes the vessel band first), and sigma >= 1 px keeps sensor noise out of it. Only the
+     lit retina counts: black left inside the crop (a notch, a ring, a band of an earlier crop) would
+     otherwise be the strongest edge in it;
    - **colour** (``not_fundus``): red-dominant (red share of the mean colour >= ``MIN_RED_SHARE`` and
      red >= ``MIN_RED_OVER_GREEN`` x green).
 3. **compression** (``compression_artifacts``): heavy JPEG quantisation leaves 8x8 blocks. Measured
@@ -35,10 +40,13 @@ the camera made it (any size, any aspect: 3:2 and 4:3 frames cut the disc, squar
    the mean step elsewhere, at period 8 (and 4, for JPEGs decoded at half scale), >= ``MAX_BLOCKINESS``
    rejects. A photograph resized after compression loses the grid and is not caught by this measure.
 
-Each measure becomes a score in [0, 1] that is 0.5 exactly at its threshold (a logistic of the
-margin); the report's ``score`` is the smallest, so ``gradable`` <=> ``score >= 0.5``. Thresholds
-were set on real (IDRiD) and synthetic photographs together; how in docs/quality-gate.md, the
-accept/reject table in docs/results-quality-gate.md (``benchmarks/quality_table.py`` prints it).
+Each threshold is a ``Rule``; each measure becomes a score in [0, 1] that is 0.5 exactly at its threshold
+(a logistic of the margin); the report's ``score`` is the smallest, so ``gradable`` <=> ``score >= 0.5``.
+A refusal explains itself: ``QualityReport.findings`` names, for each issue, the measure that missed, its
+value and the threshold (the API's ``quality.details``, the page, the batch output's ``quality_details``).
+Thresholds were set on real (IDRiD, ODIR-5K, EyePACS) and synthetic photographs and the framing family
+of real photographs (``support.framings``); how in docs/quality-gate.md, the accept/reject tables in
+docs/results-quality-gate.md (``benchmarks/quality_table.py``, ``benchmarks/framing_family.py``).
 """
 
 from __future__ import annotations

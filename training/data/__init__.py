@@ -12,11 +12,13 @@ Example::
 from training.data.augment import (
     AffineParams,
     AugmentConfig,
+    FramingConfig,
     JitterConfig,
     affine_theta,
     apply_affine,
     augment_batch,
     color_jitter,
+    frame_cuts,
     normalise,
     sample_params,
 )
@@ -38,6 +40,7 @@ from training.data.splits import DataSplit, split_by_patient
 __all__ = [
     "AffineParams",
     "AugmentConfig",
+    "FramingConfig",
     "DataSplit",
     "ImageLoadError",
     "JitterConfig",
@@ -51,6 +54,7 @@ __all__ = [
     "augment_batch",
     "channel_stats",
     "color_jitter",
+    "frame_cuts",
     "eyepacs_identity",
     "load_image",
     "normalise",
