@@ -122,11 +122,16 @@ def fov_level(level: np.ndarray) -> float:
     """Threshold between the dark surround and the FOV: ``LEVEL_FRACTION`` of the way from one to the other.
 
     The surround's level is the 1st percentile (it is dark but not always pure black), the FOV's
-    the 95th (the FOV covers well over 5 % of any fundus frame). A fixed fraction of the span keeps
-    a dim, vignetted periphery inside the FOV on bright and dark photographs alike; a fraction of
-    the span rather than Otsu's split, which lands *inside* the FOV when the frame is mostly FOV.
+    the median of what lies above a first split at the 95th percentile's fraction: the retina's typical
+    level, not its brightest 5 % (the optic disc of a dim photograph would put a dark periphery outside).
+    A fixed fraction of the span keeps a dim, vignetted periphery inside the FOV on bright and dark
+    photographs alike; a fraction of the span rather than Otsu's split, which lands *inside* the FOV when
+    the frame is mostly FOV.
     """
-    bg, fg = (float(v) for v in np.percentile(level, [1, 95]))
+    bg, top = (float(v) for v in np.percentile(level, [1, 95]))
+    first = max(bg + MIN_LEVEL, bg + LEVEL_FRACTION * (top - bg))
+    above = level[level > first]
+    fg = float(np.median(above)) if above.size else top
     return max(bg + MIN_LEVEL, bg + LEVEL_FRACTION * (fg - bg))
 
 
@@ -194,8 +199,8 @@ def edge_points(mask: np.ndarray, level: np.ndarray | None = None) -> tuple[np.n
                 cut = int(straight.max() if side == 0 else straight.min())
                 outer = int(straight.min() if side == 0 else straight.max())  # a cut resampled over two lines
                 beyond = np.s_[:, : max(0, outer - 1)] if side == 0 else np.s_[:, outer + 2 :]
-                lines, spans = (level, mask) if axis == 1 else (level.T, mask.T)  # [lines, length]
-                if lines[beyond].size and not _is_surround(lines[beyond], spans[beyond], level):
+                lines = level if axis == 1 else level.T  # [lines, length]
+                if lines[beyond].size and not _is_surround(lines[beyond], level):
                     straight = straight[:0]  # not padding: retina (or anything bright) beyond the line
             if straight.size:  # a straight cut: the frame edge of a padded image
                 keep &= ~np.isin(end, straight)
@@ -206,16 +211,15 @@ def edge_points(mask: np.ndarray, level: np.ndarray | None = None) -> tuple[np.n
     return np.concatenate(pts), (box[0], box[1], box[2], box[3])
 
 
-def _is_surround(region: np.ndarray, bright: np.ndarray, level: np.ndarray) -> bool:
+def _is_surround(region: np.ndarray, level: np.ndarray) -> bool:
     """True when ``region`` (the brightest channel beyond a straight cut) is as dark as the frame's surround.
 
     Padding and a camera's dark surround are at the level's 1st percentile; sensor noise and JPEG ringing
-    scatter single pixels above it and burned-in text is bright, so the region's median must be within
-    ``MIN_LEVEL`` of that floor and little of it (``bright``: the FOV mask there, text opened away) bright: text
-    that touches the retina stays in the mask. A shadowed retina (an eyelid) is neither.
+    scatter pixels a little above it and burned-in text is bright but thin, so three quarters of the region
+    must be within 2 x ``MIN_LEVEL`` of that floor. A shadowed retina (an eyelid) is not.
     """
-    floor = float(np.percentile(level, 1)) + MIN_LEVEL
-    return float(np.median(region)) <= floor and float(bright.mean()) < 0.1
+    floor = float(np.percentile(level, 1)) + 2 * MIN_LEVEL
+    return float(np.percentile(region, 75)) <= floor
 
 
 def _circles_through(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
