@@ -59,7 +59,8 @@ def originals_table(rows: list[dict[str, str]]) -> str:
     for r in rows:
         if r["framing"] == "original":
             groups[(r["set"], r["truth"])].append(r)
-    lines = ["| set | category | photographs | gradable | share | refusals (issues: count) |", "|---|---|---|---|---|---|"]
+    lines = ["| set | category | photographs | gradable | share | refusals (issues: count) |",
+             "|---|---|---|---|---|---|"]
     for (name, category), members in sorted(groups.items()):
         ok = sum(not r["issues"] for r in members)
         reasons: dict[str, int] = defaultdict(int)

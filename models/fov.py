@@ -196,7 +196,6 @@ def edge_points(mask: np.ndarray, level: np.ndarray | None = None) -> tuple[np.n
             values, counts = np.unique(end[keep], return_counts=True)
             straight = values[counts > max(STRAIGHT_MIN_POINTS, STRAIGHT_RUN * idx.size)]
             if straight.size and level is not None:
-                cut = int(straight.max() if side == 0 else straight.min())
                 outer = int(straight.min() if side == 0 else straight.max())  # a cut resampled over two lines
                 beyond = np.s_[:, : max(0, outer - 1)] if side == 0 else np.s_[:, outer + 2 :]
                 lines = level if axis == 1 else level.T  # [lines, length]

@@ -88,7 +88,8 @@ class QualityFinding(BaseModel):
     measure: str = Field(description="The gate's measure, e.g. sharpness, mean_luma, fov_visible_arc.")
     value: float = Field(description="Its value on this photograph.")
     threshold: float
-    relation: Literal[">=", "<="] = Field(description="What a gradable photograph satisfies: value <relation> threshold.")
+    relation: Literal[">=", "<="] = Field(
+        description="What a gradable photograph satisfies: value <relation> threshold.")
     message: str = Field(description="The same in one line, e.g. 'blurred: sharpness 1.21, needs >= 1.45'.")
 
 

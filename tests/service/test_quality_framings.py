@@ -110,7 +110,8 @@ def test_sharpness_does_not_depend_on_the_copys_size() -> None:
         for framing in FRAMINGS:
             small, large = (measure(render(disc, framing, s, "plain", np.random.default_rng(1))).sharpness
                             for s in (SIZES[0], SIZES[-1]))
-            assert abs(small - large) <= 0.15 * large and min(small, large) > MIN_SHARPNESS, (name, framing, small, large)
+            assert abs(small - large) <= 0.15 * large, (name, framing, small, large)
+            assert min(small, large) > MIN_SHARPNESS, (name, framing, small, large)
 
 
 def test_a_refusal_names_the_measure_its_value_and_the_threshold() -> None:

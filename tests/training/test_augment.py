@@ -175,6 +175,7 @@ def test_frame_cuts_cover_the_framing_family_and_are_seeded() -> None:
     assert not corner_only.any()  # no cut leaves the edges' middles and cuts only a corner
     # a camera cut removes whole rows (or columns) from the edge inwards, to within the configured range
     rows_cut = cut[top & ~side, 0, :, 20].float().sum(dim=1) / 2 / 20  # share of the half side cut away
-    assert float(rows_cut.min()) >= 1 - cfg.camera_cut[1] - 0.05 and float(rows_cut.max()) <= 1 - cfg.camera_cut[0] + 0.05
+    assert float(rows_cut.min()) >= 1 - cfg.camera_cut[1] - 0.05
+    assert float(rows_cut.max()) <= 1 - cfg.camera_cut[0] + 0.05
     off = FramingConfig(camera_prob=0.0, tight_prob=0.0, notch_prob=0.0)
     assert torch.equal(frame_cuts(x[:8].clone(), generator=torch.Generator().manual_seed(1), config=off), x[:8])

@@ -15,7 +15,7 @@ All randomness comes from the ``torch.Generator`` passed in, so a seeded generat
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -151,15 +151,21 @@ class JitterConfig:
     blur_scale: tuple[float, float] = (0.4, 0.9)
 
 
+def _uniform_like(x: Tensor, generator: torch.Generator) -> Callable[..., Tensor]:
+    """``uniform(lo, hi, *shape)``: draws from ``generator`` (on its device), returned on ``x``'s device and dtype."""
+
+    def uniform(lo: float, hi: float, *shape: int) -> Tensor:
+        drawn = torch.rand(*shape, generator=generator, device=generator.device)
+        return (lo + (hi - lo) * drawn).to(x.device, x.dtype)
+
+    return uniform
+
+
 def color_jitter(x: Tensor, *, generator: torch.Generator, config: JitterConfig = JitterConfig(),
                  centre: float = 0.5) -> Tensor:
     """Random photometric changes per image of ``x`` ``[B, C, H, W]`` in [0, 1] (see ``JitterConfig``)."""
     b, c, h, w = x.shape
-    gdev = generator.device
-
-    def uniform(lo: float, hi: float, *shape: int) -> Tensor:
-        return (lo + (hi - lo) * torch.rand(*shape, generator=generator, device=gdev)).to(x.device, x.dtype)
-
+    uniform = _uniform_like(x, generator)
     lo, hi = config.contrast
     contrast = torch.exp(uniform(math.log(lo), math.log(hi), b, 1, 1, 1))
     gain = uniform(1 - config.channel_gain, 1 + config.channel_gain, b, c, 1, 1)
@@ -197,12 +203,12 @@ class FramingConfig:
 
 def frame_cuts(x: Tensor, *, generator: torch.Generator, config: FramingConfig = FramingConfig(),
                fill: float = 0.5) -> Tensor:
-    """Random framing per image of ``x`` ``[B, C, S, S]`` (a preprocessed disc filling the square), see ``FramingConfig``."""
+    """Random framing per image of ``x`` ``[B, C, S, S]``, a preprocessed disc filling the square (FramingConfig)."""
     b, _, h, w = x.shape
-    gdev = generator.device
+    draw = _uniform_like(x, generator)
 
     def uniform(lo: float, hi: float) -> Tensor:
-        return (lo + (hi - lo) * torch.rand(b, generator=generator, device=gdev)).to(x.device, x.dtype)
+        return draw(lo, hi, b)
 
     kind, portrait, notch = uniform(0, 1), uniform(0, 1) < 0.2, uniform(0, 1) < config.notch_prob
     camera_cut, tight_cut = uniform(*config.camera_cut), uniform(*config.tight_cut)
