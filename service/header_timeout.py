@@ -29,6 +29,7 @@ from typing import Any
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from service.errors import PROBLEM_MEDIA_TYPE, problem_body
+from service.security_headers import response_headers
 
 HEADER_TIMEOUT_ENV = "RADSCREEN_HEADER_TIMEOUT_S"
 HEADER_TIMEOUT_S = 10.0  # its default
@@ -40,10 +41,13 @@ MAX_HEAD_BYTES = 64 * 1024  # h11 refuses a longer head itself (431); nothing be
 
 
 def raw_problem(status: int, reason: str, slug: str, detail: str) -> bytes:
-    """A whole raw HTTP/1.1 problem+json answer that closes the connection (no request id exists yet)."""
+    """A whole raw HTTP/1.1 problem+json answer that closes the connection (no request id exists yet), with the
+    security headers every answer carries."""
     body = json.dumps(problem_body(slug, status, detail, "")).encode()
+    security = "".join(f"{k.decode()}: {v.decode()}\r\n" for k, v in response_headers("/"))
     head = (f"HTTP/1.1 {status} {reason}\r\n"
-            f"content-type: {PROBLEM_MEDIA_TYPE}\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n")
+            f"content-type: {PROBLEM_MEDIA_TYPE}\r\ncontent-length: {len(body)}\r\nconnection: close\r\n"
+            f"{security}\r\n")
     return head.encode("latin-1") + body
 
 

@@ -130,6 +130,7 @@ def test_an_obs_folded_header_is_refused(svc: Service, folded: bytes) -> None:
     head = b"POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: image/png\r\n" + folded
     status, headers, body, rest = _raw(svc, head + b"Content-Length: 5\r\n\r\n0\r\n\r\n")
     assert status == 400 and b"obs-fold" in body and headers["connection"] == "close" and rest == b""
+    assert headers["x-content-type-options"] == "nosniff" and headers["cache-control"] == "no-store"
 
 
 def test_a_plain_chunked_request_still_works(svc: Service, photos: tuple[bytes, bytes]) -> None:
