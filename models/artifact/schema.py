@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models.decision import DiagnosisLabel, ScreeningOutcome, diagnosis_label, is_uncertain, screening_outcome
+from models.draws import ServingDraws
 from models.posteriors import POSTERIOR_FAMILIES
 from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
 from models.preprocessing import PREPROCESSINGS
@@ -115,7 +116,7 @@ def _architecture_from_dict(arch: JsonFields) -> tuple[str, VGGConfig]:
 # value (K = 100000 draws, a 100000 px input) is refused at start-up, naming the field, instead of
 # failing later trying to allocate gigabytes. Generous against every real model (default: 512 px,
 # K = 16, width 46, blocks of 2-3 layers).
-MAX_MC_SAMPLES = 256  # also the bound of RADSCREEN_MC_SAMPLES
+MAX_MC_SAMPLES = 256  # also the bound of the service's K setting (ScorerSpec.mc_samples)
 MAX_HEAD_DRAWS = 4096
 MAX_INPUT_SIZE = 1024
 MAX_WIDTH = 256  # channels of the first block (the last blocks have 8x)
@@ -237,6 +238,10 @@ class ArtifactConfig:
     def image_transform(self) -> ImageTransform:
         """The callable that turns an image file or bytes into this model's input (its declared preprocessing)."""
         return ImageTransform(size=self.input_size, preprocessing=self.preprocessing, mean=self.mean, std=self.std)
+
+    def serving_draws(self, mc_samples: int | None = None) -> ServingDraws:
+        """The serving form: K draws with the artifact's seed and head draws; ``mc_samples`` replaces its K."""
+        return ServingDraws(self.mc_samples if mc_samples is None else mc_samples, self.draw_seed, self.head_draws)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``config.json`` layout (nested sections, JSON types only)."""
