@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from service.batch.cli import build_parser, main, scorer_spec
+from service.inference.loading import load_scorer
 from service.inference.spec import ScorerSpec, knobs
 from service.settings import ScorerSettings, Settings
 
@@ -47,7 +48,7 @@ def test_the_spec_pickles_as_ray_ships_it_and_loads_the_scorer_it_describes(tiny
                       threads=1, max_pixels=123_456, max_upload_bytes=654_321, native_bf16="no")
     again = pickle.loads(pickle.dumps(spec))
     assert again == spec
-    scorer = again.load()
+    scorer = load_scorer(again)
     assert scorer.backend.name == "torch" and scorer.backend.device == "cpu"
     assert scorer.runtime["strategy"] == "grouped" and scorer.runtime["threads"] == 1
     assert scorer.model_identity.mc_samples == 5

@@ -19,7 +19,9 @@ from PIL import Image
 from support.artifacts import build_tiny_artifact
 
 if TYPE_CHECKING:
+    from service.inference.loading import load_scorer
     from service.inference.scoring import Scorer
+    from service.inference.spec import ScorerSpec
 
 
 def _batch_artifact(directory: Path, *, seed: int) -> Path:
@@ -50,9 +52,8 @@ def other_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def batch_scorer(batch_artifact: Path) -> Scorer:
-    from service.inference.scoring import Scorer
 
-    return Scorer.from_artifact(batch_artifact, device="cpu")
+    return load_scorer(ScorerSpec(model_dir=batch_artifact, device="cpu"))
 
 
 def _write_fundus_png(path: Path, seed: int, size: int = 80) -> Path:
