@@ -39,7 +39,7 @@ from torch.utils.data import Subset
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import load_artifact
-from models.draws import ServingDraws
+from models.artifact.schema import ServingDraws
 from models.kl import kl_divergence
 from models.priors import prior_from_config
 from models.sampling import sampling_generator

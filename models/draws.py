@@ -173,27 +173,6 @@ class DrawnNetwork(nn.Module):
         return h  # [B, M·O]
 
 
-@dataclass(frozen=True)
-class ServingDraws:
-    """An artifact's serving form as one value: ``mc_samples`` (K) network draws made with ``draw_seed``, each
-    carrying ``head_draws`` (M) draws of the last layer; the names are ``config.json``'s ``serving`` section.
-
-    The artifact hands it out (``Artifact.serving_draws()``, like torchvision's ``weights.transforms()``),
-    and so does a training config for the artifact it will write (``TrainConfig.serving_draws()``):
-    the service, evaluation, calibration, export and the benchmarks take K, the seed and M from it rather
-    than unpacking them one by one.
-    """
-
-    mc_samples: int
-    draw_seed: int
-    head_draws: int = 1
-
-    def materialise(self, model: VGGStar, *, strategy: str = "grouped") -> DrawnNetwork:
-        """The fixed network of these draws of ``model``'s posterior (:func:`materialise_draws`)."""
-        return materialise_draws(model, k=self.mc_samples, seed=self.draw_seed, strategy=strategy,
-                                 head_draws=self.head_draws)
-
-
 @torch.no_grad()
 def materialise_draws(model: VGGStar, *, k: int = 16, seed: int, strategy: str = "grouped",
                       head_draws: int = 1) -> DrawnNetwork:

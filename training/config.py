@@ -7,8 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from models.artifact.schema import MAX_MC_SAMPLES
-from models.draws import ServingDraws
+from models.artifact.schema import MAX_MC_SAMPLES, ServingDraws
 from models.preprocessing import FOV_LOCAL_MEAN
 from models.transform import ImageTransform
 

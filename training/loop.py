@@ -26,7 +26,7 @@ import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -38,9 +38,9 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from models import compute
+from models.artifact.schema import ServingDraws
 from models.cpu import CpuCapability
 from models.cuda import use_deterministic_cudnn, use_ieee_fp32
-from models.draws import ServingDraws
 from models.kl import bayesian_layers, kl_divergence
 from models.preprocessing import FOV_LOCAL_MEAN
 from models.priors import Prior, prior_from_config
@@ -48,7 +48,7 @@ from models.registry import create_model
 from models.sampling import sampling_generator, use_means
 from models.vgg import mc_logits
 from training.checkpoint import TrainState, load_checkpoint, restore, save_checkpoint
-from training.config import TrainConfig
+from training.config import Precision, TrainConfig
 from training.data.augment import augment_batch, color_jitter, normalise
 from training.data.prepare import PreparedData, prepare_data
 from training.diagnostics import budget_ratio, nll_gradient_sd, rho_shift, sigma_stats
@@ -159,7 +159,7 @@ class Trainer:
         use_ieee_fp32(self.device)
         use_deterministic_cudnn(self.device)
         # "auto" is resolved once, here, so config.json, the resume check and the card name what ran
-        self.config = replace(config, precision=self.runtime.precision)
+        self.config = replace(config, precision=cast(Precision, self.runtime.precision))  # auto/fp32/bf16 asked
         self.run_dir = Path(config.out)
         self.progress = progress
         self.rho_origin: float | dict[str, torch.Tensor] = config.rho_init  # where Δρ is measured from

@@ -18,8 +18,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
+from models.artifact.schema import ServingDraws
 from models.compute import resolve_strategy
-from models.draws import ServingDraws
 from models.sampling import seeded
 from models.vgg import VGGStar, mc_logits
 from training.data.augment import normalise

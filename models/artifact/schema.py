@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models.decision import DiagnosisLabel, ScreeningOutcome, diagnosis_label, is_uncertain, screening_outcome
-from models.draws import ServingDraws
+from models.draws import DrawnNetwork, materialise_draws
 from models.posteriors import POSTERIOR_FAMILIES
 from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
 from models.preprocessing import PREPROCESSINGS
 from models.registry import DEFAULT_ARCHITECTURE, check_architecture
 from models.transform import ImageTransform
-from models.vgg import ConfigFieldError, VGGConfig
+from models.vgg import ConfigFieldError, VGGConfig, VGGStar
 
 CONFIG_FORMAT_VERSION = 1
 WEIGHTS_FILE = "weights.safetensors"
@@ -134,6 +134,27 @@ def _check_serving_shape(arch: VGGConfig, f: str) -> None:
            f"must be in [1, {MAX_OUTPUTS}], got {arch.num_outputs}")
     _check(1 <= arch.first_stride <= MAX_FIRST_STRIDE, f, "architecture.first_stride",
            f"must be in [1, {MAX_FIRST_STRIDE}], got {arch.first_stride}")
+
+
+@dataclass(frozen=True)
+class ServingDraws:
+    """An artifact's serving form as one value: ``mc_samples`` (K) network draws made with ``draw_seed``, each
+    carrying ``head_draws`` (M) draws of the last layer; the names are ``config.json``'s ``serving`` section.
+
+    The artifact hands it out (``Artifact.serving_draws()``, like torchvision's ``weights.transforms()``),
+    and so does a training config for the artifact it will write (``TrainConfig.serving_draws()``):
+    the service, evaluation, calibration, export and the benchmarks take K, the seed and M from it rather
+    than unpacking them one by one.
+    """
+
+    mc_samples: int
+    draw_seed: int
+    head_draws: int = 1
+
+    def materialise(self, model: VGGStar, *, strategy: str = "grouped") -> DrawnNetwork:
+        """The fixed network of these draws of ``model``'s posterior (:func:`materialise_draws`)."""
+        return materialise_draws(model, k=self.mc_samples, seed=self.draw_seed, strategy=strategy,
+                                 head_draws=self.head_draws)
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,10 @@ from models.artifact.schema import (
     ArtifactError,
     Calibration,
     JsonFields,
+    ServingDraws,
 )
 from models.atomic import atomic_write_bytes, fsync_dir, fsync_file
-from models.draws import DrawnNetwork, ServingDraws
+from models.draws import DrawnNetwork
 from models.registry import build_architecture
 from models.transform import ImageTransform
 from models.vgg import VGGStar

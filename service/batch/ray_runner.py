@@ -74,7 +74,7 @@ def actor_placement(spec: ScorerSpec, options: RayOptions, *,
     """
     device = spec.device
     if device == "auto":
-        device = resolve_device(device, gpu_visible=gpu_visible)
+        device = "cuda" if resolve_device(device, gpu_visible=gpu_visible) == "cuda" else "cpu"
     if device != "cuda":
         return replace(spec, device=device), {}
     return replace(spec, device=device), {"num_gpus": options.gpus_per_actor}

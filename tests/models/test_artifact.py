@@ -22,7 +22,8 @@ from models.artifact import (
     save_artifact,
 )
 from models.artifact import storage as artifact_storage
-from models.draws import ServingDraws, materialise_draws
+from models.artifact.schema import ServingDraws
+from models.draws import materialise_draws
 from models.sampling import seeded
 from models.vgg import VGGConfig, VGGStar, build_vgg16_star, mc_logits
 from support.artifacts import edit_config, resign

@@ -15,7 +15,7 @@ import pytest
 from service.inference.loading import load_scorer
 from service.inference.prepare import PreparedImage, prepare_image
 from service.inference.scoring import ImageScore
-from service.inference.spec import ScorerSpec
+from service.inference.spec import PrecisionSetting, ScorerSpec
 from support.images import synthetic_jpegs
 from tests.helpers.gpu import GPU
 
@@ -32,7 +32,7 @@ def reference() -> tuple[list[PreparedImage], list[ImageScore]]:
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
-def test_cuda_scores_agree_with_the_cpu_reference(precision: str, reference: tuple[list[PreparedImage],
+def test_cuda_scores_agree_with_the_cpu_reference(precision: PrecisionSetting, reference: tuple[list[PreparedImage],
                                                                                    list[ImageScore]]) -> None:
     from models.cuda import cuda_native_bf16, ieee_fp32_in_force
 

@@ -11,7 +11,8 @@ import torch
 from safetensors.torch import load_file
 
 from models.artifact import load_artifact
-from models.draws import ServingDraws, materialise_draws
+from models.artifact.schema import ServingDraws
+from models.draws import materialise_draws
 from training.cli import main as train_main
 from training.config import TrainConfig
 from training.data.prepare import prepare_data
