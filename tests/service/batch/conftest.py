@@ -19,9 +19,7 @@ from PIL import Image
 from support.artifacts import build_tiny_artifact
 
 if TYPE_CHECKING:
-    from service.inference.loading import load_scorer
     from service.inference.scoring import Scorer
-    from service.inference.spec import ScorerSpec
 
 
 def _batch_artifact(directory: Path, *, seed: int) -> Path:
@@ -52,6 +50,8 @@ def other_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def batch_scorer(batch_artifact: Path) -> Scorer:
+    from service.inference.loading import load_scorer
+    from service.inference.spec import ScorerSpec
 
     return load_scorer(ScorerSpec(model_dir=batch_artifact, device="cpu"))
 
