@@ -18,11 +18,12 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 
-from models.artifact import ArtifactError, load_artifact
-from models.compute import resolve
+from models.artifact import Artifact, ArtifactError, load_artifact
+from models.compute import Runtime, resolve
 from models.cpu import CpuCapability, detect_cpu
+from models.draws import DrawnNetwork
 from models.int8 import INT8_RANGES_FILE
-from service.inference.backends import GuardedBackend, make_backend
+from service.inference.backends import Backend, GuardedBackend, make_backend
 from service.inference.imaging import ImagePipeline
 from service.inference.platform import SERVICE_FIX, choose_backend
 from service.inference.scoring import Scorer, ScorerIdentity
@@ -42,12 +43,7 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
     band runs behind ``GuardedBackend``. An explicit precision the CPU cannot run natively raises
     ``PrecisionUnavailableError``, a missing or tampered artifact ``models.artifact.ArtifactError``.
     """
-    try:
-        artifact = load_artifact(spec.model_dir)  # None: the embedded default
-    except ArtifactError as exc:
-        if spec.model_dir is None:  # say where the service and the batch job take another one from
-            raise ArtifactError(f"{exc} (RADSCREEN_MODEL_DIR, or --model-dir)") from exc
-        raise
+    artifact = _verified_artifact(spec)
     cfg, cal = artifact.config, artifact.calibration
     draws = artifact.serving_draws(spec.mc_samples)
     if draws.mc_samples != cfg.mc_samples:
@@ -69,16 +65,7 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
             precision,
             cal.referral_threshold_mi,
         )
-    net = draws.materialise(artifact.build_model())
-    ranges = artifact.directory / INT8_RANGES_FILE if INT8_RANGES_FILE in artifact.files else None
-    draws_backend = make_backend(net, backend=backend, device=dev, precision=precision, strategy=runtime.strategy,
-                                 intra_op_threads=spec.threads, int8_ranges=ranges)
-    if runtime.guard is not None:  # re-score the images near a threshold in fp32 (the record's guard band)
-        exact_backend, _ = choose_backend("auto", device=dev, precision="fp32")
-        draws_backend = GuardedBackend(
-            draws_backend, make_backend(net, backend=exact_backend, device=dev, precision="fp32",
-                                        strategy=runtime.strategy, intra_op_threads=spec.threads),
-            runtime.guard, decision_threshold=cal.decision_threshold, referral_threshold_mi=cal.referral_threshold_mi)
+    draws_backend = _draws_backend(draws.materialise(artifact.build_model()), backend, artifact, spec, runtime)
     report = {
         "backend_requested": spec.backend,
         "backend_reason": backend_reason,
@@ -126,3 +113,31 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
         precision=precision,
         runtime=report,
     )
+
+
+def _verified_artifact(spec: ScorerSpec) -> Artifact:
+    """The spec's artifact, verified (``models.artifact.load_artifact``); for a missing embedded default the
+    error also names where the service and the batch job take another one from."""
+    try:
+        return load_artifact(spec.model_dir)  # None: the embedded default
+    except ArtifactError as exc:
+        if spec.model_dir is None:
+            raise ArtifactError(f"{exc} (RADSCREEN_MODEL_DIR, or --model-dir)") from exc
+        raise
+
+
+def _draws_backend(net: DrawnNetwork, backend: str, artifact: Artifact, spec: ScorerSpec,
+                   runtime: Runtime) -> Backend:
+    """``backend`` running ``net`` as ``runtime`` says; behind ``GuardedBackend`` when the precision's permit
+    has a guard band (the images near a threshold are re-scored in fp32)."""
+    dev, cal = runtime.device, artifact.calibration
+    ranges = artifact.directory / INT8_RANGES_FILE if INT8_RANGES_FILE in artifact.files else None
+    draws_backend = make_backend(net, backend=backend, device=dev, precision=runtime.precision,
+                                 strategy=runtime.strategy, intra_op_threads=spec.threads, int8_ranges=ranges)
+    if runtime.guard is None:
+        return draws_backend
+    exact_backend, _ = choose_backend("auto", device=dev, precision="fp32")
+    return GuardedBackend(
+        draws_backend, make_backend(net, backend=exact_backend, device=dev, precision="fp32",
+                                    strategy=runtime.strategy, intra_op_threads=spec.threads),
+        runtime.guard, decision_threshold=cal.decision_threshold, referral_threshold_mi=cal.referral_threshold_mi)

@@ -147,3 +147,17 @@ def test_a_bad_model_setting_exits_2_naming_the_flag_and_the_variable(
     err = capsys.readouterr().err
     assert err.startswith("radscreen-batch: ") and expected in err
     assert not (tmp_path / "r.csv").exists()
+
+
+def test_a_missing_embedded_model_names_the_setting_that_points_elsewhere(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """models/ names no setting; the loader adds the service's variable and the batch job's flag."""
+    from models.artifact import ArtifactError
+    from models.artifact import storage as artifact_storage
+
+    monkeypatch.setattr(artifact_storage, "DEFAULT_ARTIFACT_DIR", tmp_path / "default")
+    hint = r"embedded default artifact is missing.*\(RADSCREEN_MODEL_DIR, or --model-dir\)"
+    with pytest.raises(ArtifactError, match=hint):
+        load_scorer(ScorerSpec(device="cpu"))
+    with pytest.raises(ArtifactError, match=r"does not exist$"):  # a directory that was named needs no hint
+        load_scorer(ScorerSpec(model_dir=tmp_path / "elsewhere", device="cpu"))
