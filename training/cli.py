@@ -225,7 +225,7 @@ def _fit(args: argparse.Namespace) -> int:
     if args.restart and out.exists():  # only once the settings are known to be good
         shutil.rmtree(out)
     started = time.monotonic()
-    data = prepare_data(config)
+    data = prepare_data(config, progress=not args.no_progress)
     state = trainer.fit(data, stop_after_steps=args.stop_after_steps)
     elapsed = time.monotonic() - started
     if state.epoch < config.epochs:
@@ -324,6 +324,11 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"synth": _synth, "fit": _fit, "evaluate": _evaluate, "export": _export}
     try:
         return handlers[args.command](args)
+    except KeyboardInterrupt:  # Ctrl-C: fit resumes from its last checkpoint (every --checkpoint-every steps)
+        resume = " without --restart" if getattr(args, "restart", False) else ""
+        print(f"interrupted: rerun the same command{resume} to resume" if args.command == "fit" else "interrupted",
+              file=sys.stderr)
+        return 130
     except (ValueError, OSError) as exc:  # settings, manifests, artifacts, unreadable images, this machine
         if args.verbose:
             raise
