@@ -56,3 +56,12 @@ def test_reference_pages_carry_no_dates(page: Path) -> None:
 def test_the_checks_see_every_page_kind() -> None:
     assert (ROOT / "README.md") in PAGES and any(_is_results_page(p) for p in PAGES)
     assert sum(not _is_results_page(p) for p in PAGES) >= 10  # the reference pages
+
+
+def test_the_readme_first_screen_names_the_prerequisites() -> None:
+    """What a newcomer needs before `make serve`, before the first command (scripts/setup.sh checks the same)."""
+    first_screen = "\n".join((ROOT / "README.md").read_text(encoding="utf-8").splitlines()[:24])
+    quick_start = first_screen.find("## Quick start")
+    for needed in ("Linux x86-64", "Python ≥ 3.11", "venv", "GB for `make serve`", "GB for `make test`"):
+        assert needed in first_screen, needed
+        assert quick_start == -1 or first_screen.index(needed) < quick_start, needed
