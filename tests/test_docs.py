@@ -16,6 +16,7 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 NAMED_PATH = re.compile(r"(?<![\w./-])(docs/[\w./-]+\.(?:md|png))")
 DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
 ISSUE = re.compile(r"\b[Ii]ssue [0-9]|#[0-9]{2}\b")
+BARE_PYTHON = re.compile(r"(?<![\w/.-])python (?:-[mc]\b|\S+\.py\b)")  # `python` as a command: absent where only python3 is
 
 
 def _is_results_page(page: Path) -> bool:
@@ -65,3 +66,11 @@ def test_the_readme_first_screen_names_the_prerequisites() -> None:
     for needed in ("Linux x86-64", "Python ≥ 3.11", "venv", "GB for `make serve`", "GB for `make test`"):
         assert needed in first_screen, needed
         assert quick_start == -1 or first_screen.index(needed) < quick_start, needed
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_commands_never_call_a_bare_python(page: Path) -> None:
+    """Debian and Ubuntu have `python3` but no `python` outside a venv: a command names `python3` or the venv's
+    `.venv/bin/python`."""
+    hits = [line for line in page.read_text(encoding="utf-8").splitlines() if BARE_PYTHON.search(line)]
+    assert not hits, f"{page.relative_to(ROOT)} calls a bare `python`: {hits}"
