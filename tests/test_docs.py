@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
-RESULTS_PAGES = {"science.md", "benchmarks.md"}  # and every results-*.md
+RESULTS_PAGES = {"results-science.md", "results-benchmarks.md"}  # and every results-*.md
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 NAMED_PATH = re.compile(r"(?<![\w./-])(docs/[\w./-]+\.(?:md|png))")
 DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")

@@ -128,7 +128,7 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v.add_argument("--draw-seed", type=int, default=d.draw_seed, help="seed of the artifact's fixed serving draws")
     v.add_argument("--head-draws", type=int, default=d.head_draws,
                    help="draws of the last layer per serving draw: steadies the MI estimate at no real cost "
-                        "(docs/science.md, 'Head draws'); 1 = the plain K draws")
+                        "(docs/results-science.md, 'Head draws'); 1 = the plain K draws")
     v.add_argument("--target-referral-rate", type=float, default=d.target_referral_rate,
                    help="share of validation images the MI threshold refers (without --max-missed-share)")
     v.add_argument("--max-missed-share", type=float, default=None,
