@@ -30,7 +30,8 @@ OPENAPI_EXAMPLE = ROOT / "service" / "openapi_example.json"
 INTEGRATION_DOC = ROOT / "docs" / "integration.md"
 BEGIN, END = "<!-- example:predict-response:begin -->", "<!-- example:predict-response:end -->"
 EXAM_BEGIN, EXAM_END = "<!-- example:exam-response:begin -->", "<!-- example:exam-response:end -->"
-EXAM_PHOTOGRAPHS = {"right": ROOT / "examples" / "fundus-gradable.jpg", "left": ROOT / "examples" / "fundus-ungradable.jpg"}
+EXAM_PHOTOGRAPHS = {"right": ROOT / "examples" / "fundus-gradable.jpg",
+                    "left": ROOT / "examples" / "fundus-ungradable.jpg"}
 EXAM_ID = "VISIT-7"
 # what the exam block keeps of each photograph's result (the rest is as in /v1/predict)
 EXAM_RESULT_KEYS = ("outcome", "outcome_reason", "diagnosis", "uncertainty", "quality", "refer_to_expert",

@@ -231,7 +231,8 @@ def _observations(body: dict[str, Any], outcome: ScreeningOutcome, device_ref: s
         referenceRange=[
             {
                 "high": {"value": referral_threshold_mi, "unit": unit},
-                "text": f"Calibrated threshold {_nat(referral_threshold_mi)} {unit}: above it a human grader reviews the image",
+                "text": f"Calibrated threshold {_nat(referral_threshold_mi)} {unit}: "
+                        "above it a human grader reviews the image",
             }
         ],
     )

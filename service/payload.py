@@ -24,7 +24,7 @@ from models.decision import OUTCOME_TEXT, ScreeningOutcome, diagnosis_label, scr
 if TYPE_CHECKING:  # the FHIR rendering imports this module without loading the inference core
     from service.inference.scoring import ImageScore, Scorer
 
-MI_THRESHOLD_FIELD = "referral_threshold_mi"  # uncertainty.<this>: the artifact's calibration field, one name everywhere
+MI_THRESHOLD_FIELD = "referral_threshold_mi"  # uncertainty.<this>: the artifact's field name, one name everywhere
 
 
 def score_payload(score: ImageScore, scorer: Scorer) -> dict[str, Any]:

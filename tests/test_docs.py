@@ -16,7 +16,8 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 NAMED_PATH = re.compile(r"(?<![\w./-])(docs/[\w./-]+\.(?:md|png))")
 DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
 ISSUE = re.compile(r"\b[Ii]ssue [0-9]|#[0-9]{2}\b")
-BARE_PYTHON = re.compile(r"(?<![\w/.-])python (?:-[mc]\b|\S+\.py\b)")  # `python` as a command: absent where only python3 is
+# `python` as a command: absent where only python3 is
+BARE_PYTHON = re.compile(r"(?<![\w/.-])python (?:-[mc]\b|\S+\.py\b)")
 
 
 def _is_results_page(page: Path) -> bool:

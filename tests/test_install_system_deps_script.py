@@ -18,7 +18,9 @@ TOOLS = ("bash", "ls", "sort", "comm", "mktemp", "du", "grep", "wc", "cut", "rm"
 FAKE_APT = """#!/bin/bash
 [ "$1" = update ] && exit 0
 for p in prometheus chromium libfoo libbar; do echo "$p" >> "{root}/installed"; done
-for d in prometheus_1_amd64.deb chromium_1_amd64.deb libfoo_1_amd64.deb; do head -c 1048576 /dev/zero > "{root}/archives/$d"; done
+for d in prometheus_1_amd64.deb chromium_1_amd64.deb libfoo_1_amd64.deb; do
+    head -c 1048576 /dev/zero > "{root}/archives/$d"
+done
 """
 
 
