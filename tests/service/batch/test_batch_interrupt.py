@@ -76,7 +76,7 @@ def test_ctrl_c_commits_what_was_scored_says_how_to_resume_and_the_rerun_complet
 
     def read_stderr() -> None:
         assert job.stderr is not None
-        while chunk := job.stderr.read1(4096):
+        while chunk := os.read(job.stderr.fileno(), 4096):
             err.extend(chunk)
 
     reader = threading.Thread(target=read_stderr, daemon=True)
