@@ -43,14 +43,14 @@ def test_ctrl_c_on_fit_says_how_to_resume_and_the_same_command_finishes(tiny_dat
             "--checkpoint-every", "1", "--no-progress", "--rho-init", "-3", "--device", "cpu"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     fit = subprocess.Popen([sys.executable, "-c", SLOW_CHECKPOINTS, *args], cwd=REPO, env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
         while not (run / CHECKPOINT_FILE).exists() and fit.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert fit.poll() is None, "the fit ended before the interrupt"
         assert (run / CHECKPOINT_FILE).exists(), "no checkpoint within 180 s"
-        fit.send_signal(signal.SIGINT)
+        os.killpg(fit.pid, signal.SIGINT)  # as Ctrl-C in a terminal: the whole process group
         _, err_bytes = fit.communicate(timeout=60)
     finally:
         if fit.poll() is None:

@@ -71,7 +71,7 @@ def test_ctrl_c_commits_what_was_scored_says_how_to_resume_and_the_rerun_complet
               "--batch-size", "4", "--chunk-size", "1000", "--workers", "2"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     job = subprocess.Popen([sys.executable, "-c", SLOW_READS, "score", "--output", str(output), *common],
-                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     err = bytearray()
 
     def read_stderr() -> None:
@@ -89,7 +89,7 @@ def test_ctrl_c_commits_what_was_scored_says_how_to_resume_and_the_rerun_complet
             scored_before = int(counts[-1][0]) if counts else 0
         assert job.poll() is None, f"the job ended before the interrupt: {bytes(err)[-2000:]!r}"
         assert scored_before >= 8, f"no rows scored within 120 s: {bytes(err)[-2000:]!r}"
-        job.send_signal(signal.SIGINT)
+        os.killpg(job.pid, signal.SIGINT)  # as Ctrl-C in a terminal: the whole process group
         assert job.wait(timeout=60) == 130, bytes(err)[-2000:]
     finally:
         if job.poll() is None:
