@@ -69,7 +69,8 @@ def test_a_failed_preprocessing_leaves_no_partial_cache_file(tmp_path: Path, wor
     broken.write_bytes(b"\x00" * 64)
     cache = tmp_path / "cache"
     with pytest.raises(ImageLoadError, match="broken"):
-        ManifestDataset([_row(good, 0), _row(broken, 1, i=1)], transform=ImageTransform(size=16)).use_cache(cache, workers=workers)
+        rows = [_row(good, 0), _row(broken, 1, i=1)]
+        ManifestDataset(rows, transform=ImageTransform(size=16)).use_cache(cache, workers=workers)
     assert list(cache.iterdir()) == []
     ManifestDataset([_row(good, 0)], transform=ImageTransform(size=16)).use_cache(cache, workers=workers)
     assert sorted(p.suffix for p in cache.iterdir()) == [".json", ".u8"]
