@@ -10,16 +10,20 @@ Failure Reason (PS3.18 §10.5.3) and the C-STORE SCP returns (PS3.4 Annex B.2.3)
 | not an Ophthalmic Photography 8/16 bit instance            | 0x0122 SOP Class not supported |
 | a transfer syntax the decoder does not read                | 0xC122 Transfer Syntax not supported |
 | no StudyInstanceUID / SOPInstanceUID, no or B/U laterality | 0xA900 Data Set does not match SOP Class |
-| not a parsable DICOM data set                              | 0xC000 Cannot understand |
+| not a parsable DICOM data set, or one pydicom had to repair | 0xC000 Cannot understand |
 
 Image Laterality is Type 1 in the Ophthalmic Photography Image module, so its absence is a data set that does not
-match its class; an image of both eyes (``B``) cannot be graded per eye and is refused the same way. The pixels
-are decoded when the study is graded (a photograph that fails then is answered ``retake_ungradable``).
+match its class; an image of both eyes (``B``) cannot be graded per eye and is refused the same way. "Repair": pydicom
+reads past corrupt bytes by guessing (another VR, a missing delimiter, an unknown character set) and warns; a data
+set it had to guess at, or whose SOP Class UID is not a UID, is not understood rather than graded on guesses. The
+pixels are decoded when the study is graded (a photograph that fails then is answered ``retake_ungradable``).
 """
 
 from __future__ import annotations
 
 import io
+import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,25 +60,43 @@ class Refused:
     sop_class_uid: str | None = None
 
 
-def _header(data: bytes) -> Any:
+_UID = re.compile(r"^[0-9][0-9.]{0,63}$")
+
+
+def _header(data: bytes) -> tuple[Any, bool]:
+    """The header, every element converted, and whether pydicom had to repair anything while reading it (a
+    warning: it guesses past corrupt bytes; the warnings are kept out of the logs, they may quote values)."""
     import pydicom
 
-    return pydicom.dcmread(io.BytesIO(data), stop_before_pixels=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        header = pydicom.dcmread(io.BytesIO(data), stop_before_pixels=True)
+        for _ in header.iterall():  # values are converted lazily: convert them all now
+            pass
+    return header, bool(caught)
+
+
+def _uid(value: Any) -> str:
+    """A UID to echo back (STOW response), or '' for a value that is not one."""
+    text = str(value or "").strip()
+    return text if _UID.match(text) else ""
 
 
 def check_instance(data: bytes) -> Accepted | Refused:
     """The verdict on one received Part-10 instance (module docstring)."""
     try:
         tags = read_dicom_tags(data)  # quiets pydicom first; corrupt -> ImageRejected
-        header = _header(data)
-        sop_class = str(header.get("SOPClassUID") or header.file_meta.get("MediaStorageSOPClassUID") or "")
-        sop_instance = str(header.get("SOPInstanceUID") or "").strip()
-        syntax = str(header.file_meta.get("TransferSyntaxUID") or "")
+        header, repaired = _header(data)
+        sop_class = _uid(header.get("SOPClassUID") or header.file_meta.get("MediaStorageSOPClassUID"))
+        sop_instance = _uid(header.get("SOPInstanceUID"))
+        syntax = _uid(header.file_meta.get("TransferSyntaxUID"))
     except ImageRejected:
         return Refused(CANNOT_UNDERSTAND, "not a readable DICOM data set")
     except Exception:  # pydicom's failure modes on hostile bytes are open-ended (see service.inference.dicom)
         return Refused(CANNOT_UNDERSTAND, "not a readable DICOM data set")
     ids = {"sop_instance_uid": sop_instance or None, "sop_class_uid": sop_class or None}
+    if repaired or (header.get("SOPClassUID") is not None and not sop_class):
+        return Refused(CANNOT_UNDERSTAND, "the data set does not parse cleanly (corrupt or not DICOM)", **ids)
     if sop_class not in OP_SOP_CLASSES:
         return Refused(SOP_CLASS_NOT_SUPPORTED, "only Ophthalmic Photography 8/16 bit images are graded", **ids)
     if syntax not in ACCEPTED_SYNTAXES:
