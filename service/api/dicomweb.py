@@ -19,8 +19,8 @@ from fastapi.responses import Response
 
 from service.deps import ApiKeyDep, MetricsDep
 from service.errors import ServiceProblem
-from service.pacs.stow import DICOM_JSON_MEDIA_TYPE, StowRefused, split_related, store_all
 from service.pacs.store import Spool
+from service.pacs.stow import DICOM_JSON_MEDIA_TYPE, StowRefused, split_related, store_all
 from service.schemas import problem_responses
 
 router = APIRouter(tags=["dicomweb"], dependencies=[ApiKeyDep])

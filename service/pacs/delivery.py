@@ -25,7 +25,7 @@ from service.pacs.settings import PacsSettings
 STORED_STATUSES = frozenset({0x0000, 0xB000, 0xB006, 0xB007})
 
 
-class DeliveryFailed(Exception):
+class DeliveryFailed(Exception):  # noqa: N818 (an outcome of the archive, not a bug)
     """The archive did not acknowledge the object (reason in plain words, no identifier)."""
 
 
@@ -87,7 +87,7 @@ class StowArchive:
                      "Accept": "application/dicom+json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310 (configured URL)
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 status = response.status
         except urllib.error.HTTPError as exc:
             raise DeliveryFailed(f"the archive answered HTTP {exc.code} to STOW-RS") from exc

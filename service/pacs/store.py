@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from models.decision import Eye
 from models.atomic import atomic_write_bytes, fsync_dir, stale_temporaries
+from models.decision import Eye
 
 GRADED = "graded.json"
 _LETTER = {Eye.RIGHT: "R", Eye.LEFT: "L"}
@@ -102,10 +102,14 @@ class Spool:
         atomic_write_bytes(study.folder / GRADED, json.dumps({"digest": study.digest, "result": result_key}).encode())
 
     def remove_study(self, study: StudyFolder) -> None:
-        """Delete a study's files (retention over, result delivered)."""
-        for path in (*study.folder.iterdir(),):
+        """Delete the files of ``study`` as listed (retention over, result delivered). An instance received in the
+        meantime is kept (the folder stays), and the study is graded again with it."""
+        for path in (*study.instances, study.folder / GRADED):
             path.unlink(missing_ok=True)
-        study.folder.rmdir()
+        try:
+            study.folder.rmdir()
+        except OSError:  # not empty: something arrived since the listing
+            return
         fsync_dir(self.studies_dir)
 
     # -- results ---------------------------------------------------------------------------------------------

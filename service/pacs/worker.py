@@ -20,8 +20,11 @@ Log lines carry counts and outcomes, never a patient identifier or a UID.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import time
+
+from pydicom.dataset import Dataset
 
 from service.batcher import RetryLater
 from service.metrics import ServiceMetrics
@@ -35,11 +38,9 @@ from service.pacs.store import Spool, StudyFolder, key_of
 logger = logging.getLogger(__name__)
 
 
-def _encode(dataset: object) -> bytes:
-    import io
-
+def _encode(dataset: Dataset) -> bytes:
     out = io.BytesIO()
-    dataset.save_as(out, enforce_file_format=True)  # type: ignore[attr-defined]
+    dataset.save_as(out, enforce_file_format=True)
     return out.getvalue()
 
 

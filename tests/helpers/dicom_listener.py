@@ -69,7 +69,8 @@ def two_eye_study(study_uid: str) -> tuple[bytes, bytes]:
 
 def listener_env(model_dir: Path, archive_port: int | None, metrics_port: int) -> dict[str, str]:
     env = {**os.environ, "RADSCREEN_MODEL_DIR": str(model_dir), "RADSCREEN_DEVICE": "cpu",
-           "RADSCREEN_BACKEND": "torch", "RADSCREEN_LOG_LEVEL": "debug", "RADSCREEN_PACS_METRICS_PORT": str(metrics_port),
+           "RADSCREEN_BACKEND": "torch", "RADSCREEN_LOG_LEVEL": "debug",
+           "RADSCREEN_PACS_METRICS_PORT": str(metrics_port),
            "RADSCREEN_PACS_SETTLE_S": "0.5", "RADSCREEN_PACS_QUIET_S": "30", "RADSCREEN_PACS_POLL_S": "0.2",
            "RADSCREEN_PACS_RETRY_BASE_S": "0.5", "RADSCREEN_PACS_RETRY_MAX_S": "2"}
     if archive_port is not None:

@@ -96,7 +96,8 @@ def write_config(folder: Path, http_port: int, dicom_port: int, forward_to: tupl
         "AuthenticationEnabled": False, "HttpServerEnabled": True, "DicomServerEnabled": True,
         "Plugins": [str(DICOMWEB_PLUGIN)], "DicomWeb": {"Enable": True, "Root": "/dicom-web/"},
         "DicomModalities": {}, "ConcurrentJobs": 1, "SaveJobs": False, "StableAge": 1, "DicomScpTimeout": 30,
-        "DicomAlwaysAllowStore": True, "DicomAlwaysAllowFind": True, "DicomCheckCalledAet": False, "OverwriteInstances": False,
+        "DicomAlwaysAllowStore": True, "DicomAlwaysAllowFind": True, "DicomCheckCalledAet": False,
+        "OverwriteInstances": False,
     }
     if forward_to is not None:
         ae_title, port = forward_to

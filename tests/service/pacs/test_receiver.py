@@ -28,7 +28,7 @@ from support.images import fundus_like
 from support.processes import free_port
 from tests.helpers.dicom_files import CT_IMAGE, EXPLICIT_VR_LE, op_dicom
 from tests.helpers.dicom_listener import AE_TITLE, PATIENT_ID, Listener, running_listener, two_eye_study
-from tests.service.pacs.conftest import expected_for, require_orthanc, sr_summary
+from tests.helpers.pacs_checks import expected_for, require_orthanc, sr_summary
 
 pytestmark = pytest.mark.timeout(300)
 ABSTRACT_SYNTAX_NOT_SUPPORTED, TRANSFER_SYNTAX_NOT_SUPPORTED = 0x03, 0x04  # A-ASSOCIATE-AC result (PS3.8 9.3.3.2)

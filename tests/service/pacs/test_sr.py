@@ -18,7 +18,7 @@ from service.pacs.grading import exam_record
 from service.pacs.sr import GradedExam, GradedImage, build_sr
 from support.images import fundus_like
 from tests.helpers.dicom_files import op_dicom
-from tests.service.pacs.conftest import sr_summary
+from tests.helpers.pacs_checks import sr_summary
 
 MODEL = {"name": "m", "version": "9.9.9", "sha256": "c" * 64, "mc_samples": 16, "head_draws": 1,
          "training_data": "synthetic", "intended_use": "Tests only."}

@@ -25,7 +25,7 @@ from support.live_server import live_server, settings_for
 from tests.helpers.dicom_files import CT_IMAGE, op_dicom
 from tests.helpers.dicom_listener import two_eye_study
 from tests.helpers.orthanc import Orthanc, running_orthanc
-from tests.service.pacs.conftest import check_sr_against, expected_for, require_orthanc, sr_summary
+from tests.helpers.pacs_checks import check_sr_against, expected_for, require_orthanc, sr_summary
 
 pytestmark = pytest.mark.timeout(300)
 API_KEY = "stow-test-key"
