@@ -99,7 +99,7 @@ def dicom_listen(args: argparse.Namespace) -> int:
 
     flags = {"listen_host": args.host, "listen_port": args.port, "ae_title": args.ae_title, "spool_dir": args.spool_dir}
     try:
-        settings = Settings(**({"model_dir": args.model_dir} if args.model_dir is not None else {}))  # type: ignore[arg-type]
+        settings = Settings(**({"model_dir": args.model_dir} if args.model_dir is not None else {}))
         pacs = PacsSettings(**{k: v for k, v in flags.items() if v is not None})
     except ValidationError as exc:
         print(f"radscreen dicom-listen: {exc}", file=sys.stderr)

@@ -34,7 +34,7 @@ from typing import Any
 
 import highdicom as hd
 from highdicom.coding_schemes import CodingSchemeIdentificationItem
-from pydicom.dataset import Dataset
+from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.sr.codedict import codes
 
 from models.decision import Eye, ScreeningOutcome
@@ -117,7 +117,7 @@ _TYPE2 = ("PatientName", "PatientID", "PatientBirthDate", "PatientSex", "Accessi
 
 def _evidence(header: Dataset) -> Dataset:
     copy = Dataset(header)
-    copy.file_meta = header.file_meta if hasattr(header, "file_meta") else Dataset()
+    copy.file_meta = header.file_meta if hasattr(header, "file_meta") else FileMetaDataset()
     for keyword in _TYPE2:
         if keyword not in copy:
             setattr(copy, keyword, None)

@@ -68,7 +68,7 @@ def split_related(content_type: str, body: bytes) -> list[bytes]:
             types[-1] = parse_options_header(bytes(header["value"]))[0].decode("latin-1").lower()
         header["field"], header["value"] = bytearray(), bytearray()
 
-    parser = MultipartParser(boundary, {  # type: ignore[arg-type]
+    parser = MultipartParser(boundary, {
         "on_part_begin": on_part_begin, "on_part_data": on_part_data, "on_header_field": on_header_field,
         "on_header_value": on_header_value, "on_header_end": on_header_end,
     })

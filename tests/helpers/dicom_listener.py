@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -62,7 +63,7 @@ def photographs() -> tuple[np.ndarray, np.ndarray, str]:
 def two_eye_study(study_uid: str) -> tuple[bytes, bytes]:
     """Right and left eye of one visit as OP JPEG Baseline instances of ``study_uid`` (module docstring)."""
     right, left, _ = photographs()
-    fields = {"PatientName": PATIENT_NAME, "PatientID": PATIENT_ID, "AccessionNumber": "ACC1"}
+    fields: dict[str, Any] = {"PatientName": PATIENT_NAME, "PatientID": PATIENT_ID, "AccessionNumber": "ACC1"}
     return (op_dicom(right, syntax=JPEG_BASELINE, laterality="R", study_uid=study_uid, **fields),
             op_dicom(left, syntax=JPEG_BASELINE, laterality="L", study_uid=study_uid, **fields))
 

@@ -67,7 +67,8 @@ def sr_summary(data: bytes) -> dict[str, Any]:
     sr = hd.sr.srread(io.BytesIO(data))
     algorithm_codes = {c.value for c in (codes.DCM.AlgorithmName, codes.DCM.AlgorithmVersion,
                                          codes.DCM.AlgorithmParameters)}
-    groups = {g.tracking_identifier: g for g in sr.content.get_image_measurement_groups()}
+    content: Any = sr.content  # a MeasurementReport for this SR
+    groups = {g.tracking_identifier: g for g in content.get_image_measurement_groups()}
     first = groups["exam"]
     summary: dict[str, Any] = {
         "dataset": sr,

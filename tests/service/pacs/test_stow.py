@@ -105,3 +105,16 @@ def test_stow_off_without_a_spool(tiny_artifact: Path) -> None:
         response = stow(base, [right], key=None)
     assert response.status_code == 404
     assert "RADSCREEN_PACS_SPOOL_DIR" in response.json()["detail"]
+
+
+def test_exam_fhir_of_dicom_photographs_names_their_study(stack: tuple[str, Orthanc]) -> None:
+    """POST /v1/exams with the DICOM photographs of one study: the FHIR DiagnosticReport references that study."""
+    base, _ = stack
+    study_uid = generate_uid()
+    right, left = two_eye_study(study_uid)
+    files = [("image", ("r.dcm", right, "application/dicom")), ("image", ("l.dcm", left, "application/dicom"))]
+    response = httpx.post(f"{base}/v1/exams?format=fhir", files=files, headers={"X-API-Key": API_KEY}, timeout=60)
+    assert response.status_code == 200, response.text
+    [report] = [e["resource"] for e in response.json()["entry"] if e["resource"]["resourceType"] == "DiagnosticReport"]
+    assert report["imagingStudy"] == [{"identifier": {"system": "urn:dicom:uid", "value": f"urn:oid:{study_uid}"},
+                                       "display": "The DICOM study of the photographs"}]
