@@ -10,10 +10,11 @@ What it accepts, and what it answers otherwise:
   reads (Explicit / Implicit VR Little Endian, JPEG Baseline), and Verification (C-ECHO). Any other abstract
   syntax is rejected as "abstract syntax not supported", any other transfer syntax as "transfer syntax not
   supported": the sender learns it before a byte of pixel data travels.
-- **C-STORE.** The data set is checked (``service.pacs.intake``: its SOP class, syntax, UIDs and laterality; a
-  mismatch answers 0x0122 / 0xC122 / 0xA900 / 0xC000), then written to the spool durably (fsync and atomic rename)
-  **before** the success status 0x0000 is returned; a disk failure answers 0xA700 (out of resources) and the
-  sender keeps its copy. A receiver killed at any moment has therefore acknowledged only what is on disk.
+- **C-STORE.** The data set is bounded and checked (``service.pacs.receive``: its size, SOP class, syntax, UIDs,
+  laterality and the study's number of photographs; a refusal answers 0x0122 / 0xC122 / 0xA900 / 0xC000 /
+  0xA700), then written to the spool durably (fsync and atomic rename) **before** the success status 0x0000 is
+  returned; a disk failure answers 0xA700 (out of resources) and the sender keeps its copy. A receiver killed
+  at any moment has therefore acknowledged only what is on disk.
 
 Grading and delivery run in the same process (``service.pacs.worker``) on the service's model host. pynetdicom's
 and pydicom's loggers are silenced: at their debug level they print data sets, identifiers included.
@@ -29,15 +30,8 @@ import signal
 from typing import Any
 
 from service.metrics import ServiceMetrics
-from service.pacs.intake import (
-    CANNOT_UNDERSTAND,
-    OP_SOP_CLASSES,
-    OUT_OF_RESOURCES,
-    SUCCESS,
-    TRANSFER_SYNTAXES,
-    Refused,
-    check_instance,
-)
+from service.pacs.intake import CANNOT_UNDERSTAND, OP_SOP_CLASSES, SUCCESS, TRANSFER_SYNTAXES, Refused
+from service.pacs.receive import receive
 from service.pacs.settings import PacsSettings
 from service.pacs.store import Spool
 
@@ -57,10 +51,12 @@ def quiet_pynetdicom() -> None:
 class StoreSCP:
     """The Storage SCP of the module docstring, writing into ``spool``."""
 
-    def __init__(self, settings: PacsSettings, spool: Spool, metrics: ServiceMetrics) -> None:
+    def __init__(self, settings: PacsSettings, spool: Spool, metrics: ServiceMetrics, *, max_bytes: int,
+                 max_instances: int) -> None:
         self.settings = settings
         self.spool = spool
         self.metrics = metrics
+        self.max_bytes, self.max_instances = max_bytes, max_instances
         self.server: Any = None
 
     def on_store(self, event: Any) -> int:
@@ -70,17 +66,11 @@ class StoreSCP:
         except Exception:  # a data set pynetdicom cannot even re-frame
             self.metrics.pacs_instances.labels(path="cstore", result="refused").inc()
             return CANNOT_UNDERSTAND
-        verdict = check_instance(data)
+        verdict = receive(data, self.spool, max_bytes=self.max_bytes, max_instances=self.max_instances)
         if isinstance(verdict, Refused):
             self.metrics.pacs_instances.labels(path="cstore", result="refused").inc()
             logger.info("C-STORE refused with status 0x%04X: %s", verdict.status, verdict.reason)
             return verdict.status
-        try:
-            self.spool.put_instance(verdict.study_uid, verdict.sop_instance_uid, verdict.eye, data)
-        except OSError as exc:
-            self.metrics.pacs_instances.labels(path="cstore", result="refused").inc()
-            logger.error("C-STORE not stored (%s): answered out of resources", type(exc).__name__)
-            return OUT_OF_RESOURCES
         self.metrics.pacs_instances.labels(path="cstore", result="stored").inc()
         return SUCCESS
 
@@ -121,7 +111,8 @@ async def serve_listener(service_settings: Any, settings: PacsSettings) -> None:
     if archive is None:
         logger.warning("no archive configured (RADSCREEN_PACS_ARCHIVE_URL / _ARCHIVE_HOST): results stay in the spool")
     worker = PacsWorker(spool, host, archive, settings, metrics)
-    scp = StoreSCP(settings, spool, metrics)
+    scp = StoreSCP(settings, spool, metrics, max_bytes=service_settings.max_upload_bytes,
+                   max_instances=service_settings.max_exam_images)
     if settings.metrics_port is not None:
         from prometheus_client import start_http_server
 

@@ -81,6 +81,14 @@ class Spool:
         atomic_write_bytes(path, data)
         return path
 
+    def instances_of(self, study_uid: str) -> list[Path]:
+        """The instances held for ``study_uid``."""
+        return sorted((self.studies_dir / key_of(study_uid)).glob("*.dcm"))
+
+    def holds(self, study_uid: str, sop_instance_uid: str) -> bool:
+        """Whether the spool holds this instance already (under either eye)."""
+        return any((self.studies_dir / key_of(study_uid)).glob(f"{key_of(sop_instance_uid)}-*.dcm"))
+
     def studies(self) -> list[StudyFolder]:
         """Every study folder with at least one instance, oldest activity first."""
         found: list[StudyFolder] = []

@@ -4,8 +4,8 @@
 parser behind Starlette's forms) and returns each part's bytes; a body that is not ``multipart/related`` with
 ``application/dicom`` parts raises :class:`StowRefused` (the router answers 415 / 400).
 
-``store_all(parts, spool, study)`` checks each part (:func:`service.pacs.intake.check_instance`), writes the
-accepted ones durably to the spool, and returns a :class:`StowOutcome`: the HTTP status PS3.18 §10.5.3 prescribes
+``store_all(parts, spool, ...)`` receives each part (:func:`service.pacs.receive.receive`: bounded, checked,
+written durably to the spool), and returns a :class:`StowOutcome`: the HTTP status PS3.18 §10.5.3 prescribes
 (200 every instance stored, 202 some failed, 409 none stored) and the response body in the DICOM JSON model
 (PS3.18 Annex F), built by pydicom: Referenced SOP Sequence (0008,1199) for the stored instances, Failed SOP
 Sequence (0008,1198) with each Failure Reason (0008,1197).
@@ -20,7 +20,8 @@ from pydicom.dataset import Dataset
 from python_multipart import MultipartParser
 from python_multipart.multipart import parse_options_header
 
-from service.pacs.intake import DATASET_DOES_NOT_MATCH, OUT_OF_RESOURCES, Accepted, Refused, check_instance
+from service.pacs.intake import Accepted, Refused
+from service.pacs.receive import receive
 from service.pacs.store import Spool
 
 DICOM_MEDIA_TYPE = "application/dicom"
@@ -118,23 +119,15 @@ def _reference(sop_class: str, sop_instance: str) -> Dataset:
     return item
 
 
-def store_all(parts: list[bytes], spool: Spool, study_uid: str | None = None) -> StowOutcome:
-    """Check and store each part (blocking: fsync per instance); ``study_uid`` from the URL, when given, must
-    match each instance's (else 0xA900)."""
+def store_all(parts: list[bytes], spool: Spool, *, max_bytes: int, max_instances: int,
+              study_uid: str | None = None) -> StowOutcome:
+    """Receive each part (:func:`service.pacs.receive.receive`: blocking, one fsync per instance); ``study_uid``
+    from the URL, when given, must be each instance's."""
     outcome = StowOutcome()
     for data in parts:
-        verdict = check_instance(data)
-        if isinstance(verdict, Accepted) and study_uid is not None and verdict.study_uid != study_uid:
-            verdict = Refused(DATASET_DOES_NOT_MATCH, "instance of another study than the URL's",
-                              verdict.sop_instance_uid, verdict.sop_class_uid)
+        verdict = receive(data, spool, max_bytes=max_bytes, max_instances=max_instances, study_uid=study_uid)
         if isinstance(verdict, Refused):
             outcome.failed.append(verdict)
-            continue
-        try:
-            spool.put_instance(verdict.study_uid, verdict.sop_instance_uid, verdict.eye, data)
-        except OSError:  # the disk is full or gone: the sender keeps its copy and may retry
-            outcome.failed.append(Refused(OUT_OF_RESOURCES, "not stored: the spool cannot be written",
-                                          verdict.sop_instance_uid, verdict.sop_class_uid))
-            continue
-        outcome.stored.append(verdict)
+        else:
+            outcome.stored.append(verdict)
     return outcome
