@@ -1,7 +1,8 @@
 """The PACS knobs, read from ``RADSCREEN_PACS_*`` environment variables (table in docs/integration.md, "PACS").
 
 Shared by the HTTP service (STOW-RS at ``/dicomweb/studies``, on when ``RADSCREEN_PACS_SPOOL_DIR`` is set) and the
-C-STORE receiver (``radscreen dicom-listen``). Each process needs its own spool folder.
+C-STORE receiver (``radscreen dicom-listen``). Several processes may share a spool: all receive into it, one at a
+time grades and delivers (``Spool.try_lock``).
 """
 
 from __future__ import annotations

@@ -17,13 +17,14 @@ same bytes: the spool holds each SOP instance once.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from models.atomic import atomic_write_bytes, fsync_dir, stale_temporaries
 from models.decision import Eye
@@ -68,6 +69,21 @@ class Spool:
         for folder in (self.studies_dir, self.results_dir, self.sent_dir):
             folder.mkdir(parents=True, exist_ok=True)
         fsync_dir(self.root)
+        self._lock: BinaryIO | None = None
+
+    def try_lock(self) -> bool:
+        """Take the spool's grading lock (``flock`` on ``.worker.lock``, released when the process ends); False
+        while another process holds it. One grader per spool: several HTTP workers may receive into one."""
+        if self._lock is not None:
+            return True
+        handle = open(self.root / ".worker.lock", "a+b")  # noqa: SIM115 (held open for the process's life)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            return False
+        self._lock = handle
+        return True
 
     # -- instances -------------------------------------------------------------------------------------------
     def put_instance(self, study_uid: str, sop_instance_uid: str, eye: Eye, data: bytes) -> Path:

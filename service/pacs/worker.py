@@ -14,7 +14,8 @@ up where it stopped:
    ``radscreen_pacs_deliveries_total{result="failed"}`` and retried with a doubling delay; the outbox size and
    the age of its oldest result are gauges. Only an acknowledged SR leaves the outbox.
 
-Log lines carry counts and outcomes, never a patient identifier or a UID.
+One process at a time grades a spool (``Spool.try_lock``); others sharing it only receive, and one of them takes
+over when the grader ends. Log lines carry counts and outcomes, never a patient identifier or a UID.
 """
 
 from __future__ import annotations
@@ -133,9 +134,14 @@ class PacsWorker:
         """Tick every ``poll_s`` until cancelled; a failing pass is logged and the loop goes on. (The owner calls
         ``spool.clean_temporaries()`` once before receiving starts: while receiving, a temporary file is a write
         in progress.)"""
+        waiting_logged = False
         while True:
             try:
-                if self.host.state == "ready":
+                if not self.spool.try_lock():
+                    if not waiting_logged:
+                        logger.info("another process grades this spool; this one only receives")
+                        waiting_logged = True
+                elif self.host.state == "ready":
                     await self.tick()
             except asyncio.CancelledError:
                 raise

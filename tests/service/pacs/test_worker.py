@@ -148,3 +148,12 @@ def test_result_uid_depends_on_instances_and_model_only() -> None:
     assert result_uids([a, b], sha)[0] != result_uids([a], sha)[0]
     uid = result_uids([a, b], sha)[0]
     assert uid.startswith("2.25.") and len(uid) <= 64 and pydicom.uid.UID(uid).is_valid
+
+
+def test_one_grader_per_spool(tmp_path: Path) -> None:
+    first, second = Spool(tmp_path), Spool(tmp_path)  # two processes' views (flock is per open file)
+    assert first.try_lock() and first.try_lock()
+    assert not second.try_lock()
+    assert first._lock is not None
+    first._lock.close()  # the grader ends
+    assert second.try_lock()
