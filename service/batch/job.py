@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tqdm import tqdm
 
-from service.batch.exams import GroupBy, exam_rows, exam_summary, exams_path_for, memberships, write_exams
+from service.batch.exams import (
+    GroupBy,
+    exam_rows,
+    exam_summary,
+    exams_path_for,
+    memberships,
+    photograph_hashes,
+    write_exams,
+)
 from service.batch.inputs import InputSource, discover
 from service.batch.local import PoolKind, run_local
 from service.batch.output import output_format, output_model_shas, write_output
@@ -161,7 +169,8 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
     source = discover(cfg.input, path_column=cfg.path_column, id_column=cfg.id_column,
                       image_root=cfg.image_root)
     groups = (memberships(source, cfg.input, cfg.group_by, patient_column=cfg.patient_column,
-                          eye_column=cfg.eye_column) if cfg.group_by else None)  # an unusable manifest fails now
+                          eye_column=cfg.eye_column, image_root=cfg.image_root)
+              if cfg.group_by else None)  # an unusable manifest fails now
     scorer = scorer if scorer is not None else cfg.spec.load()
     runtime = runtime_summary(scorer)
     log_runtime(runtime)
@@ -211,7 +220,8 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
     summary = {**builder.build(), "runtime": runtime}
     exams_output = None
     if groups is not None:
-        exams = exam_rows(kept, source.items, groups, sha)
+        hashes = photograph_hashes(source.items, groups, scorer.pipeline.max_bytes)
+        exams = exam_rows(kept, source.items, groups, sha, hashes)
         exams_output = cfg.exams_output or exams_path_for(cfg.output)
         write_exams(exams_output, exams)
         summary["exams"] = exam_summary(exams)
