@@ -155,7 +155,8 @@ class ServiceMetrics:
         )
         self.pacs_results = Counter(
             "radscreen_pacs_results",
-            "Exam results (SR) by event: built (new result object), duplicate (the same SR UID again: not resent).",
+            "Exam results (SR) by event: built (new result object), duplicate (the same SR UID again: not resent), "
+            "refused (the study's instances are not one patient's visit: not graded).",
             ["event"], registry=r,
         )
         self.pacs_deliveries = Counter(
@@ -170,7 +171,7 @@ class ServiceMetrics:
         for path in ("stow", "cstore"):
             for result in ("stored", "refused"):
                 self.pacs_instances.labels(path=path, result=result)
-        for event in ("built", "duplicate"):
+        for event in ("built", "duplicate", "refused"):
             self.pacs_results.labels(event=event)
         for result in ("delivered", "failed"):
             self.pacs_deliveries.labels(result=result)

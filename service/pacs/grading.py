@@ -3,8 +3,9 @@
 The photographs go through the service's model host (:meth:`service.model_host.ModelHost.predict_many`: the
 same decoder, quality gate, micro-batcher and draws as every HTTP answer), each becomes its ``/v1/predict``
 result (:func:`service.payload.score_payload`), and the exam rule (:func:`service.exams.exam_fields`) combines
-them per eye and per visit. A photograph the decoder refuses (corrupt pixel data, a frame beyond the pixel
-limit) cannot be graded: it is answered ``retake_ungradable`` with the decoder's reason, never dropped.
+them per eye and per visit, after the same exam identity rules. A photograph the decoder refuses (corrupt pixel
+data, a frame beyond the pixel limit) cannot be graded: it is answered ``retake_ungradable`` with the decoder's
+reason, never dropped.
 
 :func:`exam_record` is what the spool keeps beside the SR: the exam without any identifier, and its FHIR
 DiagnosticReport, which names the same study (``imagingStudy`` by Study Instance UID).
@@ -18,6 +19,7 @@ from typing import Any
 import pydicom
 
 from models.decision import OUTCOME_TEXT, Eye, ScreeningOutcome
+from service.exam_identity import PartIdentity, check_exam_identity, content_hash
 from service.exams import exam_fields
 from service.inference.imaging import ImageRejected
 from service.model_host import ModelHost
@@ -34,10 +36,15 @@ def _rejected(exc: ImageRejected) -> dict[str, Any]:
 
 
 async def grade_study(host: ModelHost, study: StudyFolder) -> GradedExam | None:
-    """Score every instance of ``study`` and apply the exam rule; None when no instance is usable any more."""
+    """Score every instance of ``study`` and apply the exam rule; None when no instance is usable any more.
+
+    The instances must pass the exam identity rules of ``POST /v1/exams`` (:mod:`service.exam_identity`: one
+    study, one PatientID, no photograph as both eyes), else :class:`~service.exam_identity.ExamIdentityError`
+    (its message names instances by number, never an identifier) and nothing is scored."""
     headers: list[Any] = []
     eyes: list[Eye] = []
     payloads: list[bytes] = []
+    identities: list[PartIdentity] = []
     for path in study.instances:
         data = path.read_bytes()
         verdict = check_instance(data)
@@ -46,8 +53,11 @@ async def grade_study(host: ModelHost, study: StudyFolder) -> GradedExam | None:
         headers.append(pydicom.dcmread(io.BytesIO(data), stop_before_pixels=True))
         eyes.append(verdict.eye)
         payloads.append(data)
+        identities.append(PartIdentity(len(identities) + 1, verdict.eye, content_hash(data), True,
+                                       verdict.study_uid, verdict.patient_id))
     if not payloads:
         return None
+    check_exam_identity(identities)
     predictions = await host.predict_many(payloads)
     scorer = host.require_ready()
     images = [

@@ -50,6 +50,7 @@ class Accepted:
     sop_instance_uid: str
     sop_class_uid: str
     eye: Eye
+    patient_id: str | None = None  # compared between the instances of a study, never shown or logged
 
 
 @dataclass(frozen=True)
@@ -105,4 +106,4 @@ def check_instance(data: bytes) -> Accepted | Refused:
         return Refused(DATASET_DOES_NOT_MATCH, "SOPInstanceUID or StudyInstanceUID missing", **ids)
     if tags.laterality is None:
         return Refused(DATASET_DOES_NOT_MATCH, "ImageLaterality is not R or L: the eye is unknown", **ids)
-    return Accepted(tags.study_uid, sop_instance, sop_class, tags.laterality)
+    return Accepted(tags.study_uid, sop_instance, sop_class, tags.laterality, tags.patient_id)

@@ -28,6 +28,7 @@ import time
 from pydicom.dataset import Dataset
 
 from service.batcher import RetryLater
+from service.exam_identity import ExamIdentityError
 from service.metrics import ServiceMetrics
 from service.model_host import ModelHost
 from service.pacs.delivery import Archive, Backoff, DeliveryFailed
@@ -67,7 +68,13 @@ class PacsWorker:
 
     async def grade(self, study: StudyFolder) -> str | None:
         """Grade one study and queue its SR unless that SR exists already; returns the result key."""
-        graded = await grade_study(self.host, study)
+        try:
+            graded = await grade_study(self.host, study)
+        except ExamIdentityError as exc:  # two patients, or one photograph as both eyes: not one visit
+            self.metrics.pacs_results.labels(event="refused").inc()
+            logger.warning("study not graded: %s", exc)  # the message names instances by number only
+            self.spool.mark_graded(study, "")  # not again until its instances change
+            return None
         if graded is None:
             return None
         sr_uid = graded.uids[0]
@@ -110,11 +117,12 @@ class PacsWorker:
             logger.info("result delivered to the archive (%s)", self.archive.name)
 
     def expire(self, now: float) -> None:
-        """Delete the instances of studies graded, delivered and quiet for ``retention_s``."""
+        """Delete the instances of studies delivered (or refused) and quiet for ``retention_s``."""
         for study in self.spool.studies():
             graded = self.spool.graded(study)
-            if (graded and graded.get("digest") == study.digest and self.spool.is_sent(str(graded.get("result")))
-                    and now - study.last_arrival >= self.settings.retention_s):
+            done = graded is not None and graded.get("digest") == study.digest and (
+                graded.get("result") == "" or self.spool.is_sent(str(graded.get("result"))))  # refused, or delivered
+            if done and now - study.last_arrival >= self.settings.retention_s:
                 self.spool.remove_study(study)
 
     async def tick(self) -> None:

@@ -29,7 +29,9 @@ from service.pacs.settings import PacsSettings
 from service.pacs.sr import result_uids
 from service.pacs.store import Spool
 from service.pacs.worker import PacsWorker
+from support.images import fundus_like
 from support.live_server import settings_for
+from tests.helpers.dicom_files import op_dicom
 from tests.helpers.dicom_listener import two_eye_study
 
 
@@ -157,3 +159,18 @@ def test_one_grader_per_spool(tmp_path: Path) -> None:
     assert first._lock is not None
     first._lock.close()  # the grader ends
     assert second.try_lock()
+
+
+def test_two_patients_in_one_study_are_not_graded(host: ModelHost, tmp_path: Path) -> None:
+    """The exam identity rules of POST /v1/exams: one study carrying two PatientIDs is no one's visit."""
+    archive = RecordingArchive()
+    worker = _worker(host, tmp_path, archive)
+    study_uid = generate_uid()
+    right = op_dicom(fundus_like(1, 64), laterality="R", study_uid=study_uid, PatientID="PATIENT-A")
+    left = op_dicom(fundus_like(2, 64), laterality="L", study_uid=study_uid, PatientID="PATIENT-B")
+    _receive(worker.spool, right, left, age_s=5)
+    _tick(worker)
+    _tick(worker)  # not tried again while its instances are unchanged
+    assert archive.stored == [] and worker.spool.outbox() == []
+    assert _value(worker.metrics, "radscreen_pacs_results_total", event="refused") == 1
+    assert _value(worker.metrics, "radscreen_exams_total", outcome="no_referable_dr") == 0
