@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pydicom
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydicom.uid import generate_uid
 
 from service.pacs.intake import CANNOT_UNDERSTAND, SOP_CLASS_NOT_SUPPORTED
@@ -136,3 +138,21 @@ def test_stow_bounds_instance_size_and_photographs_per_study(stack: tuple[str, O
     failed = {item[INSTANCE]["Value"][0]: item[REASON]["Value"][0] for item in body[FAILED]["Value"]}
     assert failed == {_sop(big): OUT_OF_RESOURCES, _sop(small[8]): OUT_OF_RESOURCES}
     assert stow(base, small[:1]).status_code == 200  # held already: stored again, not a ninth
+
+
+@given(body=st.binary(max_size=2048), boundary=st.sampled_from(["B", "xyz", ""]),
+       media=st.sampled_from(['multipart/related; type="application/dicom"', "multipart/related",
+                              'multipart/related; type="image/jpeg"', "application/dicom", ""]))
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+def test_arbitrary_bodies_never_cause_a_server_error(stack: tuple[str, Orthanc], body: bytes, boundary: str,
+                                                      media: str) -> None:
+    base, _ = stack
+    content_type = f"{media}; boundary={boundary}" if boundary and media else media
+    headers = {"X-API-Key": API_KEY, **({"Content-Type": content_type} if content_type else {})}
+    response = httpx.post(f"{base}/dicomweb/studies", content=body, headers=headers, timeout=30)
+    assert response.status_code < 500, response.text
+    if response.status_code == 409:  # a STOW answer: nothing stored, each part's Failure Reason
+        assert response.headers["content-type"] == "application/dicom+json"
+        assert all(item[REASON]["Value"] for item in response.json()[FAILED]["Value"])
+    elif response.status_code >= 400:
+        assert response.headers["content-type"].startswith("application/problem+json")
