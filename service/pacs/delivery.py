@@ -12,7 +12,9 @@ acknowledgement lost in a crash) is the same object to the archive, which keeps 
 
 from __future__ import annotations
 
+import functools
 import io
+import logging
 import urllib.error
 import urllib.request
 import uuid
@@ -23,6 +25,15 @@ from service.pacs.settings import PacsSettings
 
 # C-STORE statuses that mean "stored" (PS3.4 B.2.3): success and the warnings (coercion, elements discarded...)
 STORED_STATUSES = frozenset({0x0000, 0xB000, 0xB006, 0xB007})
+
+
+@functools.cache
+def quiet_pynetdicom() -> None:
+    """pynetdicom logs PDUs and data sets (identifiers included) at debug; none of it may reach our logs."""
+    for name in ("pynetdicom", "pydicom"):
+        log = logging.getLogger(name)
+        log.propagate = False
+        log.handlers[:] = [logging.NullHandler()]
 
 
 class DeliveryFailed(Exception):  # noqa: N818 (an outcome of the archive, not a bug)
@@ -50,6 +61,7 @@ class CStoreArchive:
         import pydicom
         from pynetdicom import AE
 
+        quiet_pynetdicom()
         ds = pydicom.dcmread(io.BytesIO(data))
         ae = AE(ae_title=self.calling_ae)
         ae.acse_timeout = ae.dimse_timeout = ae.network_timeout = self.timeout_s

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import signal
 from typing import Any
 
 from service.metrics import ServiceMetrics
+from service.pacs.delivery import quiet_pynetdicom
 from service.pacs.intake import CANNOT_UNDERSTAND, OP_SOP_CLASSES, SUCCESS, TRANSFER_SYNTAXES, Refused
 from service.pacs.receive import receive
 from service.pacs.settings import PacsSettings
@@ -37,15 +37,6 @@ from service.pacs.store import Spool
 
 logger = logging.getLogger(__name__)
 VERIFICATION = "1.2.840.10008.1.1"
-
-
-@functools.cache
-def quiet_pynetdicom() -> None:
-    """pynetdicom logs PDUs and data sets (identifiers included) at debug; none of it may reach our logs."""
-    for name in ("pynetdicom", "pydicom"):
-        log = logging.getLogger(name)
-        log.propagate = False
-        log.handlers[:] = [logging.NullHandler()]
 
 
 class StoreSCP:
