@@ -69,7 +69,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def create_app(settings: Settings | None = None, *, scorer_factory: ScorerFactory | None = None,
                pacs: PacsSettings | None = None) -> FastAPI:
-    """Build the app. ``scorer_factory`` replaces ``ScorerSpec.load`` (tests, benchmarks): it gets
+    """Build the app. ``scorer_factory`` replaces ``load_scorer`` (tests, benchmarks): it gets
     ``settings.scorer_spec()`` and returns the scorer. ``pacs`` (default: ``RADSCREEN_PACS_*``) turns DICOMweb
     STOW-RS and the PACS worker on when its ``spool_dir`` is set."""
     settings = settings if settings is not None else Settings()

@@ -53,7 +53,8 @@ RunnerKind = Literal["local", "ray"]  # what runs the scoring loop (CLI --runner
 SCORING_CODE = ("models.fov", "models.preprocessing", "models.layers", "models.vgg", "models.draws",
                 "models.onnx_backend", "models.uncertainty", "models.decision", "service.inference.imaging",
                 "service.inference.dicom",
-                "service.inference.quality", "service.inference.scoring", "service.inference.backends",
+                "service.inference.quality", "service.inference.prepare", "service.inference.scoring",
+                "service.inference.backends",
                 "service.inference.partition", "service.batch.rows")
 
 
@@ -162,7 +163,7 @@ def assemble(source: InputSource, store: PartStore, sha: str) -> Iterator[Row]:
 def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
     """Run (or resume) the job described by ``cfg`` and return the summary; see the module docstring.
 
-    ``scorer``: an already loaded ``cfg.spec.load()`` to reuse (tests, benchmarks); Ray actors still load
+    ``scorer``: an already loaded ``load_scorer(cfg.spec)`` to reuse (tests, benchmarks); Ray actors still load
     ``cfg.spec`` themselves and must arrive at the same model sha256.
     """
     output_format(cfg.output)  # unsupported suffix or missing pyarrow: fail before any work
@@ -171,7 +172,9 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
     groups = (memberships(source, cfg.input, cfg.group_by, patient_column=cfg.patient_column,
                           eye_column=cfg.eye_column, image_root=cfg.image_root)
               if cfg.group_by else None)  # an unusable manifest fails now
-    scorer = scorer if scorer is not None else cfg.spec.load()
+    from service.inference.loading import load_scorer
+
+    scorer = scorer if scorer is not None else load_scorer(cfg.spec)
     runtime = runtime_summary(scorer)
     log_runtime(runtime)
     sha = scorer.model_identity.sha256

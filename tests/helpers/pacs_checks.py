@@ -16,7 +16,8 @@ from pydicom.sr.codedict import codes
 
 from models.decision import Eye, ScreeningOutcome
 from service.exams import exam_fields
-from service.inference.scoring import Scorer, prepare_image
+from service.inference.prepare import prepare_image
+from service.inference.scoring import Scorer
 from service.pacs.sr import result_uids
 from service.payload import score_payload
 from tests.helpers import orthanc as orthanc_helper

@@ -21,6 +21,7 @@ from service.batch.exams import Membership, exam_rows, write_exams
 from service.batch.inputs import InputItem
 from service.batch.job import BatchJobConfig, run_job
 from service.batch.output import read_output
+from service.inference.loading import load_scorer
 from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
 from support.images import encode, fundus_like
@@ -32,7 +33,7 @@ HOSTILE = ['=HYPERLINK("http://evil.example","x")', "+cmd|' /C calc'!A0", "-2+3"
 
 @pytest.fixture(scope="module")
 def scorer(tiny_artifact: Path) -> Scorer:
-    return Scorer.from_artifact(tiny_artifact, device="cpu")
+    return load_scorer(ScorerSpec(model_dir=tiny_artifact, device="cpu"))
 
 
 def test_the_rule_cell_by_cell() -> None:

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from service.batch.job import BatchJobConfig, run_job
-from service.inference.scoring import Scorer
+from service.inference.loading import load_scorer
 from service.inference.spec import ScorerSpec
 from support.images import encode, fundus_like
 from support.live_server import live_server, settings_for
@@ -120,7 +120,7 @@ def test_batch_study_grouping_never_writes_a_hostile_uid(tmp_path: Path, tiny_ar
     (folder / "ok-L.dcm").write_bytes(uid_dicom("1.2.3.4", "L"))
     cfg = BatchJobConfig(input=folder, output=tmp_path / "out.csv", group_by="study", progress=False,
                          spec=ScorerSpec(model_dir=tiny_artifact, device="cpu"), batch_size=4)
-    run_job(cfg, scorer=Scorer.from_artifact(tiny_artifact, device="cpu"))
+    run_job(cfg, scorer=load_scorer(ScorerSpec(model_dir=tiny_artifact, device="cpu")))
     text = (tmp_path / "out.exams.csv").read_text(encoding="utf-8")
     with (tmp_path / "out.exams.csv").open(newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from service.batch.job import BatchJobConfig, run_job
+from service.inference.loading import load_scorer
 from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
 from support.images import encode, fundus_like
@@ -34,7 +35,7 @@ def server(tiny_artifact: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def scorer(tiny_artifact: Path) -> Scorer:
-    return Scorer.from_artifact(tiny_artifact, device="cpu")
+    return load_scorer(ScorerSpec(model_dir=tiny_artifact, device="cpu"))
 
 
 def png(seed: int) -> bytes:

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from service.inference.loading import load_scorer
 from service.inference.scoring import Scorer
+from service.inference.spec import ScorerSpec
 from support.processes import free_port
 from tests.helpers.dicom_listener import AE_TITLE, Listener, running_listener
 from tests.helpers.orthanc import Orthanc, running_orthanc
@@ -21,7 +23,7 @@ from tests.helpers.pacs_checks import require_orthanc
 
 @pytest.fixture(scope="session")
 def tiny_scorer(tiny_artifact: Path) -> Scorer:
-    return Scorer.from_artifact(tiny_artifact, device="cpu", backend="torch")
+    return load_scorer(ScorerSpec(model_dir=tiny_artifact, backend="torch", device="cpu"))
 
 
 @pytest.fixture(scope="module")
