@@ -130,7 +130,7 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v.add_argument("--draw-seed", type=int, default=d.draw_seed, help="seed of the artifact's fixed serving draws")
     v.add_argument("--head-draws", type=int, default=d.head_draws,
                    help="draws of the last layer per serving draw: steadies the MI estimate at no real cost "
-                        "(docs/science.md, 'Head draws'); 1 = the plain K draws")
+                        "(docs/results-science.md, 'Head draws'); 1 = the plain K draws")
     v.add_argument("--target-referral-rate", type=float, default=d.target_referral_rate,
                    help="share of validation images the MI threshold refers (without --max-missed-share)")
     v.add_argument("--max-missed-share", type=float, default=None,
@@ -228,7 +228,7 @@ def _fit(args: argparse.Namespace) -> int:
     if args.restart and out.exists():  # only once the settings are known to be good
         shutil.rmtree(out)
     started = time.monotonic()
-    data = prepare_data(config)
+    data = prepare_data(config, progress=not args.no_progress)
     state = trainer.fit(data, stop_after_steps=args.stop_after_steps)
     elapsed = time.monotonic() - started
     if state.epoch < config.epochs:
@@ -256,10 +256,9 @@ def _evaluate(args: argparse.Namespace) -> int:
                                  gradable_only=not args.include_ungradable))
     listed = len(rows) if args.include_ungradable else len(read_rows(TrainConfig(
         data=args.data, out=args.out, layout=args.layout, gradable_only=False)))
-    dataset = ManifestDataset(list(rows), size=cfg.input_size, preprocessing=cfg.preprocessing)
+    dataset = ManifestDataset(list(rows), transform=artifact.image_transform())
     probs, labels = mc_probabilities(artifact.build_model(), dataset, mean=cfg.mean, std=cfg.std,
-                                     samples=cfg.mc_samples, seed=cfg.draw_seed, head_draws=cfg.head_draws,
-                                     progress=not args.no_progress)
+                                     draws=artifact.serving_draws(), progress=not args.no_progress)
     report = evaluate_predictions(probs, labels, n_bootstrap=args.n_bootstrap,
                                   decision_threshold=artifact.calibration.decision_threshold,
                                   referral_threshold_mi=artifact.calibration.referral_threshold_mi)
@@ -288,12 +287,9 @@ def _evaluation_summary(calibration: dict[str, object], *, data: str, images: in
 
 def _export(args: argparse.Namespace) -> int:
     from models.artifact import load_artifact
-    from models.draws import materialise_draws
     from models.onnx_backend import export_graph
 
-    artifact = load_artifact(args.artifact)
-    cfg = artifact.config
-    net = materialise_draws(artifact.build_model(), k=cfg.mc_samples, seed=cfg.draw_seed, head_draws=cfg.head_draws)
+    net = load_artifact(args.artifact).serving_network()
     path = export_graph(net, Path(args.out))
     print(f"wrote {path} ({Path(path).stat().st_size} bytes; weights are injected at load, not stored)")
     return 0
@@ -327,6 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"synth": _synth, "fit": _fit, "evaluate": _evaluate, "export": _export}
     try:
         return handlers[args.command](args)
+    except KeyboardInterrupt:  # Ctrl-C: fit resumes from its last checkpoint (every --checkpoint-every steps)
+        resume = " without --restart" if getattr(args, "restart", False) else ""
+        print(f"interrupted: rerun the same command{resume} to resume" if args.command == "fit" else "interrupted",
+              file=sys.stderr)
+        return 130
     except (ValueError, OSError) as exc:  # settings, manifests, artifacts, unreadable images, this machine
         if args.verbose:
             raise

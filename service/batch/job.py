@@ -22,11 +22,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tqdm import tqdm
 
-from service.batch.exams import GroupBy, exam_rows, exam_summary, exams_path_for, memberships, write_exams
+from service.batch.exams import (
+    GroupBy,
+    exam_rows,
+    exam_summary,
+    exams_path_for,
+    memberships,
+    photograph_hashes,
+    write_exams,
+)
 from service.batch.inputs import InputSource, discover
 from service.batch.local import PoolKind, run_local
 from service.batch.output import output_format, output_model_shas, write_output
-from service.batch.parts import ChunkWriter, PartStore, PartStoreError
+from service.batch.parts import ChunkWriter, PartStore, PartStoreError, part_ends
 from service.batch.ray_runner import RayOptions, run_ray
 from service.batch.rows import Row, error_row
 from service.batch.summary import SummaryBuilder, format_summary, plot_summary, write_summary_json
@@ -45,7 +53,8 @@ RunnerKind = Literal["local", "ray"]  # what runs the scoring loop (CLI --runner
 SCORING_CODE = ("models.fov", "models.preprocessing", "models.layers", "models.vgg", "models.draws",
                 "models.onnx_backend", "models.uncertainty", "models.decision", "service.inference.imaging",
                 "service.inference.dicom",
-                "service.inference.quality", "service.inference.scoring", "service.inference.backends",
+                "service.inference.quality", "service.inference.prepare", "service.inference.scoring",
+                "service.inference.backends",
                 "service.inference.partition", "service.batch.rows")
 
 
@@ -66,8 +75,8 @@ class BatchJobConfig:
     id_column: str | None = None
     path_column: str | None = None
     image_root: Path | None = None
-    chunk_size: int = 256
-    flush_seconds: float = 30.0
+    chunk_size: int = 64  # rows per part file (service.batch.parts.ChunkWriter)
+    flush_seconds: float = 10.0  # ... or whatever is scored after this long, so short jobs commit too
     progress: bool = True
     ray_address: str | None = None
     ray_actors: int = 1
@@ -154,15 +163,18 @@ def assemble(source: InputSource, store: PartStore, sha: str) -> Iterator[Row]:
 def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
     """Run (or resume) the job described by ``cfg`` and return the summary; see the module docstring.
 
-    ``scorer``: an already loaded ``cfg.spec.load()`` to reuse (tests, benchmarks); Ray actors still load
+    ``scorer``: an already loaded ``load_scorer(cfg.spec)`` to reuse (tests, benchmarks); Ray actors still load
     ``cfg.spec`` themselves and must arrive at the same model sha256.
     """
     output_format(cfg.output)  # unsupported suffix or missing pyarrow: fail before any work
     source = discover(cfg.input, path_column=cfg.path_column, id_column=cfg.id_column,
                       image_root=cfg.image_root)
     groups = (memberships(source, cfg.input, cfg.group_by, patient_column=cfg.patient_column,
-                          eye_column=cfg.eye_column) if cfg.group_by else None)  # an unusable manifest fails now
-    scorer = scorer if scorer is not None else cfg.spec.load()
+                          eye_column=cfg.eye_column, image_root=cfg.image_root)
+              if cfg.group_by else None)  # an unusable manifest fails now
+    from service.inference.loading import load_scorer
+
+    scorer = scorer if scorer is not None else load_scorer(cfg.spec)
     runtime = runtime_summary(scorer)
     log_runtime(runtime)
     sha = scorer.model_identity.sha256
@@ -176,7 +188,8 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
         n_done = sum(1 for it in source.items if it.error is None) - len(todo)
         if n_done:
             logger.info("resuming: %d of %d inputs already scored", n_done, len(source.items))
-        writer = ChunkWriter(store, chunk_size=cfg.chunk_size, flush_seconds=cfg.flush_seconds)
+        ends = part_ends([it.id for it in source.items if it.error is None], cfg.chunk_size)
+        writer = ChunkWriter(store, chunk_size=cfg.chunk_size, flush_seconds=cfg.flush_seconds, ends=ends)
         with tqdm(total=len(source.items) - sum(it.error is not None for it in source.items), initial=n_done,
                   unit="img", desc="scoring", disable=not cfg.progress, dynamic_ncols=True) as bar:
 
@@ -184,13 +197,19 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
                 writer.add(rows)
                 bar.update(len(rows))
 
-            if cfg.runner == "local":
-                run_local(todo, scorer, emit, batch_size=cfg.batch_size, workers=cfg.workers, pool=cfg.pool)
-            elif cfg.runner == "ray":
-                options = RayOptions(address=cfg.ray_address, actors=cfg.ray_actors, batch_size=cfg.batch_size)
-                run_ray(todo, cfg.spec, emit, options, pipeline=scorer.pipeline, model_sha256=sha)
-            else:
-                raise ValueError(f"unknown runner {cfg.runner!r}; expected one of: local, ray")
+            try:
+                if cfg.runner == "local":
+                    run_local(todo, scorer, emit, batch_size=cfg.batch_size, workers=cfg.workers, pool=cfg.pool,
+                              part_ends=ends)
+                elif cfg.runner == "ray":
+                    options = RayOptions(address=cfg.ray_address, actors=cfg.ray_actors, batch_size=cfg.batch_size)
+                    run_ray(todo, cfg.spec, emit, options, pipeline=scorer.pipeline, model_sha256=sha)
+                else:
+                    raise ValueError(f"unknown runner {cfg.runner!r}; expected one of: local, ray")
+            except KeyboardInterrupt:  # Ctrl-C: keep every row already scored, then stop (the CLI says how to resume)
+                writer.flush()
+                logger.info("interrupted: %d rows committed in %s", len(store.done_ids), parts_dir)
+                raise
             writer.flush()
 
         builder = SummaryBuilder(
@@ -211,7 +230,8 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
     summary = {**builder.build(), "runtime": runtime}
     exams_output = None
     if groups is not None:
-        exams = exam_rows(kept, source.items, groups, sha)
+        hashes = photograph_hashes(source.items, groups, scorer.pipeline.max_bytes)
+        exams = exam_rows(kept, source.items, groups, sha, hashes)
         exams_output = cfg.exams_output or exams_path_for(cfg.output)
         write_exams(exams_output, exams)
         summary["exams"] = exam_summary(exams)

@@ -19,7 +19,11 @@ import numpy as np
 import pytest
 
 from models.artifact import Calibration
-from service.inference.scoring import PreparedImage, QualityReport, Scorer
+from service.inference.loading import load_scorer
+from service.inference.prepare import PreparedImage
+from service.inference.quality import QualityReport
+from service.inference.scoring import Scorer
+from service.inference.spec import ScorerSpec
 from service.payload import score_payload
 
 H_09 = 0.3250830  # H(0.9) = H(0.1) nats
@@ -69,7 +73,7 @@ def image(quality: QualityReport) -> PreparedImage:
 
 @pytest.fixture(scope="module")
 def tiny(tiny_artifact: Path) -> Scorer:
-    return Scorer.from_artifact(tiny_artifact, backend="torch", device="cpu")
+    return load_scorer(ScorerSpec(model_dir=tiny_artifact, backend="torch", device="cpu"))
 
 
 # (draws, quality) -> p̄, MI, label, refer_to_expert, reasons, outcome; MI threshold 0.1, decision threshold 0.5.
@@ -152,7 +156,7 @@ def test_payload_of_a_constructed_uncertain_image(tiny: Scorer) -> None:
     assert body["diagnosis"]["label"] == "non_referable" and body["diagnosis"]["decision_threshold"] == 0.5
     assert body["diagnosis"]["referable_dr_probability"] == pytest.approx(0.4, abs=TOL)
     assert body["uncertainty"]["mutual_information"] == pytest.approx(MI_SPLIT, abs=TOL)
-    assert body["uncertainty"]["referral_threshold"] == 0.1 and body["uncertainty"]["unit"] == "nat"
+    assert body["uncertainty"]["referral_threshold_mi"] == 0.1 and body["uncertainty"]["unit"] == "nat"
     assert body["refer_to_expert"] is True and body["referral_reasons"] == ["uncertain"]
     assert body["outcome"] == "grader_review_uncertain"
     assert body["outcome_reason"] == "Human grader review: the model is uncertain about this image"
