@@ -192,6 +192,19 @@ def _plausible(c: FovCircle | None) -> bool:
     return all(r.holds(values[r.measure]) for r in FOV_RULES)
 
 
+def _placed(c: FovCircle | None) -> bool:
+    """A circle where a camera puts the disc (centred, of a camera's radius) whose edge is not plausible.
+
+    An eyelid's shadow hides part of the rim, so the fit is refused (``no_field_of_view``), but the circle is
+    still the disc: the other measures are taken on it, so the shadow is also named (``obstructed``).
+    """
+    if c is None:
+        return False
+    values = _fov_values(c)
+    geometric = {"fov_offset", "fov_radius"}
+    return all(r.holds(values[r.measure]) for r in FOV_RULES if r.measure in geometric)
+
+
 def _fov_values(c: FovCircle | None) -> dict[str, float]:
     """The field-of-view measures of a fit (of no circle: values that fail every rule)."""
     if c is None:
@@ -256,8 +269,9 @@ def measure(rgb: np.ndarray, circle: FovCircle | None = None, *, fit: bool = Tru
     if circle is None and fit:
         circle = fit_fov_circle(rgb)
     ok = _plausible(circle)
-    square, valid = crop_to_fov(rgb, circle if ok else None, WORK_SIZE)  # [S, S, 3], [S, S]
-    disc, inner = _regions(valid, ok)
+    placed = ok or _placed(circle)  # crop to the circle: plausible, or only its edge is broken (an eyelid)
+    square, valid = crop_to_fov(rgb, circle if placed else None, WORK_SIZE)  # [S, S, 3], [S, S]
+    disc, inner = _regions(valid, placed)
     x = square.astype(np.float32) / 255.0  # [S, S, 3]
     y = _luma(x)  # [S, S]
     mean_luma = float(y[disc].mean()) if disc.any() else 0.0
