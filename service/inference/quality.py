@@ -16,7 +16,8 @@ the camera made it (any size, any aspect: 3:2 and 4:3 frames cut the disc, squar
 2. every other measure is taken on the FOV cropped to the fitted circle and resampled so that its
    diameter is ``WORK_SIZE`` px (``models.preprocessing.crop_to_fov``): the thresholds hold at any
    camera resolution and copy size (224 px or 4288 px), and the cost does not grow with it. Without a
-   plausible FOV the whole frame is measured. Inside the disc (rim and ``EDGE_MARGIN`` px along the
+   plausible FOV the whole frame is measured, unless the circle is centred and of a camera's radius and
+   only its edge failed (an eyelid over the rim): then on the circle, so the shadow is named too. Inside the disc (rim and ``EDGE_MARGIN`` px along the
    frame's cuts excluded):
 
    - **exposure**: mean luminance >= ``MIN_MEAN_LUMA`` (``too_dark``); ``overexposed`` when the share of
