@@ -17,8 +17,8 @@ the camera made it (any size, any aspect: 3:2 and 4:3 frames cut the disc, squar
    diameter is ``WORK_SIZE`` px (``models.preprocessing.crop_to_fov``): the thresholds hold at any
    camera resolution and copy size (224 px or 4288 px), and the cost does not grow with it. Without a
    plausible FOV the whole frame is measured, unless the circle is centred and of a camera's radius and
-   only its edge failed (an eyelid over the rim): then on the circle, so the shadow is named too. Inside the disc (rim and ``EDGE_MARGIN`` px along the
-   frame's cuts excluded):
+   only its edge failed (an eyelid over the rim): then on the circle, so the shadow is named too. Inside
+   the disc (rim and ``EDGE_MARGIN`` px along the frame's cuts excluded):
 
    - **exposure**: mean luminance >= ``MIN_MEAN_LUMA`` (``too_dark``); ``overexposed`` when the share of
      near-white pixels exceeds ``MAX_SATURATED``, or the mean luminance exceeds ``MAX_MEAN_LUMA_SHARP``, or
@@ -52,13 +52,13 @@ docs/results-quality-gate.md (``benchmarks/quality_table.py``, ``benchmarks/fram
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from models.fov import FovCircle, fit_fov_circle
 from models.preprocessing import crop_to_fov, disc_mask, masked_blur
+from service.inference.quality_rules import Finding, Rule
 
 WORK_SIZE = 256  # FOV diameter (px) at which exposure, shadow, sharpness and colour are measured
 EDGE_MARGIN = 3.0  # px at WORK_SIZE kept between the measured region and the picture's cut edges
@@ -144,12 +144,6 @@ class QualityMeasures:
         for name, values in (("mean", self.channel_mean), ("std", self.channel_std)):
             out.update({f"{name}_{c}": float(v) for c, v in zip("rgb", values, strict=True)})
         return out
-
-
-def _margin_score(value: float, threshold: float, scale: float, *, higher_is_better: bool = True) -> float:
-    """Logistic of (value - threshold) / scale: 0.5 at the threshold, -> 1 on the good side."""
-    z = (value - threshold) / scale if higher_is_better else (threshold - value) / scale
-    return 1.0 / (1.0 + math.exp(-max(min(z, 40.0), -40.0)))
 
 
 def _luma(rgb: np.ndarray) -> np.ndarray:
@@ -295,45 +289,6 @@ def measure(rgb: np.ndarray, circle: FovCircle | None = None, *, fit: bool = Tru
         channel_mean=(float(mean_rgb[0]), float(mean_rgb[1]), float(mean_rgb[2])),
         channel_std=(float(std_rgb[0]), float(std_rgb[1]), float(std_rgb[2])),
     )
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One threshold: ``measure`` must be ``>=`` (or ``<=``) ``threshold``; ``scale`` spreads its score."""
-
-    issue: str
-    measure: str
-    threshold: float
-    relation: str  # ">=" or "<=": what a gradable photograph satisfies
-    scale: float
-
-    def holds(self, value: float) -> bool:
-        return value >= self.threshold if self.relation == ">=" else value <= self.threshold
-
-    def score(self, value: float) -> float:
-        return _margin_score(value, self.threshold, self.scale, higher_is_better=self.relation == ">=")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """Why a photograph was refused: the issue, the measure, its value and the threshold it missed."""
-
-    issue: str
-    measure: str
-    value: float
-    threshold: float
-    relation: str  # what the measure must satisfy: ">=" or "<="
-    condition: str = ""  # a second measure the rule applies under (the washed-out rule), in words
-
-    @property
-    def message(self) -> str:
-        """One line, e.g. ``blurred: sharpness 1.21, needs >= 1.45``."""
-        text = f"{self.issue}: {self.measure} {self.value:.3g}, needs {self.relation} {self.threshold:.3g}"
-        return f"{text} ({self.condition})" if self.condition else text
-
-    def as_dict(self) -> dict[str, str | float]:
-        return {"issue": self.issue, "measure": self.measure, "value": round(self.value, 4),
-                "threshold": self.threshold, "relation": self.relation, "message": self.message}
 
 
 FOV_RULES = (
