@@ -60,28 +60,30 @@ def test_the_chosen_originals_are_gradable() -> None:
     assert len(originals) == len(PHOTOS) and all(not r["issues"] for r in originals), originals
 
 
+def _misses_by(key: str, truths: set[str]) -> dict[str, tuple[int, list[tuple[str, ...]]]]:
+    """The family's renders of ``truths`` grouped by ``key``: (renders, the ones that missed their truth)."""
+    groups: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for r in family_rows():
+        if r["truth"] in truths:
+            groups[r[key]].append(r)
+    return {k: (len(rows), [(r["name"], r["framing"], r["size"], r["finish"], r["issues"]) for r in rows if not _ok(r)])
+            for k, rows in groups.items()}
+
+
 def test_every_framing_size_and_finish_of_a_gradable_photograph_is_accepted() -> None:
     """>= 97 % per framing (24 renders each: 4 sizes and 4 finishes of 3 photographs)."""
-    by_framing: dict[str, list[dict[str, str]]] = defaultdict(list)
-    for r in family_rows():
-        if r["truth"] == "gradable":
-            by_framing[r["framing"]].append(r)
+    by_framing = _misses_by("framing", {"gradable"})
     assert set(by_framing) == set(FRAMINGS)
-    for framing, rows in by_framing.items():
-        missed = [(r["name"], r["size"], r["finish"], r["issues"]) for r in rows if not _ok(r)]
-        assert len(missed) <= math.floor(0.03 * len(rows)), (framing, missed)
+    for framing, (n, missed) in by_framing.items():
+        assert len(missed) <= math.floor(0.03 * n), (framing, missed)
 
 
 def test_degradations_are_refused_for_their_reason_in_every_framing() -> None:
     """>= 95 % of each degradation's renders (32 per kind: every framing x size and finish) for its reason."""
-    by_kind: dict[str, list[dict[str, str]]] = defaultdict(list)
-    for r in family_rows():
-        if r["truth"] in DEGRADED:
-            by_kind[r["truth"]].append(r)
+    by_kind = _misses_by("truth", set(DEGRADED))
     assert set(by_kind) == set(DEGRADED)
-    for kind, rows in by_kind.items():
-        missed = [(r["framing"], r["size"], r["finish"], r["issues"]) for r in rows if not _ok(r)]
-        assert len(missed) <= math.floor(0.05 * len(rows)), (kind, missed)
+    for kind, (n, missed) in by_kind.items():
+        assert len(missed) <= math.floor(0.05 * n), (kind, missed)
 
 
 def test_non_fundus_images_are_refused_in_every_framing() -> None:
