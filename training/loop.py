@@ -14,7 +14,7 @@ The trainer knows nothing about the architecture beyond ``create_model``; random
 generators whose states are checkpointed (data order is derived from (seed, epoch)), so a run killed at any
 step and resumed ends in exactly the state of an uninterrupted run. That is tested bitwise on CPU; on CUDA
 the trainer switches cuDNN to deterministic kernels and TF32 off, which makes the promise hold on the same
-GPU, driver and library versions (the ``gpu`` test ``tests/training/test_training_cuda.py`` checks it there).
+GPU, driver and library versions (the ``gpu`` test ``tests/gpu/test_training_cuda.py`` checks it there).
 """
 
 from __future__ import annotations

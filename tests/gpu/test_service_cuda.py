@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pytest
 
 from support.images import synthetic_jpegs
-from support.live_server import live_server, settings_for
-from tests.helpers.gpu import GPU
+from tests.gpu.marks import GPU
+
+pytest.importorskip("uvicorn", reason="the web stack (uvicorn, FastAPI) is not installed: the live-server test "
+                                      "needs it; the other gpu tests run without it")
+import httpx  # noqa: E402
+
+from support.live_server import live_server, settings_for  # noqa: E402
 
 pytestmark = GPU
 
