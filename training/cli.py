@@ -8,6 +8,7 @@ Examples (each works on a fresh checkout after ``make setup``; a CPU-sized model
     radscreen-train synth --out data/synth-test --n 400 --seed 99 --size 128
     radscreen-train evaluate --artifact models/my-model --data data/synth-test --out runs/eval
     radscreen-train export --artifact models/my-model --out graph.onnx
+    radscreen-train pack --data data/synth --out data/synth-shards --input-size 128   # for a GPU lease
 
 Such a small run checks the pipeline; its uncertainty is not useful (docs/training.md, "A first run on a
 CPU"). Without --width and --input-size, fit trains the full-size model (width 46, 256 px): about 20 min an
@@ -27,6 +28,8 @@ from pathlib import Path
 
 from models.preprocessing import BY_NAME as PREPROCESSING_BY_NAME
 from models.preprocessing import FOV_LOCAL_MEAN
+from training.cli_lease import HANDLERS as LEASE_HANDLERS
+from training.cli_lease import add_lease_commands
 from training.config import LAYOUTS, OPTIMIZERS, PRECISIONS, SCHEDULES, SELECT_BY, TrainConfig
 
 
@@ -192,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=_HelpFormatter)
     x.add_argument("--artifact", default=None, help="artifact directory (default: the embedded model)")
     x.add_argument("--out", required=True, help="path of the .onnx file to write")
+    add_lease_commands(sub, _HelpFormatter)
     return parser
 
 
@@ -321,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # the model card records the command that was actually run
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handlers = {"synth": _synth, "fit": _fit, "evaluate": _evaluate, "export": _export}
+    handlers = {"synth": _synth, "fit": _fit, "evaluate": _evaluate, "export": _export, **LEASE_HANDLERS}
     try:
         return handlers[args.command](args)
     except (ValueError, OSError) as exc:  # settings, manifests, artifacts, unreadable images, this machine

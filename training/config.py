@@ -10,8 +10,8 @@ from typing import Any, Literal
 from models.artifact.schema import MAX_MC_SAMPLES
 from models.preprocessing import FOV_LOCAL_MEAN
 
-Layout = Literal["synthetic", "eyepacs", "aptos", "odir", "manifest"]
-LAYOUTS: tuple[str, ...] = ("synthetic", "eyepacs", "aptos", "odir", "manifest")
+Layout = Literal["synthetic", "eyepacs", "aptos", "odir", "manifest", "shards"]
+LAYOUTS: tuple[str, ...] = ("synthetic", "eyepacs", "aptos", "odir", "manifest", "shards")
 Optimizer = Literal["adam", "adamw"]
 OPTIMIZERS: tuple[str, ...] = ("adam", "adamw")
 Schedule = Literal["constant", "cosine", "step"]
@@ -25,7 +25,7 @@ PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
 
 @dataclass(frozen=True)
 class TrainConfig:
-    data: str  # dataset root (synthetic / EyePACS folder) or a manifest CSV
+    data: str  # dataset root (synthetic / EyePACS folder), a manifest CSV, or packed shards (training.data.shards)
     out: str  # run directory: checkpoints, logs, reports
     layout: Layout = "synthetic"
     artifact: str | None = None  # where to write the model artifact (default: <out>/artifact)

@@ -19,6 +19,7 @@ from models.vgg import count_parameters
 from training.config import TrainConfig
 from training.data.manifest import ManifestRow
 from training.data.prepare import PreparedData, prepare_data
+from training.data.shards import read_index
 from training.evaluation import EvaluationReport, evaluate_predictions, write_report
 from training.evaluation.ensemble import DRAWS_FILENAME, save_draws
 from training.evaluation.operating_point import OperatingPoint, outcome_shares, screening_operating_point
@@ -51,20 +52,32 @@ ODIR_DESCRIPTION = (
 def _dataset_description(config: TrainConfig) -> tuple[str, bool, str | None]:
     """(description, synthetic?, the command that regenerates the data set or None).
 
-    Names the data set, never a path on the training machine (the card travels with the artifact).
+    Names the data set, never a path on the training machine (the card travels with the artifact). Packed
+    shards are described by what they were packed from (their index records it).
     """
+    if config.layout == "shards":
+        settings = read_index(Path(config.data))["settings"]
+        description, synthetic, command = _describe(settings.get("layout", "manifest"), settings.get("dataset"),
+                                                    bool(settings.get("include_other_disease", True)),
+                                                    str(settings.get("name", Path(config.data).name)))
+        return f"{description} (packed shards)", synthetic, command
     info = Path(config.data) / "dataset.json"
-    if config.layout == "synthetic" and info.is_file():
-        meta = json.loads(info.read_text())
+    meta = json.loads(info.read_text()) if config.layout == "synthetic" and info.is_file() else None
+    return _describe(config.layout, meta, config.include_other_disease, Path(config.data).name)
+
+
+def _describe(layout: str, meta: dict[str, Any] | None, include_other_disease: bool,
+              name: str) -> tuple[str, bool, str | None]:
+    if layout == "synthetic" and meta is not None:
         command = (f"radscreen-train synth --out data/synth-train --n {meta.get('n_images')} --seed {meta.get('seed')} "
                    f"--size {meta.get('size')} --ungradable-fraction {meta.get('ungradable_fraction')}")
         return (f"synthetic fundus generator {meta.get('generator', '?')}, seed {meta.get('seed')}, "
                 f"{meta.get('n_images')} images at {meta.get('size')} px", True, command)
-    if config.layout == "odir":
-        other = ("eyes with other eye diseases and no DR included as non-referable" if config.include_other_disease
+    if layout == "odir":
+        other = ("eyes with other eye diseases and no DR included as non-referable" if include_other_disease
                  else "eyes with other eye diseases left out")
         return f"{ODIR_DESCRIPTION}; {other}", False, None
-    return f"{config.layout} manifest {Path(config.data).name}", config.layout == "synthetic", None
+    return f"{layout} manifest {name}", layout == "synthetic", None
 
 
 def image_ids(rows: Sequence[ManifestRow]) -> list[str]:
