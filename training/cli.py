@@ -78,7 +78,9 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="decode and preprocess every image at every use instead of once into <out>/cache")
     g.add_argument("--preprocessing", choices=sorted(PREPROCESSING_BY_NAME), default=FOV_LOCAL_MEAN,
                    help="image preprocessing contract (models/preprocessing.py); stored in the artifact")
-    g.add_argument("--workers", type=int, default=d.workers, help="DataLoader worker processes")
+    g.add_argument("--workers", type=int, default=None,
+                   help="DataLoader worker processes (default: on CUDA cores - 1 up to 8, where images are decoded "
+                        "per step; on the CPU 0)")
     g.add_argument("--weights-dtype", choices=("fp32", "fp16"), default=d.weights_dtype,
                    help="artifact storage of μ and ρ (fp16: calibrated after the cast, rounding/sd ratio in the card)")
     m = p.add_argument_group("model")
@@ -142,6 +144,12 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     x.add_argument("--max-steps-per-epoch", type=int, default=None, help="cap on steps per epoch (quick runs)")
     x.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every,
                    help="steps between checkpoints (one is also written at every epoch end)")
+    x.add_argument("--checkpoint-minutes", type=float, default=None,
+                   help="minutes between checkpoints instead of --checkpoint-every steps, and one at the end "
+                        "(default: 10 on CUDA, where a step takes milliseconds; unset on the CPU)")
+    x.add_argument("--val-every", type=int, default=d.val_every,
+                   help="epochs between validations (the last epoch is always validated; an epoch not validated "
+                        "cannot be the best)")
     x.add_argument("--device", default=d.device, help="auto (cuda when available, else cpu), cpu or cuda")
     x.add_argument("--restart", action="store_true", help="delete an existing run directory first")
     x.add_argument("--stop-after-steps", type=int, default=None,
@@ -211,6 +219,7 @@ def _fit(args: argparse.Namespace) -> int:
         rho_init=args.rho_init, prior=_parse_prior(args.prior), epochs=args.epochs, nll_epochs=args.nll_epochs,
         batch_size=args.batch_size, lr=args.lr, train_samples=args.train_samples, eval_samples=args.eval_samples,
         max_steps_per_epoch=args.max_steps_per_epoch, checkpoint_every=args.checkpoint_every,
+        checkpoint_minutes=args.checkpoint_minutes, val_every=args.val_every,
         precision=args.precision, seed=args.seed, split_seed=args.split_seed, draw_seed=args.draw_seed,
         target_referral_rate=args.target_referral_rate, max_missed_share=args.max_missed_share,
         split=tuple(args.split), head_draws=args.head_draws,

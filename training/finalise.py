@@ -25,7 +25,7 @@ from training.evaluation.ensemble import DRAWS_FILENAME, save_draws
 from training.evaluation.operating_point import OperatingPoint, outcome_shares, screening_operating_point
 from training.evaluation.uncertainty import mc_uncertainty
 from training.history import read_history
-from training.loop import BEST_WEIGHTS, build_model
+from training.loop import BEST_WEIGHTS, build_model, resolve_device
 from training.model_card import REAL_USE, SYNTHETIC_USE, render_model_card
 from training.predict import is_bayesian, mc_probabilities
 from training.storage import DTYPES, rounding_to_sd, storage_line
@@ -97,7 +97,7 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
     data = data or prepare_data(config)
     model = build_model(config)
     model.load_state_dict(load_file(str(run_dir / BEST_WEIGHTS)))
-    model.eval()
+    model.to(resolve_device(config.device)).eval()  # the serving draws are scored on the training device
     rounding = rounding_to_sd(model, config.weights_dtype)
     if config.weights_dtype != "fp32":  # calibrate the weights that will be served, after the storage cast
         with torch.no_grad():
@@ -181,7 +181,7 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         intended_use=SYNTHETIC_USE if synthetic else REAL_USE,
     )
     artifact_dir = Path(config.artifact or run_dir / "artifact")
-    sha = save_artifact(artifact_dir, model=model, config=art_config, calibration=calibration, model_card=card,
+    sha = save_artifact(artifact_dir, model=model.cpu(), config=art_config, calibration=calibration, model_card=card,
                         weights_dtype=DTYPES[config.weights_dtype], overwrite=True)
     log.info("artifact %s (sha256 %s)", artifact_dir, sha)
     return FinalResult(artifact_dir, sha, val, test)

@@ -84,7 +84,7 @@ def prepare_data(config: TrainConfig) -> PreparedData:
             dataset.pixels = packed.pixels[[position[id(row)] for row in dataset.rows]]
     elif config.cache_images:  # preprocess once: decoding + FOV fit + local mean cost more than a step per image
         for dataset in (train, val, test):
-            dataset.use_cache(Path(config.out) / "cache", workers=max(config.workers, 2), progress=True)
+            dataset.use_cache(Path(config.out) / "cache", workers=max(config.workers or 0, 2), progress=True)
     if config.init_from:  # a warm start keeps the input normalisation its weights were trained with
         mean, std = input_statistics(config.init_from, preprocessing=pre)
     else:

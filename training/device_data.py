@@ -1,0 +1,72 @@
+"""What keeps a CUDA training step near the hardware: batches cut from pixels already on the device, running
+sums kept on the device, and the number of data workers.
+
+- ``ResidentPixels``: a data set whose pixels are in memory (packed shards, or the image cache) is copied to
+  the GPU once as uint8 (3.5 GB for 4,437 eyes at 512 px) and each batch is indexed there: no DataLoader, no
+  per-step host decode or host-to-device copy. A batch is the tensor ``ManifestDataset`` gives, to the bit
+  (``to_tensor``: ``[3, H, W]`` float32 in [0, 1]), only made on the device.
+- ``DeviceSums``: the epoch's running sums (NLL·n, KL, correct, n) accumulate in a float64 tensor on the
+  training device, so a step never waits for the GPU to read a loss; the host reads them (one sync) at a
+  logging interval, a checkpoint and the epoch's end. The additions are the ones the host made before, in the
+  same order and precision, so the history rows are unchanged to the bit.
+- ``loader_workers``: decoding workers where images are decoded per step on a CUDA machine.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from training.data.dataset import ManifestDataset
+
+SUM_KEYS = ("nll", "kl", "correct", "n")  # accumulated on the device; "steps" and "seconds" stay on the host
+
+
+def loader_workers(requested: int | None, device: torch.device) -> int:
+    """``requested``, or by default: on CUDA, cores − 1 up to 8 (decoding must keep up with the GPU); on the
+    CPU, 0 (the workers would take cores from the step itself)."""
+    if requested is not None:
+        return requested
+    return min(8, max((os.cpu_count() or 1) - 1, 0)) if device.type == "cuda" else 0
+
+
+class ResidentPixels:
+    """A data set's uint8 pixels and labels on ``device``; ``batches`` yields ``(x [B, 3, H, W], y [B])``."""
+
+    def __init__(self, dataset: ManifestDataset, device: torch.device) -> None:
+        if dataset.pixels is None:
+            raise ValueError("ResidentPixels needs a data set with its pixels in memory (shards or the image cache)")
+        self.pixels = torch.from_numpy(np.ascontiguousarray(dataset.pixels)).to(device)  # [N, H, W, 3] uint8
+        self.labels = dataset.labels.to(device)  # [N]
+        self.device = device
+
+    def batches(self, batches: Sequence[Sequence[int]]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        flat = torch.tensor([i for b in batches for i in b], dtype=torch.long).to(self.device, non_blocking=True)
+        start = 0
+        for b in batches:
+            idx = flat[start:start + len(b)]
+            start += len(b)
+            x = self.pixels.index_select(0, idx).permute(0, 3, 1, 2).contiguous().float().div_(255.0)
+            yield x, self.labels.index_select(0, idx)
+
+
+class DeviceSums:
+    """The epoch's running sums on the training device (see the module docstring)."""
+
+    def __init__(self, sums: dict[str, float], device: torch.device) -> None:
+        self.sums = sums
+        self.acc = torch.tensor([sums[k] for k in SUM_KEYS], dtype=torch.float64, device=device)
+        self.one = torch.ones((), dtype=torch.float64, device=device)  # n enters by a kernel, not a copy
+
+    def add(self, nll: torch.Tensor, kl: torch.Tensor, correct: torch.Tensor, n: int) -> None:
+        """One step: ``nll`` the batch mean, ``kl`` the network's KL, ``correct`` the count (0-d tensors)."""
+        self.acc += torch.stack([nll.detach().double() * n, kl.detach().double(), correct.double(), self.one * n])
+        self.sums["steps"] += 1
+
+    def read(self) -> dict[str, float]:
+        """The sums, read to the host (the one synchronisation)."""
+        self.sums.update(zip(SUM_KEYS, self.acc.tolist(), strict=True))
+        return self.sums
