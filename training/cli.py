@@ -154,6 +154,9 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     x.add_argument("--restart", action="store_true", help="delete an existing run directory first")
     x.add_argument("--stop-after-steps", type=int, default=None,
                    help="checkpoint and stop after N steps (rerun the same command to continue)")
+    x.add_argument("--time-budget-min", type=float, default=None,
+                   help="stop at the end of the epoch after which another would pass this many minutes, and write "
+                        "the artifact from the best epoch so far (a GPU lease; the card lists the epochs trained)")
     x.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -239,9 +242,13 @@ def _fit(args: argparse.Namespace) -> int:
         shutil.rmtree(out)
     started = time.monotonic()
     data = prepare_data(config)
-    state = trainer.fit(data, stop_after_steps=args.stop_after_steps)
+    deadline = started + args.time_budget_min * 60 if args.time_budget_min is not None else None
+    state = trainer.fit(data, stop_after_steps=args.stop_after_steps, deadline=deadline)
     elapsed = time.monotonic() - started
-    if state.epoch < config.epochs:
+    timed_out = deadline is not None and state.epoch < config.epochs and state.step_in_epoch == 0
+    if timed_out:
+        print(f"time budget: stopped after {state.epoch} of {config.epochs} epochs; the artifact is the best of them")
+    elif state.epoch < config.epochs:
         print(f"stopped at epoch {state.epoch + 1} step {state.step_in_epoch} (step budget); rerun to continue")
         return 0
     command = " ".join(shlex.quote(a) for a in ["radscreen-train", *args.argv])

@@ -84,7 +84,8 @@ def pack(args: argparse.Namespace) -> int:
                             source=Path(args.data).name, codec=args.codec, max_bytes=int(args.shard_mib * MIB),
                             workers=args.workers, settings=settings)
     largest = max((s["bytes"] for s in index["shards"]), default=0)
-    print(f"packed {index['images']} images at {index['size']} px ({', '.join(f'{k}: {v}' for k, v in index['sources'].items())}) "
+    sources = ", ".join(f"{k}: {v}" for k, v in index["sources"].items())
+    print(f"packed {index['images']} images at {index['size']} px ({sources}) "
           f"into {len(index['shards'])} shards: {index['total_bytes'] / MIB:.1f} MiB "
           f"(raw uint8 {index['raw_bytes'] / MIB:.1f} MiB), largest {largest / MIB:.1f} MiB -> {args.out}")
     return 0

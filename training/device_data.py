@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader
 
 from training.data.dataset import ManifestDataset
 
@@ -51,6 +53,32 @@ class ResidentPixels:
             start += len(b)
             x = self.pixels.index_select(0, idx).permute(0, 3, 1, 2).contiguous().float().div_(255.0)
             yield x, self.labels.index_select(0, idx)
+
+
+def epoch_batches(resident: ResidentPixels | None, dataset: ManifestDataset, batches: list[list[int]],
+                  device: torch.device, workers: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """An epoch's batches ``(x, y)`` on ``device``: cut from ``resident`` pixels when given, else read through a
+    DataLoader with ``workers`` (pinned memory and asynchronous copies on CUDA)."""
+    if resident is not None:
+        yield from resident.batches(batches)
+        return
+    cuda = device.type == "cuda"
+    for x, y, _ in DataLoader(dataset, batch_sampler=batches, pin_memory=cuda, num_workers=workers):
+        yield x.to(device, non_blocking=cuda), y.to(device, non_blocking=cuda)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one optimiser step measured on its batch: 0-d tensors on the training device (no host sync)."""
+
+    nll: torch.Tensor  # mean NLL over the batch and the draws
+    kl: torch.Tensor  # KL(q || p) of the whole network; 0 in the means-only epochs
+    correct: torch.Tensor  # images whose mean logit is on the side of their label
+    n: int  # images in the batch
+
+    def add_to(self, sums: DeviceSums) -> None:
+        """Accumulate into the epoch's running sums (``TrainState.epoch_sums``, kept on the device)."""
+        sums.add(self.nll, self.kl, self.correct, self.n)
 
 
 class DeviceSums:

@@ -29,7 +29,6 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,7 +40,6 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from sklearn.metrics import roc_auc_score
 from torch import nn
-from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from models import compute
@@ -57,7 +55,7 @@ from training.checkpoint import TrainState, load_checkpoint, restore, save_check
 from training.config import TrainConfig
 from training.data.augment import augment_batch, color_jitter, normalise
 from training.data.prepare import PreparedData, prepare_data
-from training.device_data import DeviceSums, ResidentPixels, loader_workers
+from training.device_data import DeviceSums, ResidentPixels, StepResult, epoch_batches, loader_workers
 from training.diagnostics import budget_ratio, nll_gradient_sd, rho_shift, sigma_stats
 from training.elbo import elbo_loss
 from training.history import write_history
@@ -140,20 +138,6 @@ class Run:
     last_checkpoint: float = 0.0  # time.monotonic() of the last checkpoint this call wrote (or of its start)
 
 
-@dataclass(frozen=True)
-class StepResult:
-    """What one optimiser step measured on its batch: 0-d tensors on the training device (no host sync)."""
-
-    nll: torch.Tensor  # mean NLL over the batch and the draws
-    kl: torch.Tensor  # KL(q || p) of the whole network; 0 in the means-only epochs
-    correct: torch.Tensor  # images whose mean logit is on the side of their label
-    n: int  # images in the batch
-
-    def add_to(self, sums: DeviceSums) -> None:
-        """Accumulate into the epoch's running sums (``TrainState.epoch_sums``, kept on the device)."""
-        sums.add(self.nll, self.kl, self.correct, self.n)
-
-
 @dataclass
 class StepBudget:
     """The optimiser steps one ``fit`` call may still take (``None``: no limit)."""
@@ -184,6 +168,7 @@ class Trainer:
         self.run_dir = Path(config.out)
         self.progress = progress
         self.rho_origin: float | dict[str, torch.Tensor] = config.rho_init  # where Δρ is measured from
+        self.closing = False  # the epoch in progress is the last one a deadline allows (fit)
 
     def _check_resume(self, ckpt: dict[str, Any]) -> None:
         saved = TrainConfig.from_dict(ckpt["config"]).resume_key()
@@ -193,11 +178,14 @@ class Trainer:
             raise ValueError(f"{self.run_dir}: the checkpoint was made with different settings {diff}; "
                              "use a new --out directory or --restart.")
 
-    def fit(self, data: PreparedData | None = None, *, stop_after_steps: int | None = None) -> TrainState:
+    def fit(self, data: PreparedData | None = None, *, stop_after_steps: int | None = None,
+            deadline: float | None = None) -> TrainState:
         """Train to ``config.epochs`` (resuming from the run directory's checkpoint if present).
 
         ``stop_after_steps`` ends the call after that many optimiser steps with a checkpoint written — a
         step budget for preemptible or time-sliced machines; calling ``fit`` again continues exactly.
+        ``deadline`` (``time.monotonic()``) ends it at the end of an epoch when another epoch as long as the
+        last would pass it (a lease's time budget), with a checkpoint written.
         """
         self.run_dir.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(self.config.seed)
@@ -207,8 +195,16 @@ class Trainer:
             self._validate_starting_point(run, data)
         budget = StepBudget(stop_after_steps)
         while run.state.epoch < self.config.epochs:
+            last = float(run.state.history[-1]["seconds"]) if run.state.history else 0.0
+            # the epoch the deadline will end on is validated whatever val_every says: it may be the best
+            self.closing = deadline is not None and time.monotonic() + 2 * last > deadline
             if not self._train_epoch(run, data, budget):
                 break  # the step budget ran out mid-epoch: a checkpoint holds the place
+            last = float(run.state.history[-1]["seconds"])
+            if deadline is not None and run.state.epoch < self.config.epochs and time.monotonic() + last > deadline:
+                self._checkpoint(run)
+                log.warning("time budget: stopping after epoch %d of %d", run.state.epoch, self.config.epochs)
+                break
         return run.state
 
     def _start(self, data: PreparedData) -> Run:
@@ -270,7 +266,8 @@ class Trainer:
                           self.device)
         # an epoch resumed mid-way counts the time its earlier calls spent on the steps they checkpointed
         started = time.monotonic() - sums.sums.get("seconds", 0.0)
-        bar = tqdm(self._epoch_batches(run, data, batches[state.step_in_epoch:]), total=len(batches),
+        bar = tqdm(epoch_batches(run.resident, data.train, batches[state.step_in_epoch:], self.device,
+                                 loader_workers(cfg.workers, self.device)), total=len(batches),
                    initial=state.step_in_epoch, disable=not self.progress,
                    desc=f"epoch {state.epoch + 1}/{cfg.epochs} {'nll(means)' if means_only else 'elbo'}")
         run.model.train()
@@ -298,19 +295,6 @@ class Trainer:
         if state.epoch == cfg.epochs or cfg.checkpoint_minutes is None or self._checkpoint_due(run):
             self._checkpoint(run)
         return True
-
-    def _epoch_batches(self, run: Run, data: PreparedData,
-                       batches: list[list[int]]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The epoch's remaining batches on the training device: cut from the resident pixels on CUDA, else
-        read through a DataLoader (workers: ``training.device_data.loader_workers``)."""
-        if run.resident is not None:
-            yield from run.resident.batches(batches)
-            return
-        cuda = self.device.type == "cuda"
-        loader = DataLoader(data.train, batch_sampler=batches, pin_memory=cuda,
-                            num_workers=loader_workers(self.config.workers, self.device))
-        for x, y, _ in loader:
-            yield x.to(self.device, non_blocking=cuda), y.to(self.device, non_blocking=cuda)
 
     def _checkpoint_due(self, run: Run) -> bool:
         """A mid-run checkpoint: ``checkpoint_minutes`` since the last one when set, else every
@@ -370,7 +354,7 @@ class Trainer:
         """Validation metrics (the serving draws) and the posterior diagnostics at the end of 0-based ``epoch``
         (None: before the first step of a warm start)."""
         cfg = self.config
-        last = epoch is None or epoch + 1 >= cfg.epochs
+        last = epoch is None or epoch + 1 >= cfg.epochs or self.closing
         if last or (epoch is not None and (epoch + 1) % cfg.val_every == 0):
             with run.autocast:  # the serving draws in the training precision (bf16 on a GPU that has it)
                 probs, labels = mc_probabilities(run.model, data.val, mean=data.mean, std=data.std,

@@ -11,9 +11,9 @@ from tests.gpu.marks import GPU
 
 pytest.importorskip("uvicorn", reason="the web stack (uvicorn, FastAPI) is not installed: the live-server test "
                                       "needs it; the other gpu tests run without it")
-import httpx  # noqa: E402
+import httpx
 
-from support.live_server import live_server, settings_for  # noqa: E402
+from support.live_server import live_server, settings_for
 
 pytestmark = GPU
 
