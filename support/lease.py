@@ -70,15 +70,16 @@ class LeaseReport:
         try:
             done = subprocess.run(list(cmd), cwd=cwd, env=dict(env) if env is not None else None, text=True,
                                   capture_output=True, timeout=limit, check=False)
-            code, output, status = done.returncode, done.stdout + done.stderr, "ok" if done.returncode == 0 else "failed"
+            code, output = done.returncode, done.stdout + done.stderr
+            status = "ok" if code == 0 else "failed"
         except subprocess.TimeoutExpired as exc:
             code, status = None, "stopped"
             output = "".join(x.decode() if isinstance(x, bytes) else (x or "") for x in (exc.stdout, exc.stderr))
         except OSError as exc:
             code, status, output = None, "failed", f"could not start: {exc}"
         text = "\n".join(output.strip().splitlines()[-tail:])
-        self.add(step, status, text=text, command=shlex.join(cmd), exit=code, seconds=round(time.monotonic() - begun, 1),
-                 limit_s=round(limit))
+        self.add(step, status, text=text, command=shlex.join(cmd), exit=code,
+                 seconds=round(time.monotonic() - begun, 1), limit_s=round(limit))
         return code, output
 
 

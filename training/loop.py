@@ -217,6 +217,8 @@ class Trainer:
         # on the training device: noise drawn on a CPU generator costs a copy (and ~90 ms at 512 px) each step
         gens = {"augment": torch.Generator(self.device).manual_seed(derived_seed(cfg.seed, 2)),
                 "weights": torch.Generator(self.device).manual_seed(derived_seed(cfg.seed, 3))}
+        if self.device.type != "cpu":  # the draws the host must read (the blur's sizes) stay on the host
+            gens["augment_host"] = torch.Generator().manual_seed(derived_seed(cfg.seed, 6))
         ckpt = load_checkpoint(self.run_dir)
         if ckpt is not None:
             self._check_resume(ckpt)
@@ -316,7 +318,8 @@ class Trainer:
             fill = 0.5 if cfg.preprocessing == FOV_LOCAL_MEAN else 0.0  # the surround's value
             x = augment_batch(x, generator=gens["augment"], fill=fill)
             if cfg.color_jitter:
-                x = color_jitter(x, generator=gens["augment"], centre=fill or 0.5)
+                x = color_jitter(x, generator=gens["augment"], centre=fill or 0.5,
+                                 host_generator=gens.get("augment_host"))
         x = normalise(x, data.mean, data.std).contiguous(memory_format=torch.channels_last)
         with sampling_generator(model, gens["weights"]), use_means(model, means_only), run.autocast:
             logits = mc_logits(model, x, cfg.train_samples)[..., 0].float()  # [S, B]
