@@ -35,7 +35,6 @@ from training.loop import Trainer
 from training.synthetic.dataset import generate_dataset
 
 
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=40, help="timed steps (after 5 untimed)")

@@ -1,4 +1,4 @@
-"""Suite-wide test settings."""
+"""Suite-wide test settings, and the synthetic data set the training and gpu tests share."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 # CI runs must be reproducible: a property test explores the same examples on every CI run (locally it
@@ -37,3 +38,13 @@ def pytest_report_header() -> str | None:
         return None
     return (f"web stack missing ({', '.join(MISSING_WEB_STACK)}): only tests/gpu is collected "
             "(the gpu tests run without it)")
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """48 gradable synthetic images at 64 px (EyePACS layout), made once per session; read-only for tests."""
+    from training.synthetic.dataset import generate_dataset
+
+    root = tmp_path_factory.mktemp("synth")
+    generate_dataset(root, n_images=48, seed=7, size=64, ungradable_fraction=0.0)
+    return root

@@ -1,4 +1,6 @@
-"""Fixtures of the ``gpu`` tests. This folder collects without the web stack (FastAPI, pydantic, uvicorn,
+"""Fixtures of the ``gpu`` tests (``tiny_data`` is the suite's, tests/conftest.py).
+
+This folder collects without the web stack (FastAPI, pydantic, uvicorn,
 pydicom): a GPU node has torch but not the service's dependencies, and ``pytest -m gpu tests/gpu`` must run
 there (scripts/gpu_lease.sh); the one test that needs a live server skips, naming the missing package."""
 
@@ -9,9 +11,6 @@ from pathlib import Path
 import pytest
 
 from support.artifacts import build_tiny_artifact
-from tests.training.conftest import tiny_data
-
-__all__ = ["tiny_artifact", "tiny_data"]
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ import pytest
 
 from service.inference.scoring import ImageScore, PreparedImage, Scorer, prepare_image
 from support.images import synthetic_jpegs
-from tests.gpu.marks import GPU, parity_artifact
+from tests.helpers.gpu import GPU, parity_artifact
 
 pytestmark = GPU
 

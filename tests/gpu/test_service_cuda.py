@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from support.images import synthetic_jpegs
-from tests.gpu.marks import GPU
+from tests.helpers.gpu import GPU
 
 pytest.importorskip("uvicorn", reason="the web stack (uvicorn, FastAPI) is not installed: the live-server test "
                                       "needs it; the other gpu tests run without it")

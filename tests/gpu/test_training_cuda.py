@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.gpu.marks import GPU
+from tests.helpers.gpu import GPU
 from training.config import TrainConfig
 from training.data.prepare import prepare_data
 from training.loop import Trainer

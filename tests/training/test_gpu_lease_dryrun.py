@@ -88,8 +88,12 @@ def test_packed_shards_train_the_same_model_as_the_image_folder_bit_for_bit(tiny
     assert [r["train_nll"] for r in ha] == [r["train_nll"] for r in hb]
 
 
-def test_reassembly_checks_every_part_before_anything_can_be_loaded(tmp_path: Path) -> None:
+def test_reassembly_checks_every_part_before_anything_can_be_loaded(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     artifact = build_tiny_artifact(tmp_path / "tiny")
+    assert train_main(["split-artifact", "--artifact", str(artifact), "--out", str(tmp_path / "cli")]) == 0
+    assert train_main(["reassemble", "--parts", str(tmp_path / "cli"), "--out", str(tmp_path / "cli-ok")]) == 0
+    assert load_artifact(artifact).sha256 in capsys.readouterr().out
     manifest = split_artifact(artifact, tmp_path / "parts", part_bytes=64 * 1024)
     parts = json.loads(manifest.read_text())["parts"]
     assert len(parts) > 1 and all(p["bytes"] <= 64 * 1024 for p in parts)
@@ -101,6 +105,8 @@ def test_reassembly_checks_every_part_before_anything_can_be_loaded(tmp_path: Pa
     with pytest.raises(PartsError, match="truncated or altered"):
         reassemble(tmp_path / "parts", tmp_path / "bad")
     assert not (tmp_path / "bad").exists() and not list(tmp_path.glob(".bad.*"))
+    assert train_main(["reassemble", "--parts", str(manifest), "--out", str(tmp_path / "bad")]) == 2
+    assert "truncated or altered" in capsys.readouterr().err  # a clear message, no traceback
     first.unlink()
     with pytest.raises(PartsError, match="missing"):
         reassemble(manifest, tmp_path / "bad")

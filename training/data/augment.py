@@ -157,7 +157,6 @@ def color_jitter(x: Tensor, *, generator: torch.Generator, config: JitterConfig 
     they come from ``generator`` (on the CPU, the same stream as ever).
     """
     b, c, h, w = x.shape
-    gdev = generator.device
 
     def uniform(lo: float, hi: float, *shape: int, gen: torch.Generator = generator) -> Tensor:
         return (lo + (hi - lo) * torch.rand(*shape, generator=gen, device=gen.device)).to(x.device, x.dtype)
