@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader
 
 from training.data.dataset import ManifestDataset
 
+COPY_CHUNK = 256  # images per host-to-device copy when the pixels go to the GPU
 SUM_KEYS = ("nll", "kl", "correct", "n")  # accumulated on the device; "steps" and "seconds" stay on the host
 
 
@@ -41,7 +42,11 @@ class ResidentPixels:
     def __init__(self, dataset: ManifestDataset, device: torch.device) -> None:
         if dataset.pixels is None:
             raise ValueError("ResidentPixels needs a data set with its pixels in memory (shards or the image cache)")
-        self.pixels = torch.from_numpy(np.ascontiguousarray(dataset.pixels)).to(device)  # [N, H, W, 3] uint8
+        pixels = dataset.pixels
+        self.pixels = torch.empty(pixels.shape, dtype=torch.uint8, device=device)  # [N, H, W, 3]
+        for start in range(0, len(pixels), COPY_CHUNK):  # a read-only memmap (the cache) is copied piecewise
+            chunk = np.array(pixels[start:start + COPY_CHUNK], dtype=np.uint8, copy=True)
+            self.pixels[start:start + len(chunk)] = torch.from_numpy(chunk).to(device)
         self.labels = dataset.labels.to(device)  # [N]
         self.device = device
 
