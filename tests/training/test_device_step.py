@@ -47,8 +47,8 @@ def counted_host_reads() -> Iterator[dict[str, int]]:
     counts = dict.fromkeys(HOST_READS, 0)
     saved = {name: getattr(torch.Tensor, name) for name in HOST_READS}
 
-    def counting(name: str):  # type: ignore[no-untyped-def]
-        def call(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def counting(name: str):
+        def call(self, *args, **kwargs):
             if not _on_the_host_by_design():
                 counts[name] += 1
             return saved[name](self, *args, **kwargs)

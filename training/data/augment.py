@@ -159,18 +159,21 @@ def color_jitter(x: Tensor, *, generator: torch.Generator, config: JitterConfig 
     b, c, h, w = x.shape
 
     def uniform(lo: float, hi: float, *shape: int, gen: torch.Generator = generator) -> Tensor:
-        return (lo + (hi - lo) * torch.rand(*shape, generator=gen, device=gen.device)).to(x.device, x.dtype)
+        """On ``x``'s device, except the draws of a host generator: they stay on the host, to be read there."""
+        device = x.device if gen is generator else gen.device
+        return (lo + (hi - lo) * torch.rand(*shape, generator=gen, device=gen.device)).to(device, x.dtype)
 
     lo, hi = config.contrast
     contrast = torch.exp(uniform(math.log(lo), math.log(hi), b, 1, 1, 1))
     gain = uniform(1 - config.channel_gain, 1 + config.channel_gain, b, c, 1, 1)
     shift = uniform(-config.shift, config.shift, b, c, 1, 1)
     out = (x - centre) * contrast * gain + centre + shift
-    host = host_generator or generator
-    blur = (uniform(0.0, 1.0, b, gen=host) < config.blur_prob).tolist() if host_generator else \
-        uniform(0.0, 1.0, b) < config.blur_prob
-    scale = uniform(*config.blur_scale, b, gen=host).tolist()
-    chosen = [i for i, yes in enumerate(blur) if yes] if host_generator else torch.nonzero(blur).flatten().tolist()
+    if host_generator is not None:  # drawn and read on the host
+        chosen = [i for i, yes in enumerate((uniform(0.0, 1.0, b, gen=host_generator) < config.blur_prob).tolist())
+                  if yes]
+    else:
+        chosen = torch.nonzero(uniform(0.0, 1.0, b) < config.blur_prob).flatten().tolist()
+    scale = uniform(*config.blur_scale, b, gen=host_generator or generator).tolist()  # after the blur draw
     for i in chosen:  # resolution loss: per image, its own factor
         side = (max(8, round(h * float(scale[i]))), max(8, round(w * float(scale[i]))))
         small = F.interpolate(out[i:i + 1], size=side, mode="bilinear", antialias=True, align_corners=False)

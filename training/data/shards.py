@@ -88,7 +88,7 @@ def _write_shard(path: Path, rows: Sequence[tuple[int, ManifestRow]], blobs: Seq
         "source": np.array([source] * len(rows)),
     }
     buf = io.BytesIO()
-    np.savez(buf, **columns)  # uncompressed container: the images inside are compressed already
+    np.savez(buf, allow_pickle=False, **columns)  # uncompressed: the images inside are compressed already
     atomic_write_bytes(path, buf.getvalue())
 
 
@@ -178,7 +178,7 @@ def read_shards(root: Path, *, size: int, preprocessing: str, gradable_only: boo
         raise ShardError(f"{folder}: an image decodes to another shape than the index's {size} px")
     pixels = np.stack(decoded) if decoded else np.zeros((0, size, size, 3), np.uint8)
     has_source = "source" in ManifestRow.__dataclass_fields__  # manifests that name each row's source
-    rows = [ManifestRow(path=Path(str(col["name"][i])), grade=int(col["grade"][i]),  # type: ignore[call-arg]
+    rows = [ManifestRow(path=Path(str(col["name"][i])), grade=int(col["grade"][i]),
                         patient_id=str(col["patient_id"][i]), eye=str(col["eye"][i]) or None,
                         row_no=int(col["row_no"][i]), gradable=bool(col["gradable"][i]),
                         category=str(col["category"][i]) or None,
