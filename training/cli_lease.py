@@ -78,7 +78,7 @@ def pack(args: argparse.Namespace) -> int:
                 "include_other_disease": config.include_other_disease,
                 "dataset": json.loads(info.read_text()) if info.is_file() else None}
     with tempfile.TemporaryDirectory() as tmp:
-        pixels = preprocessed_array(rows, size=args.input_size, preprocessing=preprocessing,
+        pixels = preprocessed_array(rows, transform=config.image_transform(),
                                     cache_dir=Path(args.cache_dir or tmp), workers=args.workers, progress=True)
         index = pack_shards(rows, pixels, Path(args.out), preprocessing=preprocessing, code=code_digest(),
                             source=Path(args.data).name, codec=args.codec, max_bytes=int(args.shard_mib * MIB),

@@ -7,13 +7,14 @@ import logging
 import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file
 
+from models import compute
 from models.artifact import ArtifactConfig, Calibration, save_artifact
 from models.vgg import count_parameters
 from training.config import TrainConfig
@@ -25,7 +26,7 @@ from training.evaluation.ensemble import DRAWS_FILENAME, save_draws
 from training.evaluation.operating_point import OperatingPoint, outcome_shares, screening_operating_point
 from training.evaluation.uncertainty import mc_uncertainty
 from training.history import read_history
-from training.loop import BEST_WEIGHTS, build_model, resolve_device
+from training.loop import BEST_WEIGHTS, build_model
 from training.model_card import REAL_USE, SYNTHETIC_USE, render_model_card
 from training.predict import is_bayesian, mc_probabilities
 from training.storage import DTYPES, rounding_to_sd, storage_line
@@ -97,7 +98,7 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
     data = data or prepare_data(config)
     model = build_model(config)
     model.load_state_dict(load_file(str(run_dir / BEST_WEIGHTS)))
-    model.to(resolve_device(config.device)).eval()  # the serving draws are scored on the training device
+    model.to(compute.resolve_device(config.device)).eval()  # the serving draws are scored on the training device
     rounding = rounding_to_sd(model, config.weights_dtype)
     if config.weights_dtype != "fp32":  # calibrate the weights that will be served, after the storage cast
         with torch.no_grad():
@@ -105,12 +106,11 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
                 p.copy_(p.to(DTYPES[config.weights_dtype]).float())
 
     bayesian = is_bayesian(model)  # baselines (MC dropout, deterministic) have no posterior to draw
+    draws = config.serving_draws() if bayesian else replace(config.serving_draws(), head_draws=1)
 
     def score(split: str) -> tuple[Any, Any]:
         dataset = data.val if split == "val" else data.test
-        probs, labels = mc_probabilities(model, dataset, mean=data.mean, std=data.std,
-                                         samples=config.mc_samples, seed=config.draw_seed,
-                                         head_draws=config.head_draws if bayesian else 1)
+        probs, labels = mc_probabilities(model, dataset, mean=data.mean, std=data.std, draws=draws)
         # the per-draw probabilities, so ensembles and method − method comparisons need no re-scoring
         save_draws(run_dir / f"eval_{split}" / DRAWS_FILENAME, probs, labels, image_ids(dataset.rows))
         return probs, labels

@@ -10,11 +10,15 @@ import numpy as np
 import pytest
 
 from models.preprocessing import FOV_LOCAL_MEAN
+from models.transform import ImageTransform
 from training.config import TrainConfig
 from training.data.cache import cache_key, code_digest, preprocessed_array
 from training.data.manifest import ManifestRow
 from training.data.prepare import read_rows
 from training.data.shards import ShardError, pack_shards, read_index, read_shards
+
+
+TRANSFORM = ImageTransform(size=32, preprocessing=FOV_LOCAL_MEAN)
 
 
 def _rows(tiny_data: Path) -> list[ManifestRow]:
@@ -25,7 +29,7 @@ def _rows(tiny_data: Path) -> list[ManifestRow]:
 def test_shards_give_back_the_cached_pixels_exactly_and_stay_under_their_size(codec: str, tiny_data: Path,
                                                                            tmp_path: Path) -> None:
     rows = _rows(tiny_data)
-    pixels = np.asarray(preprocessed_array(rows, size=32, preprocessing=FOV_LOCAL_MEAN, cache_dir=tmp_path / "c"))
+    pixels = np.asarray(preprocessed_array(rows, transform=TRANSFORM, cache_dir=tmp_path / "c"))
     index = pack_shards(rows, pixels, tmp_path / "s", preprocessing=FOV_LOCAL_MEAN, code=code_digest(),
                         source="synth", codec=codec, max_bytes=96 * 1024)
     assert len(index["shards"]) > 1 and all(s["bytes"] <= 96 * 1024 for s in index["shards"])
@@ -38,7 +42,7 @@ def test_shards_give_back_the_cached_pixels_exactly_and_stay_under_their_size(co
 
 def test_each_shard_holds_one_source_and_reading_restores_the_manifest_order(tiny_data: Path, tmp_path: Path) -> None:
     rows = _rows(tiny_data)
-    pixels = np.asarray(preprocessed_array(rows, size=32, preprocessing=FOV_LOCAL_MEAN, cache_dir=tmp_path / "c"))
+    pixels = np.asarray(preprocessed_array(rows, transform=TRANSFORM, cache_dir=tmp_path / "c"))
 
     class Sourced:  # a combined manifest's row: the same fields and a source (interleaved here)
         def __init__(self, row: ManifestRow, source: str) -> None:
@@ -56,7 +60,7 @@ def test_each_shard_holds_one_source_and_reading_restores_the_manifest_order(tin
 
 def test_an_altered_shard_or_another_size_is_refused_by_name(tiny_data: Path, tmp_path: Path) -> None:
     rows = _rows(tiny_data)
-    pixels = np.asarray(preprocessed_array(rows, size=32, preprocessing=FOV_LOCAL_MEAN, cache_dir=tmp_path / "c"))
+    pixels = np.asarray(preprocessed_array(rows, transform=TRANSFORM, cache_dir=tmp_path / "c"))
     pack_shards(rows, pixels, tmp_path / "s", preprocessing=FOV_LOCAL_MEAN, code=code_digest(), source="synth")
     with pytest.raises(ShardError, match="--input-size 64"):
         read_shards(tmp_path / "s", size=64, preprocessing=FOV_LOCAL_MEAN)

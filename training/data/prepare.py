@@ -76,8 +76,8 @@ def prepare_data(config: TrainConfig) -> PreparedData:
     split = split_by_patient(rows, config.split, seed=config.effective_split_seed)
     if not split.train or not split.val:
         raise ValueError(f"{config.data}: too few images for a train/validation split ({len(rows)} rows).")
-    pre = config.preprocessing
-    train, val, test = (ManifestDataset(part, size=config.input_size, preprocessing=pre) for part in split)
+    transform = config.image_transform()  # the artifact-to-be's: every image of the run goes through it
+    train, val, test = (ManifestDataset(part, transform=transform) for part in split)
     if packed is not None:  # the pixels came packed, in the manifest's order
         position = {id(row): i for i, row in enumerate(rows)}
         for dataset in (train, val, test):
@@ -86,7 +86,7 @@ def prepare_data(config: TrainConfig) -> PreparedData:
         for dataset in (train, val, test):
             dataset.use_cache(Path(config.out) / "cache", workers=max(config.workers or 0, 2), progress=True)
     if config.init_from:  # a warm start keeps the input normalisation its weights were trained with
-        mean, std = input_statistics(config.init_from, preprocessing=pre)
+        mean, std = input_statistics(config.init_from, preprocessing=config.preprocessing)
     else:
         mean, std = channel_stats(train, max_images=500)
     return PreparedData(split, train, val, test, mean, std)
