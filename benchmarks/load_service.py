@@ -84,7 +84,7 @@ def model_alone(model_dir: Path, images: list[bytes], batch: int, repeats: int, 
 
 def decode_alone(model_dir: Path, images: list[bytes], workers: int, repeats: int = 2) -> float:
     """Images/s of the service's decode + preprocessing (``prepare_image``) in a pool of ``workers`` threads."""
-    scorer = Scorer.from_artifact(model_dir, device="cpu")
+    scorer = load_scorer(ScorerSpec(model_dir=model_dir, device="cpu"))
     work = images * repeats
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(lambda d: prepare_image(d, scorer.pipeline), images[:workers]))  # warm

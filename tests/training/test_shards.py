@@ -17,7 +17,6 @@ from training.data.manifest import ManifestRow
 from training.data.prepare import read_rows
 from training.data.shards import ShardError, pack_shards, read_index, read_shards
 
-
 TRANSFORM = ImageTransform(size=32, preprocessing=FOV_LOCAL_MEAN)
 
 
