@@ -66,8 +66,9 @@ class PreparedData:
     std: tuple[float, float, float]
 
 
-def prepare_data(config: TrainConfig) -> PreparedData:
-    """Read, split by patient and (with ``cache_images``) preprocess once; see the module docstring."""
+def prepare_data(config: TrainConfig, *, progress: bool = True) -> PreparedData:
+    """Read, split by patient and (with ``cache_images``) preprocess once; see the module docstring.
+    ``progress``: the preprocessing bars on stderr (``fit --no-progress`` hides them)."""
     packed = (read_shards(Path(config.data), size=config.input_size, preprocessing=config.preprocessing,
                           gradable_only=config.gradable_only) if config.layout == "shards" else None)
     rows = packed.rows if packed is not None else read_rows(config)
@@ -84,7 +85,7 @@ def prepare_data(config: TrainConfig) -> PreparedData:
             dataset.pixels = packed.pixels[[position[id(row)] for row in dataset.rows]]
     elif config.cache_images:  # preprocess once: decoding + FOV fit + local mean cost more than a step per image
         for dataset in (train, val, test):
-            dataset.use_cache(Path(config.out) / "cache", workers=max(config.workers or 0, 2), progress=True)
+            dataset.use_cache(Path(config.out) / "cache", workers=max(config.workers or 0, 2), progress=progress)
     if config.init_from:  # a warm start keeps the input normalisation its weights were trained with
         mean, std = input_statistics(config.init_from, preprocessing=config.preprocessing)
     else:
