@@ -5,7 +5,13 @@ frames cut that disc: a 3:2 or 4:3 frame cuts it at the top and bottom (or left 
 portrait), and some cameras add a notch or text overlays at the border. So the circle is fitted only
 to edge points that are *not* on the frame, with RANSAC (three-point circles, the one with most
 inliers wins) followed by a least-squares refit on its inliers: notches, text blobs and the straight
-cut lines of a padded frame are outliers and do not pull the fit.
+cut lines of a padded frame are outliers and do not pull the fit. Thin bright strokes on the surround
+(text burned into a corner) are opened away before the edge is traced (``TEXT_STROKE``).
+
+A tight square crop clips the disc on all four sides: the circle is larger than the frame and its edge
+is visible only in the frame's corners. The fit needs nothing special for it (the corner arcs fix the
+circle); ``FovCircle.arc_quadrants`` says that the visible edge is spread around the centre, which is
+what tells such a crop from a curve in one corner.
 
 Some published copies of fundus photographs were cropped and then resized to a square, which stretches the
 disc into an axis-aligned ellipse (the ODIR-5K copies: axis ratio ~1.14). A circle fits only two of its four
@@ -45,6 +51,7 @@ INLIER_TOLERANCE = 0.012  # of the radius (at least 1.5 px)
 MIN_EDGE_POINTS = 24
 STRAIGHT_RUN = 0.2  # span ends sharing one coordinate on > this share of lines are a straight cut
 STRAIGHT_MIN_POINTS = 12
+TEXT_STROKE = 2  # px at FIT_SIDE: bright strokes narrower than 2 * this + 1 px (burned-in text) are not the disc
 ARC_BINS = 72  # 5 degree bins for the arc-support measures
 ELLIPSE_TRIGGER = 0.9  # a circle with fewer inliers than this share is compared with an axis-aligned ellipse
 MAX_ASPECT = 1.5  # the ellipse's axis ratio: a disc resized to a square by a publisher, not any oval
@@ -63,6 +70,9 @@ class FovCircle:
     arc_support: float  # share of the circle's in-frame 5-degree arcs that have an inlier edge point
     visible_arc: float  # share of the circle's circumference that lies inside the frame
     mask_iou: float  # IoU of the bright region with the disc clipped to the frame
+    # how many of the four 90-degree quadrants (around the centre) hold an in-frame arc with an inlier: a disc
+    # clipped on four sides shows its edge only in the frame's corners, but in all four of them
+    arc_quadrants: int = 4
     box: tuple[int, int, int, int] = (0, 0, -1, -1)  # recorded part of the frame x0, y0, x1, y1 (-1: to the end)
     # vertical semi-axis when the disc was stretched into an axis-aligned ellipse (an image resized to a square
     # after cropping: the ODIR-5K copies), None for a circle; ``radius`` is then the horizontal semi-axis
@@ -112,17 +122,44 @@ def fov_level(level: np.ndarray) -> float:
     """Threshold between the dark surround and the FOV: ``LEVEL_FRACTION`` of the way from one to the other.
 
     The surround's level is the 1st percentile (it is dark but not always pure black), the FOV's
-    the 95th (the FOV covers well over 5 % of any fundus frame). A fixed fraction of the span keeps
-    a dim, vignetted periphery inside the FOV on bright and dark photographs alike; a fraction of
-    the span rather than Otsu's split, which lands *inside* the FOV when the frame is mostly FOV.
+    the median of what lies above a first split at the 95th percentile's fraction: the retina's typical
+    level, not its brightest 5 % (the optic disc of a dim photograph would put a dark periphery outside).
+    A fixed fraction of the span keeps a dim, vignetted periphery inside the FOV on bright and dark
+    photographs alike; a fraction of the span rather than Otsu's split, which lands *inside* the FOV when
+    the frame is mostly FOV.
     """
-    bg, fg = (float(v) for v in np.percentile(level, [1, 95]))
+    bg, top = (float(v) for v in np.percentile(level, [1, 95]))
+    first = max(bg + MIN_LEVEL, bg + LEVEL_FRACTION * (top - bg))
+    above = level[level > first]
+    fg = float(np.median(above)) if above.size else top
     return max(bg + MIN_LEVEL, bg + LEVEL_FRACTION * (fg - bg))
 
 
+def _box_mean(mask: np.ndarray, radius: int) -> np.ndarray:
+    """Mean of bool [H, W] over a (2r+1)^2 window, edges replicated (the frame's border is not an edge)."""
+    k = 2 * radius + 1
+    padded = np.pad(mask.astype(np.float32), radius, mode="edge")  # [H+2r, W+2r]
+    c = np.zeros((padded.shape[0] + 1, padded.shape[1] + 1), np.float32)
+    c[1:, 1:] = padded.cumsum(0).cumsum(1)
+    h, w = mask.shape
+    return (c[k : k + h, k : k + w] - c[:h, k : k + w] - c[k : k + h, :w] + c[:h, :w]) / (k * k)
+
+
+def _open(mask: np.ndarray, radius: int) -> np.ndarray:
+    """Morphological opening by a (2r+1)^2 square: strokes thinner than that (burned-in text) disappear."""
+    eroded = _box_mean(mask, radius) > 1 - 1e-4
+    return _box_mean(eroded, radius) > 1e-4
+
+
 def fov_mask(level: np.ndarray) -> np.ndarray:
-    """bool [H, W]: the bright region, each row's span filled (dark lesions and vessels are not holes)."""
-    bright = _box3(level) > fov_level(level)
+    """bool [H, W]: the bright region, each row's span filled (dark lesions and vessels are not holes).
+
+    Thin bright strokes on the surround (text and marks burned into a corner) are opened away first
+    (``TEXT_STROKE``), so they neither pull the disc's edge points nor fill the rows they lie on.
+    """
+    threshold = fov_level(level)
+    solid = _open(level > threshold, TEXT_STROKE)  # [H, W] without strokes (on the raw level: thin stays thin)
+    bright = (_box3(level) > threshold) & (_box_mean(solid, TEXT_STROKE) > 0)
     w = bright.shape[1]
     any_row = bright.any(axis=1)
     first = np.where(any_row, bright.argmax(axis=1), w)
@@ -159,11 +196,10 @@ def edge_points(mask: np.ndarray, level: np.ndarray | None = None) -> tuple[np.n
             values, counts = np.unique(end[keep], return_counts=True)
             straight = values[counts > max(STRAIGHT_MIN_POINTS, STRAIGHT_RUN * idx.size)]
             if straight.size and level is not None:
-                cut = int(straight.max() if side == 0 else straight.min())
+                outer = int(straight.min() if side == 0 else straight.max())  # a cut resampled over two lines
+                beyond = np.s_[:, : max(0, outer - 1)] if side == 0 else np.s_[:, outer + 2 :]
                 lines = level if axis == 1 else level.T  # [lines, length]
-                beyond = lines[:, : max(0, cut - 1)] if side == 0 else lines[:, cut + 2 :]
-                floor = float(np.percentile(level, 1)) + MIN_LEVEL
-                if beyond.size and float(beyond.max()) > floor:
+                if lines[beyond].size and not _is_surround(lines[beyond], level):
                     straight = straight[:0]  # not padding: retina (or anything bright) beyond the line
             if straight.size:  # a straight cut: the frame edge of a padded image
                 keep &= ~np.isin(end, straight)
@@ -172,6 +208,17 @@ def edge_points(mask: np.ndarray, level: np.ndarray | None = None) -> tuple[np.n
             along, across = end[keep].astype(np.float64), idx[keep].astype(np.float64)
             pts.append(np.column_stack([along, across] if axis == 1 else [across, along]))
     return np.concatenate(pts), (box[0], box[1], box[2], box[3])
+
+
+def _is_surround(region: np.ndarray, level: np.ndarray) -> bool:
+    """True when ``region`` (the brightest channel beyond a straight cut) is as dark as the frame's surround.
+
+    Padding and a camera's dark surround are at the level's 1st percentile; sensor noise and JPEG ringing
+    scatter pixels a little above it and burned-in text is bright but thin, so three quarters of the region
+    must be within 2 x ``MIN_LEVEL`` of that floor. A shadowed retina (an eyelid) is not.
+    """
+    floor = float(np.percentile(level, 1)) + 2 * MIN_LEVEL
+    return float(np.percentile(region, 75)) <= floor
 
 
 def _circles_through(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -260,12 +307,13 @@ def _ellipse_fit(pts: np.ndarray, width: int, height: int) -> tuple[float, float
     if len(pts) < MIN_EDGE_POINTS:
         return None
     fit = _least_squares_ellipse(pts)
-    for _ in range(2):
-        if fit is None:
+    for step in range(4):  # trimmed: the first two refits keep the better-fitting half (two concentric edges,
+        if fit is None:    # a dark ring inside the rim, pull a plain least-squares fit between them)
             return None
         cx, cy, rx, ry = fit
         resid = np.abs(np.hypot((pts[:, 0] - cx) / rx, (pts[:, 1] - cy) / ry) - 1.0)
-        inliers = resid <= max(1.5 / min(rx, ry), 2 * INLIER_TOLERANCE)
+        tolerance = max(1.5 / min(rx, ry), 2 * INLIER_TOLERANCE)
+        inliers = resid <= (max(tolerance, float(np.median(resid))) if step < 2 else tolerance)
         if inliers.sum() < MIN_EDGE_POINTS:
             return None
         fit = _least_squares_ellipse(pts[inliers])
@@ -279,8 +327,8 @@ def _ellipse_fit(pts: np.ndarray, width: int, height: int) -> tuple[float, float
 
 
 def _arc_measures(cx: float, cy: float, r: float, inlier_pts: np.ndarray, box: Box,
-                  ry: float | None = None) -> tuple[float, float]:
-    """(arc_support, visible_arc): shares of 5-degree arcs of the circle (or ellipse), see ``FovCircle``."""
+                  ry: float | None = None) -> tuple[float, float, int]:
+    """(arc_support, visible_arc, arc_quadrants) of the circle (or ellipse), from 5-degree arcs: see ``FovCircle``."""
     ry = r if ry is None else ry
     theta = (np.arange(ARC_BINS) + 0.5) * 2 * math.pi / ARC_BINS
     px, py = cx + r * np.cos(theta), cy + ry * np.sin(theta)
@@ -288,11 +336,12 @@ def _arc_measures(cx: float, cy: float, r: float, inlier_pts: np.ndarray, box: B
     x0, y0, x1, y1 = box
     visible = (px >= x0 + m) & (px <= x1 - m) & (py >= y0 + m) & (py <= y1 - m)  # [B]
     if not visible.any():
-        return 0.0, 0.0
+        return 0.0, 0.0, 0
     ang = np.arctan2((inlier_pts[:, 1] - cy) / ry, (inlier_pts[:, 0] - cx) / r) % (2 * math.pi)
     hit = np.zeros(ARC_BINS, bool)
     hit[(ang / (2 * math.pi) * ARC_BINS).astype(int) % ARC_BINS] = True
-    return float((hit & visible).sum() / visible.sum()), float(visible.mean())
+    quadrants = int((hit & visible).reshape(4, ARC_BINS // 4).any(axis=1).sum())
+    return float((hit & visible).sum() / visible.sum()), float(visible.mean()), quadrants
 
 
 def _disc_iou(mask: np.ndarray, cx: float, cy: float, r: float, box: Box, ry: float | None = None) -> float:
@@ -327,7 +376,7 @@ def fit_fov_circle(rgb: np.ndarray) -> FovCircle | None:
             cx, cy, r, ry, inliers = oval
     if fit is None and ry is None:
         return None
-    support, visible = _arc_measures(cx, cy, r, pts[inliers], box, ry)
+    support, visible, quadrants = _arc_measures(cx, cy, r, pts[inliers], box, ry)
     return FovCircle(
         cx=(cx + 0.5) / scale - 0.5,
         cy=(cy + 0.5) / scale - 0.5,
@@ -338,6 +387,7 @@ def fit_fov_circle(rgb: np.ndarray) -> FovCircle | None:
         arc_support=support,
         visible_arc=visible,
         mask_iou=_disc_iou(mask, cx, cy, r, box, ry),
+        arc_quadrants=quadrants,
         box=(
             math.floor(box[0] / scale),
             math.floor(box[1] / scale),

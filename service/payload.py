@@ -48,6 +48,7 @@ def score_payload(score: ImageScore, scorer: Scorer) -> dict[str, Any]:
             "gradable": score.quality.gradable,
             "score": score.quality.score,
             "issues": list(score.quality.issues),
+            "details": score.quality.details,
         },
         "refer_to_expert": score.refer_to_expert,
         "referral_reasons": list(score.referral_reasons),

@@ -83,10 +83,27 @@ class Uncertainty(BaseModel):
         "mutual_information exceeds it.")
 
 
+class QualityFinding(BaseModel):
+    """Why the gate refused a photograph: one measure that missed its threshold (docs/quality-gate.md)."""
+
+    issue: QualityIssue
+    measure: str = Field(description="The gate's measure, e.g. sharpness, mean_luma, fov_visible_arc.")
+    value: float = Field(description="Its value on this photograph.")
+    threshold: float
+    relation: Literal[">=", "<="] = Field(
+        description="What a gradable photograph satisfies: value <relation> threshold.")
+    message: str = Field(description="The same in one line, e.g. 'blurred: sharpness 1.21, needs >= 1.45'.")
+
+
 class Quality(BaseModel):
     gradable: bool
     score: float = Field(ge=0, le=1, description="Worst quality check; gradable <=> score >= 0.5.")
     issues: list[QualityIssue]
+    details: list[QualityFinding] = Field(
+        default_factory=list,
+        description="For each issue, the measure(s) that missed the threshold, with value and threshold; "
+        "empty when gradable.",
+    )
 
 
 class Timing(BaseModel):

@@ -74,6 +74,8 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g.add_argument("--no-color-jitter", action="store_true",
                    help="keep the geometric augmentation but switch off the photometric one (contrast, colour "
                         "balance, resolution loss)")
+    g.add_argument("--no-frame-cuts", action="store_true",
+                   help="switch off the framing augmentation (camera-frame and tight-crop cuts, notches)")
     g.add_argument("--no-cache", action="store_true",
                    help="decode and preprocess every image at every use instead of once into <out>/cache")
     g.add_argument("--preprocessing", choices=sorted(PREPROCESSING_BY_NAME), default=FOV_LOCAL_MEAN,
@@ -227,7 +229,8 @@ def _fit(args: argparse.Namespace) -> int:
         target_referral_rate=args.target_referral_rate, max_missed_share=args.max_missed_share,
         split=tuple(args.split), head_draws=args.head_draws,
         gradable_only=not args.include_ungradable, include_other_disease=not args.exclude_other_disease,
-        augment=not args.no_augment, color_jitter=not args.no_color_jitter, cache_images=not args.no_cache,
+        augment=not args.no_augment, color_jitter=not args.no_color_jitter, frame_cuts=not args.no_frame_cuts,
+        cache_images=not args.no_cache,
         workers=args.workers, device=args.device, rho_lr=args.rho_lr,
         optimizer=args.optimizer, amsgrad=not args.no_amsgrad, weight_decay=args.weight_decay,
         lr_schedule=args.lr_schedule, lr_step_epochs=args.lr_step_epochs, lr_gamma=args.lr_gamma,

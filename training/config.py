@@ -54,6 +54,7 @@ class TrainConfig:
     include_other_disease: bool = True  # ODIR: eyes with another eye disease and no DR count as non-referable
     augment: bool = True
     color_jitter: bool = True  # photometric augmentation (brightness, contrast, colour cast, blur) with augment
+    frame_cuts: bool = True  # framing augmentation (camera frames, tight crops, notches) with augment
     cache_images: bool = True  # preprocess every image once into <out>/cache (uint8 memmap), then read that
     preprocessing: str = FOV_LOCAL_MEAN  # models.preprocessing contract; stored in the artifact
     precision: Precision = "fp32"  # autocast; "auto" = bf16 where the device runs it natively (models.cpu)
@@ -147,6 +148,7 @@ class TrainConfig:
         d = dict(d)
         d.setdefault("head_draws", 1)  # a run saved before head draws existed was scored with the plain K draws
         d.setdefault("color_jitter", False)  # runs saved before photometric augmentation existed trained without it
+        d.setdefault("frame_cuts", False)  # likewise for the framing augmentation
         if "split" in d:
             d["split"] = tuple(d["split"])
         return cls(**d)

@@ -54,7 +54,7 @@ from models.sampling import sampling_generator, use_means
 from models.vgg import mc_logits
 from training.checkpoint import TrainState, load_checkpoint, restore, save_checkpoint
 from training.config import Precision, TrainConfig
-from training.data.augment import augment_batch, color_jitter, normalise
+from training.data.augment import augment_batch, color_jitter, frame_cuts, normalise
 from training.data.prepare import PreparedData, prepare_data
 from training.device_data import DeviceSums, ResidentPixels, StepResult, epoch_batches, loader_workers
 from training.diagnostics import budget_ratio, nll_gradient_sd, rho_shift, sigma_stats
@@ -305,6 +305,8 @@ class Trainer:
         if cfg.augment:
             fill = 0.5 if cfg.preprocessing == FOV_LOCAL_MEAN else 0.0  # the surround's value
             x = augment_batch(x, generator=gens["augment"], fill=fill)
+            if cfg.frame_cuts:
+                x = frame_cuts(x, generator=gens["augment"], fill=fill or 0.5)
             if cfg.color_jitter:
                 x = color_jitter(x, generator=gens["augment"], centre=fill or 0.5,
                                  host_generator=gens.get("augment_host"))

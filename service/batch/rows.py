@@ -26,6 +26,7 @@ COLUMNS: tuple[str, ...] = (
     "gradable",
     "quality_score",
     "quality_issues",
+    "quality_details",  # why each issue: "blurred: sharpness 1.21, needs >= 1.45" (service.schemas.QualityFinding)
     "refer_to_expert",
     "referral_reasons",
     "model_sha256",
@@ -36,7 +37,7 @@ FLOAT_COLUMNS = frozenset(
      "quality_score"}
 )
 BOOL_COLUMNS = frozenset({"gradable", "refer_to_expert"})
-LIST_COLUMNS = frozenset({"quality_issues", "referral_reasons"})
+LIST_COLUMNS = frozenset({"quality_issues", "quality_details", "referral_reasons"})
 LIST_SEPARATOR = ";"  # CSV encoding of the list columns
 
 # Error kinds raised while reading a file (before the image reaches prepare_image).
@@ -62,6 +63,7 @@ def scored_row(item: InputItem, payload: Mapping[str, Any]) -> Row:
         "gradable": bool(quality["gradable"]),
         "quality_score": float(quality["score"]),
         "quality_issues": [str(i) for i in quality["issues"]],
+        "quality_details": [str(d["message"]) for d in quality.get("details", [])],
         "refer_to_expert": bool(payload["refer_to_expert"]),
         "referral_reasons": [str(r) for r in payload["referral_reasons"]],
         "model_sha256": str(payload["model"]["sha256"]),
@@ -73,7 +75,8 @@ def error_row(item: InputItem, error: RowError, model_sha256: str) -> Row:
     """The row for an input that was not scored: every result column empty, ``error`` = kind + detail."""
     row: Row = dict.fromkeys(COLUMNS)
     row.update(
-        id=item.id, path=item.path, quality_issues=[], referral_reasons=[], model_sha256=model_sha256,
+        id=item.id, path=item.path, quality_issues=[], quality_details=[], referral_reasons=[],
+        model_sha256=model_sha256,
         error=error.text(),
     )
     return row

@@ -8,13 +8,17 @@ the camera made it (any size, any aspect: 3:2 and 4:3 frames cut the disc, squar
    edge points that are not on the frame (``models.fov``: RANSAC + least squares, so frame cuts,
    notches and text overlays do not pull it). It must be plausible *as a circle*: most edge points
    on it (``MIN_INLIER_SHARE``), its in-frame arc supported by edge points (``MIN_ARC_SUPPORT``),
-   at least ``MIN_VISIBLE_ARC`` of it inside the frame, centred (``MAX_FOV_OFFSET`` radii from the
-   frame centre), of a radius a fundus camera produces (``MIN_FOV_RADIUS``..``MAX_FOV_RADIUS`` of
-   the frame's half short side), and the bright region must fill it (IoU >= ``MIN_FOV_IOU``).
+   at least ``MIN_VISIBLE_ARC`` of it inside the frame and spread around it (supported arcs in at
+   least ``MIN_ARC_QUADRANTS`` of the four quadrants: a disc clipped on four sides by a tight crop
+   shows its edge only in the frame's corners, but in all four), centred (``MAX_FOV_OFFSET`` radii
+   from the frame centre), of a radius a fundus camera produces (``MIN_FOV_RADIUS``..``MAX_FOV_RADIUS``
+   of the frame's half short side), and the bright region must fill it (IoU >= ``MIN_FOV_IOU``).
 2. every other measure is taken on the FOV cropped to the fitted circle and resampled so that its
    diameter is ``WORK_SIZE`` px (``models.preprocessing.crop_to_fov``): the thresholds hold at any
-   camera resolution, and the cost does not grow with it. Without a plausible FOV the whole frame
-   is measured. Inside the disc (rim excluded):
+   camera resolution and copy size (224 px or 4288 px), and the cost does not grow with it. Without a
+   plausible FOV the whole frame is measured, unless the circle is centred and of a camera's radius and
+   only its edge failed (an eyelid over the rim): then on the circle, so the shadow is named too. Inside
+   the disc (rim and ``EDGE_MARGIN`` px along the frame's cuts excluded):
 
    - **exposure**: mean luminance >= ``MIN_MEAN_LUMA`` (``too_dark``); ``overexposed`` when the share of
      near-white pixels exceeds ``MAX_SATURATED``, or the mean luminance exceeds ``MAX_MEAN_LUMA_SHARP``, or
@@ -27,7 +31,9 @@ the camera made it (any size, any aspect: 3:2 and 4:3 frames cut the disc, squar
      (differences of Gaussians, sigma 1-3 px over 3-6 px at ``WORK_SIZE``) of the green channel
      divided by its local mean. Dividing by the local mean makes it a *contrast* (independent of
      exposure and pigmentation); the ratio makes it independent of how much structure a retina has
-     (blur removes the vessel band first), and sigma >= 1 px keeps sensor noise out of it;
+     (blur removes the vessel band first), and sigma >= 1 px keeps sensor noise out of it. Only the
+     lit retina counts: black left inside the crop (a notch, a ring, a band of an earlier crop) would
+     otherwise be the strongest edge in it;
    - **colour** (``not_fundus``): red-dominant (red share of the mean colour >= ``MIN_RED_SHARE`` and
      red >= ``MIN_RED_OVER_GREEN`` x green).
 3. **compression** (``compression_artifacts``): heavy JPEG quantisation leaves 8x8 blocks. Measured
@@ -35,28 +41,34 @@ the camera made it (any size, any aspect: 3:2 and 4:3 frames cut the disc, squar
    the mean step elsewhere, at period 8 (and 4, for JPEGs decoded at half scale), >= ``MAX_BLOCKINESS``
    rejects. A photograph resized after compression loses the grid and is not caught by this measure.
 
-Each measure becomes a score in [0, 1] that is 0.5 exactly at its threshold (a logistic of the
-margin); the report's ``score`` is the smallest, so ``gradable`` <=> ``score >= 0.5``. Thresholds
-were set on real (IDRiD) and synthetic photographs together; how in docs/quality-gate.md, the
-accept/reject table in docs/results-quality-gate.md (``benchmarks/quality_table.py`` prints it).
+Each threshold is a ``Rule``; each measure becomes a score in [0, 1] that is 0.5 exactly at its threshold
+(a logistic of the margin); the report's ``score`` is the smallest, so ``gradable`` <=> ``score >= 0.5``.
+A refusal explains itself: ``QualityReport.findings`` names, for each issue, the measure that missed, its
+value and the threshold (the API's ``quality.details``, the page, the batch output's ``quality_details``).
+Thresholds were set on real (IDRiD, ODIR-5K, EyePACS) and synthetic photographs and the framing family
+of real photographs (``support.framings``); how in docs/quality-gate.md, the accept/reject tables in
+docs/results-quality-gate.md (``benchmarks/quality_table.py``, ``benchmarks/framing_family.py``).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from models.fov import FovCircle, fit_fov_circle
 from models.preprocessing import crop_to_fov, disc_mask, masked_blur
+from service.inference.quality_rules import Finding, Rule
 
 WORK_SIZE = 256  # FOV diameter (px) at which exposure, shadow, sharpness and colour are measured
+EDGE_MARGIN = 3.0  # px at WORK_SIZE kept between the measured region and the picture's cut edges
+LIT_FRACTION = 0.3  # sharpness: retina at least this share of the inner median luminance (not black)
 INNER_FRACTION = 0.9  # measure inside this share of the radius (the rim has glare and fall-off)
 # field of view
 MIN_INLIER_SHARE = 0.6
 MIN_ARC_SUPPORT = 0.7
-MIN_VISIBLE_ARC = 0.3
+MIN_VISIBLE_ARC = 0.04
+MIN_ARC_QUADRANTS = 3
 MAX_FOV_OFFSET = 0.15
 MIN_FOV_RADIUS = 0.6
 MAX_FOV_RADIUS = 1.5
@@ -95,6 +107,12 @@ class QualityReport:
     score: float
     issues: list[str] = field(default_factory=list)
     measurements: dict[str, float] = field(default_factory=dict, compare=False)
+    findings: list[Finding] = field(default_factory=list, compare=False)  # why, for each issue
+
+    @property
+    def details(self) -> list[dict[str, str | float]]:
+        """The findings as JSON-ready dicts (the API's ``quality.details``)."""
+        return [f.as_dict() for f in self.findings]
 
 
 @dataclass(frozen=True)
@@ -105,6 +123,7 @@ class QualityMeasures:
     fov_inlier_share: float
     fov_arc_support: float
     fov_visible_arc: float
+    fov_arc_quadrants: float  # quadrants around the centre with an in-frame, supported arc (0-4)
     fov_offset: float  # radii from the frame centre
     fov_radius: float  # radius / half the frame's short side
     fov_radius_px: float  # radius in the input's pixels
@@ -125,12 +144,6 @@ class QualityMeasures:
         for name, values in (("mean", self.channel_mean), ("std", self.channel_std)):
             out.update({f"{name}_{c}": float(v) for c, v in zip("rgb", values, strict=True)})
         return out
-
-
-def _margin_score(value: float, threshold: float, scale: float, *, higher_is_better: bool = True) -> float:
-    """Logistic of (value - threshold) / scale: 0.5 at the threshold, -> 1 on the good side."""
-    z = (value - threshold) / scale if higher_is_better else (threshold - value) / scale
-    return 1.0 / (1.0 + math.exp(-max(min(z, 40.0), -40.0)))
 
 
 def _luma(rgb: np.ndarray) -> np.ndarray:
@@ -167,17 +180,79 @@ def blockiness(rgb: np.ndarray) -> float:
 
 
 def _plausible(c: FovCircle | None) -> bool:
+    """The fitted circle is a camera's field of view (every ``FOV_RULES`` threshold holds)."""
     if c is None:
         return False
-    half_short = min(c.width, c.height) / 2
-    return (
-        c.inlier_share >= MIN_INLIER_SHARE
-        and c.arc_support >= MIN_ARC_SUPPORT
-        and c.visible_arc >= MIN_VISIBLE_ARC
-        and c.offset <= MAX_FOV_OFFSET
-        and MIN_FOV_RADIUS <= c.mean_radius / half_short <= MAX_FOV_RADIUS
-        and c.mask_iou >= MIN_FOV_IOU
-    )
+    values = _fov_values(c)
+    return all(r.holds(values[r.measure]) for r in FOV_RULES)
+
+
+def _placed(c: FovCircle | None) -> bool:
+    """A circle where a camera puts the disc (centred, of a camera's radius) whose edge is not plausible.
+
+    An eyelid's shadow hides part of the rim, so the fit is refused (``no_field_of_view``), but the circle is
+    still the disc: the other measures are taken on it, so the shadow is also named (``obstructed``).
+    """
+    if c is None:
+        return False
+    values = _fov_values(c)
+    geometric = {"fov_offset", "fov_radius"}
+    return all(r.holds(values[r.measure]) for r in FOV_RULES if r.measure in geometric)
+
+
+def _fov_values(c: FovCircle | None) -> dict[str, float]:
+    """The field-of-view measures of a fit (of no circle: values that fail every rule)."""
+    if c is None:
+        return {"fov_inlier_share": 0.0, "fov_arc_support": 0.0, "fov_visible_arc": 0.0, "fov_arc_quadrants": 0.0,
+                "fov_offset": 1.0, "fov_radius": 0.0, "fov_radius_px": 0.0, "fov_iou": 0.0}
+    return {
+        "fov_inlier_share": c.inlier_share,
+        "fov_arc_support": c.arc_support,
+        "fov_visible_arc": c.visible_arc,
+        "fov_arc_quadrants": float(c.arc_quadrants),
+        "fov_offset": c.offset,
+        "fov_radius": c.mean_radius / (min(c.width, c.height) / 2),
+        "fov_radius_px": c.mean_radius,
+        "fov_iou": c.mask_iou,
+    }
+
+
+def _erode(mask: np.ndarray, margin: float) -> np.ndarray:
+    """bool [S, S]: the pixels of ``mask`` at least about ``margin`` px from its edge (a blur of it is ~1)."""
+    return masked_blur(mask.astype(np.float32), np.ones_like(mask), margin) > 0.999
+
+
+def _regions(valid: np.ndarray, ok: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(disc, inner) masks [S, S] of the crop: the disc as far as the frame recorded it, and its inner part.
+
+    ``inner`` keeps ``INNER_FRACTION`` of the radius and stays ``EDGE_MARGIN`` px away from where the frame or a
+    straight cut ends the picture: the step from retina to black there would count as shade (shadow).
+    """
+    core = _erode(valid, EDGE_MARGIN)
+    if not ok:
+        return valid, valid & core
+    disc = valid & disc_mask(WORK_SIZE)
+    return disc, disc & core & disc_mask(WORK_SIZE, INNER_FRACTION)
+
+
+def _sharpness(green: np.ndarray, luma: np.ndarray, disc: np.ndarray, inner: np.ndarray) -> float:
+    """Fine over mid band-pass energy of the green contrast (green / its local mean), on the lit retina only.
+
+    Pixels darker than ``LIT_FRACTION`` of the inner median (a notch, a dark ring, a band of black left by an
+    earlier crop, the surround of a copy whose cut the fit did not see) and ``EDGE_MARGIN`` px around them are
+    left out: a step from retina to black is the strongest edge in a crop and would swamp the vessels' detail.
+    """
+    if not inner.any():
+        return 0.0
+    lit = disc & (luma > LIT_FRACTION * float(np.median(luma[inner])))  # [S, S]
+    region = inner & _erode(lit, EDGE_MARGIN)
+    if not region.any():
+        return 0.0
+    g_local = masked_blur(green, lit, 6.0)  # [S, S]
+    contrast = green / np.maximum(g_local, 0.02)  # [S, S] relative to the local mean
+    b1, b3, b6 = (masked_blur(contrast, lit, sigma) for sigma in (1.0, 3.0, 6.0))  # each [S, S]
+    fine_e, mid_e = (float(np.var(b[region])) for b in (b1 - b3, b3 - b6))
+    return fine_e / max(mid_e, 1e-9)
 
 
 def measure(rgb: np.ndarray, circle: FovCircle | None = None, *, fit: bool = True) -> QualityMeasures:
@@ -189,34 +264,21 @@ def measure(rgb: np.ndarray, circle: FovCircle | None = None, *, fit: bool = Tru
     if circle is None and fit:
         circle = fit_fov_circle(rgb)
     ok = _plausible(circle)
-    square, valid = crop_to_fov(rgb, circle if ok else None, WORK_SIZE)  # [S, S, 3], [S, S]
-    disc = valid & disc_mask(WORK_SIZE) if ok else valid
-    inner = disc & disc_mask(WORK_SIZE, INNER_FRACTION) if ok else valid
+    placed = ok or _placed(circle)  # crop to the circle: plausible, or only its edge is broken (an eyelid)
+    square, valid = crop_to_fov(rgb, circle if placed else None, WORK_SIZE)  # [S, S, 3], [S, S]
+    disc, inner = _regions(valid, placed)
     x = square.astype(np.float32) / 255.0  # [S, S, 3]
     y = _luma(x)  # [S, S]
     mean_luma = float(y[disc].mean()) if disc.any() else 0.0
     saturated = float((y[disc] >= SATURATED_LUMA).mean()) if disc.any() else 0.0
     light = masked_blur(y, disc, SHADOW_SIGMA)  # [S, S] illumination
     shadow = float((light[inner] < SHADOW_RATIO * np.median(light[inner])).mean()) if inner.any() else 1.0
-    green = x[..., 1]
-    g_local = masked_blur(green, disc, 6.0)  # [S, S]
-    contrast = green / np.maximum(g_local, 0.02)  # [S, S] relative to the local mean
-    b1, b3, b6 = (masked_blur(contrast, disc, sigma) for sigma in (1.0, 3.0, 6.0))  # each [S, S]
-    fine_e, mid_e = (float(np.var(b[inner])) if inner.any() else 0.0 for b in (b1 - b3, b3 - b6))
-    sharpness = fine_e / max(mid_e, 1e-9)
+    sharpness = _sharpness(x[..., 1], y, disc, inner)
     mean_rgb = x[inner].mean(axis=0) if inner.any() else np.zeros(3)  # [3]
     std_rgb = x[inner].std(axis=0) if inner.any() else np.zeros(3)
-    half_short = min(rgb.shape[:2]) / 2
-    c = circle
     return QualityMeasures(
         has_circle=ok,
-        fov_inlier_share=c.inlier_share if c else 0.0,
-        fov_arc_support=c.arc_support if c else 0.0,
-        fov_visible_arc=c.visible_arc if c else 0.0,
-        fov_offset=c.offset if c else 1.0,
-        fov_radius=c.mean_radius / half_short if c else 0.0,
-        fov_radius_px=c.mean_radius if c else 0.0,
-        fov_iou=c.mask_iou if c else 0.0,
+        **_fov_values(circle),
         mean_luma=mean_luma,
         saturated_fraction=saturated,
         shadow_fraction=shadow,
@@ -229,49 +291,65 @@ def measure(rgb: np.ndarray, circle: FovCircle | None = None, *, fit: bool = Tru
     )
 
 
+FOV_RULES = (
+    Rule("no_field_of_view", "fov_inlier_share", MIN_INLIER_SHARE, ">=", 0.05),
+    Rule("no_field_of_view", "fov_arc_support", MIN_ARC_SUPPORT, ">=", 0.05),
+    Rule("no_field_of_view", "fov_visible_arc", MIN_VISIBLE_ARC, ">=", 0.02),
+    Rule("no_field_of_view", "fov_arc_quadrants", MIN_ARC_QUADRANTS, ">=", 0.3),
+    Rule("no_field_of_view", "fov_offset", MAX_FOV_OFFSET, "<=", 0.03),
+    Rule("no_field_of_view", "fov_iou", MIN_FOV_IOU, ">=", 0.02),
+    Rule("no_field_of_view", "fov_radius", MIN_FOV_RADIUS, ">=", 0.05),
+    Rule("no_field_of_view", "fov_radius", MAX_FOV_RADIUS, "<=", 0.05),
+)
+SATURATION = Rule("overexposed", "saturated_fraction", MAX_SATURATED, "<=", 0.05)
+GLARE = Rule("overexposed", "mean_luma", MAX_MEAN_LUMA_SHARP, "<=", 0.03)
+WASHED_OUT = Rule("overexposed", "mean_luma", MAX_MEAN_LUMA, "<=", 0.03)  # applies to a picture that is not sharp
+SHARPNESS = Rule("blurred", "sharpness", MIN_SHARPNESS, ">=", 0.15)
+RULES = (  # every rule but the washed-out one, in the order of ISSUES
+    *FOV_RULES,
+    Rule("too_dark", "mean_luma", MIN_MEAN_LUMA, ">=", 0.03),
+    SATURATION,
+    GLARE,
+    Rule("obstructed", "shadow_fraction", MAX_SHADOW, "<=", 0.03),
+    SHARPNESS,
+    Rule("not_fundus", "red_share", MIN_RED_SHARE, ">=", 0.03),
+    Rule("not_fundus", "red_over_green", MIN_RED_OVER_GREEN, ">=", 0.1),
+    Rule("compression_artifacts", "blockiness", MAX_BLOCKINESS, "<=", 0.3),
+)
+
+
+def _findings(m: QualityMeasures) -> list[Finding]:
+    """Every rule the measures miss, as findings (the FOV's only when no plausible circle was found)."""
+    values = m.as_dict()
+    found = [
+        Finding(r.issue, r.measure, values[r.measure], r.threshold, r.relation)
+        for r in RULES
+        if not r.holds(values[r.measure]) and (r.issue != "no_field_of_view" or not m.has_circle)
+    ]
+    sharp = SHARPNESS.holds(m.sharpness)
+    if not WASHED_OUT.holds(m.mean_luma) and not sharp:
+        found.append(Finding(WASHED_OUT.issue, WASHED_OUT.measure, m.mean_luma, WASHED_OUT.threshold, "<=",
+                             f"washed out: sharpness {m.sharpness:.3g} is below {MIN_SHARPNESS:.3g}"))
+    if not m.has_circle and not any(f.issue == "no_field_of_view" for f in found):
+        found.append(Finding("no_field_of_view", "fov_inlier_share", m.fov_inlier_share, MIN_INLIER_SHARE, ">="))
+    return sorted(found, key=lambda f: ISSUES.index(f.issue))
+
+
 def judge(m: QualityMeasures) -> QualityReport:
     """Apply the thresholds to the measures (see the module docstring)."""
-    fov_score = min(
-        _margin_score(m.fov_inlier_share, MIN_INLIER_SHARE, 0.05),
-        _margin_score(m.fov_arc_support, MIN_ARC_SUPPORT, 0.05),
-        _margin_score(m.fov_visible_arc, MIN_VISIBLE_ARC, 0.05),
-        _margin_score(m.fov_offset, MAX_FOV_OFFSET, 0.03, higher_is_better=False),
-        _margin_score(m.fov_iou, MIN_FOV_IOU, 0.02),
-        _margin_score(m.fov_radius, MIN_FOV_RADIUS, 0.05),
-        _margin_score(m.fov_radius, MAX_FOV_RADIUS, 0.05, higher_is_better=False),
-    )
-    scores = {
-        "no_field_of_view": fov_score,
-        "too_dark": _margin_score(m.mean_luma, MIN_MEAN_LUMA, 0.03),
-        "overexposed": min(
-            _margin_score(m.saturated_fraction, MAX_SATURATED, 0.05, higher_is_better=False),
-            _margin_score(m.mean_luma, MAX_MEAN_LUMA_SHARP, 0.03, higher_is_better=False),
-            max(_margin_score(m.mean_luma, MAX_MEAN_LUMA, 0.03, higher_is_better=False),
-                _margin_score(m.sharpness, MIN_SHARPNESS, 0.15)),
-        ),
-        "obstructed": _margin_score(m.shadow_fraction, MAX_SHADOW, 0.03, higher_is_better=False),
-        "blurred": _margin_score(m.sharpness, MIN_SHARPNESS, 0.15),
-        "not_fundus": min(
-            _margin_score(m.red_share, MIN_RED_SHARE, 0.03),
-            _margin_score(m.red_over_green, MIN_RED_OVER_GREEN, 0.1),
-        ),
-        "compression_artifacts": _margin_score(m.blockiness, MAX_BLOCKINESS, 0.3, higher_is_better=False),
-    }
-    failed = {
-        "no_field_of_view": not m.has_circle,
-        "too_dark": m.mean_luma < MIN_MEAN_LUMA,
-        "overexposed": (m.saturated_fraction > MAX_SATURATED or m.mean_luma > MAX_MEAN_LUMA_SHARP
-                        or (m.mean_luma > MAX_MEAN_LUMA and m.sharpness < MIN_SHARPNESS)),
-        "obstructed": m.shadow_fraction > MAX_SHADOW,
-        "blurred": m.sharpness < MIN_SHARPNESS,
-        "not_fundus": m.red_share < MIN_RED_SHARE or m.red_over_green < MIN_RED_OVER_GREEN,
-        "compression_artifacts": m.blockiness > MAX_BLOCKINESS,
-    }
-    issues = [name for name in ISSUES if failed[name]]
+    values = m.as_dict()
+    scores: dict[str, float] = {}
+    for r in RULES:
+        scores[r.issue] = min(scores.get(r.issue, 1.0), r.score(values[r.measure]))
+    washed = max(WASHED_OUT.score(m.mean_luma), SHARPNESS.score(m.sharpness))  # bright is fine when sharp
+    scores["overexposed"] = min(scores["overexposed"], washed)
+    findings = _findings(m)
+    issues = [name for name in ISSUES if any(f.issue == name for f in findings)]
     score = min(scores.values())
     # keep the documented invariant exact at the thresholds: gradable <=> score >= 0.5
     score = min(score, 0.4999) if issues else max(score, 0.5)
-    return QualityReport(gradable=not issues, score=round(score, 4), issues=issues, measurements=m.as_dict())
+    return QualityReport(gradable=not issues, score=round(score, 4), issues=issues, measurements=values,
+                         findings=findings)
 
 
 def assess_quality(rgb: np.ndarray, circle: FovCircle | None = None) -> QualityReport:

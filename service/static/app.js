@@ -34,6 +34,23 @@
     obstructed: "partly covered (eyelid or eyelash shadow)",
     compression_artifacts: "heavy compression artefacts (re-send the original photograph)",
   };
+  /** The gate's measures in plain words (docs/quality-gate.md), for the reasons shown under a refusal. */
+  const MEASURES = {
+    fov_inlier_share: "share of the field-of-view edge on one circle",
+    fov_arc_support: "share of the visible circle traced by the edge",
+    fov_visible_arc: "share of the circle inside the frame",
+    fov_arc_quadrants: "quadrants with a visible edge",
+    fov_offset: "distance of the circle's centre from the frame's centre (radii)",
+    fov_iou: "overlap of the bright region with the circle",
+    fov_radius: "circle radius / half the frame's short side",
+    mean_luma: "mean brightness",
+    saturated_fraction: "share of burnt-out (near-white) pixels",
+    shadow_fraction: "share of the disc in shadow",
+    sharpness: "sharpness (vessel-scale over coarse detail)",
+    red_share: "red share of the colour",
+    red_over_green: "red / green",
+    blockiness: "JPEG block-grid strength",
+  };
   const PROBLEMS = {
     "undecodable-image": "The image could not be read: the file is damaged, incomplete or not an image.",
     "image-too-small": "The image is too small to assess.",
@@ -108,6 +125,17 @@
     if (q.gradable) return "Gradable: passed every quality check";
     const issues = (q.issues || []).map((i) => ISSUES[i] || i.replace(/_/g, " "));
     return "Not gradable" + (issues.length ? `: ${issues.join(", ")}` : "");
+  }
+
+  /** Why the gate refused the photograph: each measure that missed, its value and the threshold (or null). */
+  function qualityWhy(q) {
+    const details = q.gradable ? [] : (q.details || []);
+    if (!details.length) return null;
+    const num = (v) => (Math.abs(v) >= 10 ? v.toFixed(0) : Number(v.toPrecision(3)).toString());
+    return el("ul", { class: "quality-why" }, details.map((d) =>
+      el("li", { "data-issue": d.issue, "data-measure": d.measure },
+        `${ISSUES[d.issue] || d.issue.replace(/_/g, " ")}: ${MEASURES[d.measure] || d.measure.replace(/_/g, " ")} ` +
+        `${num(d.value)}, needs ${d.relation === ">=" ? "at least" : "at most"} ${num(d.threshold)}`)));
   }
 
   /** What the quality score is, so that it is not read as a grade of image quality. */
@@ -237,6 +265,7 @@
       el("div", { class: "metric", id: "quality" },
         el("h3", {}, "Image quality"),
         el("div", { class: `quality ${q.gradable ? "ok" : "bad"}` }, qualityText(q)),
+        qualityWhy(q),
         el("details", { class: "explain" }, el("summary", {}, "About the quality score"), qualityScoreNote(q))));
     const fhir = el("button", { type: "button", class: "secondary fhir-link", id: "fhir" }, "Download FHIR R4 report");
     fhir.addEventListener("click", () => downloadFhir(body, file.name));
@@ -271,7 +300,7 @@
             gauge("mi", u.mutual_information, u.referral_threshold_mi, miScale(u.referral_threshold_mi),
               `Mutual information ${nat(u.mutual_information)}, threshold ${nat(u.referral_threshold_mi)}`, true),
             el("div", { class: "meta" }, `${nat(u.mutual_information)} nat`)),
-          el("td", { title: qualityScoreNote(result.quality) }, qualityText(result.quality)));
+          el("td", { title: qualityScoreNote(result.quality) }, qualityText(result.quality), qualityWhy(result.quality)));
       }
       return el("tr", {}, cells);
     });

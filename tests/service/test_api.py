@@ -72,6 +72,11 @@ def test_non_fundus_image_is_referred_for_quality(server: str) -> None:
     assert body["quality"]["gradable"] is False and "no_field_of_view" in body["quality"]["issues"]
     assert body["refer_to_expert"] is True and "image_quality" in body["referral_reasons"]
     assert body["outcome"] == "retake_ungradable"
+    details = body["quality"]["details"]  # each issue explained: the measure, its value, the threshold missed
+    assert {d["issue"] for d in details} == set(body["quality"]["issues"])
+    for d in details:
+        assert (d["value"] < d["threshold"]) if d["relation"] == ">=" else (d["value"] > d["threshold"]), d
+        assert d["message"].startswith(f"{d['issue']}: {d['measure']} ") and f"needs {d['relation']}" in d["message"]
 
 
 def test_an_ungradable_upload_is_labelled_not_graded(server: str) -> None:

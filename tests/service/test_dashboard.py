@@ -173,6 +173,12 @@ def test_each_outcome_on_the_single_view(
     probability = f"{100 * body['diagnosis']['referable_dr_probability']:.1f}%"
     if outcome == "retake_ungradable":
         assert prob_text == "Not graded" and "%" not in prob_text  # the number is not a finding
+        reasons = page.locator("#quality .quality-why li").all_inner_texts()  # each refusal explains itself
+        details = body["quality"]["details"]
+        assert len(reasons) == len(details) >= 1
+        for text, finding in zip(reasons, details, strict=True):
+            bound = "at least" if finding["relation"] == ">=" else "at most"
+            assert f"needs {bound} {float(finding['threshold']):.3g}" in text, (text, finding)
     elif outcome == "grader_review_uncertain":
         assert prob_text == f"Model's uncertain estimate: {probability} (not a finding)"
         assert page.query_selector("#probability .gauge") is None  # no bar against the decision threshold

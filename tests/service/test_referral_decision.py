@@ -160,4 +160,4 @@ def test_payload_of_a_constructed_uncertain_image(tiny: Scorer) -> None:
     assert body["refer_to_expert"] is True and body["referral_reasons"] == ["uncertain"]
     assert body["outcome"] == "grader_review_uncertain"
     assert body["outcome_reason"] == "Human grader review: the model is uncertain about this image"
-    assert body["quality"] == {"gradable": True, "score": 0.9, "issues": []}
+    assert body["quality"] == {"gradable": True, "score": 0.9, "issues": [], "details": []}

@@ -21,6 +21,7 @@ from models.vgg import mc_logits
 from service.inference.loading import load_scorer
 from service.inference.prepare import PreparedImage, prepare_image
 from service.inference.quality import QualityReport
+from service.inference.quality_rules import Finding
 from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
 from service.payload import score_payload
@@ -141,7 +142,8 @@ def test_outcome_text_names_the_action_and_only_one_outcome_says_no_referable() 
 
 def test_payload_fields(scorer: Scorer, images: list) -> None:
     """An ungradable image is scored by the network like any other, but its outcome is a retake."""
-    bad = QualityReport(gradable=False, score=0.2, issues=["blurred"])
+    bad = QualityReport(gradable=False, score=0.2, issues=["blurred"],
+                        findings=[Finding("blurred", "sharpness", 1.21, 1.45, ">=")])
     good, poor = scorer.score_batch([images[0], PreparedImage(images[0].pixels, bad, 1.0)])
     assert poor.probability == pytest.approx(good.probability)  # the same pixels, the same network answer
     assert poor.refer_to_expert is True and "image_quality" in poor.referral_reasons
@@ -156,5 +158,7 @@ def test_payload_fields(scorer: Scorer, images: list) -> None:
     # the typed identity serialises to the documented JSON object, keys in the documented order
     assert list(body["model"]) == list(ModelIdentity.model_fields)
     assert body["uncertainty"]["unit"] == "nat"
-    assert body["quality"] == {"gradable": False, "score": 0.2, "issues": ["blurred"]}
+    assert body["quality"] == {"gradable": False, "score": 0.2, "issues": ["blurred"], "details": [
+        {"issue": "blurred", "measure": "sharpness", "value": 1.21, "threshold": 1.45, "relation": ">=",
+         "message": "blurred: sharpness 1.21, needs >= 1.45"}]}  # why, in the answer
     assert "not a diagnosis" in body["disclaimer"] and "synthetic" in body["disclaimer"]

@@ -142,3 +142,40 @@ def test_color_jitter_is_seeded_bounded_and_centred() -> None:
     blurred = color_jitter(fine, generator=torch.Generator().manual_seed(6),
                            config=JitterConfig(contrast=(1.0, 1.0), channel_gain=0.0, shift=0.0, blur_prob=1.0))
     assert float(blurred.std()) < 0.5 * float(fine.std())
+
+
+def test_frame_cuts_cover_the_framing_family_and_are_seeded() -> None:
+    """Camera-frame and tight-crop cuts and notches, at the rates and in the ranges the quality gate is held to."""
+    from support.framings import CAMERA_HEIGHT, NOTCH_HALF, TIGHT_SIDE
+    from training.data.augment import FramingConfig, frame_cuts
+
+    cfg = FramingConfig()
+    # the family's cut positions (the frame's half-height or half-side in radii) lie inside the trained ranges
+    assert cfg.camera_cut[0] <= CAMERA_HEIGHT[0] and CAMERA_HEIGHT[1] <= cfg.camera_cut[1]
+    assert cfg.tight_cut[0] <= TIGHT_SIDE[0] and TIGHT_SIDE[1] <= cfg.tight_cut[1]
+    assert cfg.notch_half[0] <= NOTCH_HALF[0] and NOTCH_HALF[1] <= cfg.notch_half[1]
+
+    x = torch.full((2000, 3, 40, 40), 0.8)
+    notched = frame_cuts(x.clone(), generator=torch.Generator().manual_seed(5), fill=0.5)
+    assert torch.equal(notched, frame_cuts(x.clone(), generator=torch.Generator().manual_seed(5), fill=0.5))
+    assert torch.equal(notched[:, :, 18:22, 18:22], x[:, :, 18:22, 18:22])  # the centre is never cut
+    share = (notched == 0.0).any(dim=(1, 2, 3)).float().mean()  # a notch is dark, the cuts neutral
+    assert abs(float(share) - cfg.notch_prob) <= 4 * (cfg.notch_prob * (1 - cfg.notch_prob) / x.shape[0]) ** 0.5
+    out = frame_cuts(x.clone(), generator=torch.Generator().manual_seed(6), fill=0.5,
+                     config=FramingConfig(notch_prob=0.0))
+    cut = out == 0.5  # [B, 3, H, W]
+    top, side = cut[:, 0, 0, 20], cut[:, 0, 20, 0]  # the middle of the top edge, of the left edge
+    corner_only = cut[:, 0, 0, 0] & ~top & ~side
+    camera = top ^ side  # cut on two opposite sides only
+    tight = top & side
+    n = x.shape[0]
+    # rates within 4 sigma of the configured probabilities
+    for share, p in ((camera.float().mean(), cfg.camera_prob), (tight.float().mean(), cfg.tight_prob)):
+        assert abs(float(share) - p) <= 4 * (p * (1 - p) / n) ** 0.5, (float(share), p)
+    assert not corner_only.any()  # no cut leaves the edges' middles and cuts only a corner
+    # a camera cut removes whole rows (or columns) from the edge inwards, to within the configured range
+    rows_cut = cut[top & ~side, 0, :, 20].float().sum(dim=1) / 2 / 20  # share of the half side cut away
+    assert float(rows_cut.min()) >= 1 - cfg.camera_cut[1] - 0.05
+    assert float(rows_cut.max()) <= 1 - cfg.camera_cut[0] + 0.05
+    off = FramingConfig(camera_prob=0.0, tight_prob=0.0, notch_prob=0.0)
+    assert torch.equal(frame_cuts(x[:8].clone(), generator=torch.Generator().manual_seed(1), config=off), x[:8])

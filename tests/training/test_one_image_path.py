@@ -2,8 +2,9 @@
 
 Covered: synthetic renders (every camera frame format: square, 3:2 and 4:3 with the disc clipped) through
 ``read_synthetic``, real ODIR-5K photographs through ``read_odir`` and the preprocessing cache, JPEGs larger
-than the decode side (decoded at a reduced DCT scale), both preprocessing contracts, and the transform an
-artifact hands out (``ArtifactConfig.image_transform``).
+than the decode side (decoded at a reduced DCT scale), the framing family (a camera frame, a tight crop
+clipped on four sides), both preprocessing contracts, and the transform an artifact hands out
+(``ArtifactConfig.image_transform``).
 """
 
 from __future__ import annotations
@@ -110,3 +111,29 @@ def test_the_artifact_hands_out_the_transform_the_service_runs(tiny_data: Path) 
 def test_an_unknown_contract_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="Unknown preprocessing 'fov-local-mean/2'; expected one of"):
         ImageTransform(size=SIZE, preprocessing="fov-local-mean/2")
+
+
+@needs_odir
+def test_the_framing_family_reaches_training_as_the_service_prepares_it(tmp_path: Path) -> None:
+    """A camera frame and a tight crop (clipped on four sides) of a real photograph: the loader's tensor is the
+    service's, and the tight crop arrives as the disc with its four sides missing (neutral grey there), which is
+    what ``training.data.augment.frame_cuts`` teaches the network on the other photographs."""
+    from support.framing_family import decode
+    from support.framings import TIGHT_SIDE, canonical, render
+
+    disc = canonical(decode(ODIR / "images" / "1_right.jpg"))
+    assert disc is not None
+    rows = []
+    for i, framing in enumerate(("camera", "tight")):
+        path = tmp_path / f"{i}_{framing}.png"
+        Image.fromarray(render(disc, framing, 400, "plain", np.random.default_rng(i))).save(path)
+        rows.append(ManifestRow(path=path, grade=0, patient_id=str(i), eye="left", row_no=i + 2))
+    dataset = ManifestDataset(rows, transform=ImageTransform(size=96, preprocessing=FOV_LOCAL_MEAN))
+    for i, row in enumerate(rows):
+        np.testing.assert_array_equal(dataset[i][0].numpy(), served(row.path, FOV_LOCAL_MEAN, 96),
+                                      err_msg=str(row.path))
+    tight = dataset[1][0].numpy()  # [3, 96, 96] in [0, 1]; 0.5 (128) is the neutral grey outside the picture
+    edge = round(96 * (1 - TIGHT_SIDE[1]) / 2) - 1  # inside the widest cut on every side
+    for strip in (tight[:, :edge, 40:56], tight[:, -edge:, 40:56], tight[:, 40:56, :edge], tight[:, 40:56, -edge:]):
+        np.testing.assert_allclose(strip, 128 / 255, atol=1e-6)
+    assert float(np.abs(tight[:, 40:56, 40:56] - 128 / 255).mean()) > 0.01  # the retina in the middle

@@ -1,5 +1,8 @@
 """Training augmentation (paper appendix D.1) as one random affine warp per image, on the training device.
 
+Beyond D.1: ``color_jitter`` (other cameras, exposures and resolutions) and ``frame_cuts`` (the framings
+programmes publish: camera frames, tight crops, notches, as the service's crop to the field of view leaves them).
+
 The D.1 chain — random horizontal and vertical flips, rotation uniform in ±180°, pad by 0-5 % and crop
 back, scale-crop to 90-110 % (zero padding where needed), resize — is a composition of affine maps,
 so it is applied as a single ``F.affine_grid`` + ``F.grid_sample`` per batch: one bilinear resampling
@@ -12,7 +15,7 @@ All randomness comes from the ``torch.Generator`` passed in, so a seeded generat
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -148,6 +151,16 @@ class JitterConfig:
     blur_scale: tuple[float, float] = (0.4, 0.9)
 
 
+def _uniform_like(x: Tensor, generator: torch.Generator) -> Callable[..., Tensor]:
+    """``uniform(lo, hi, *shape)``: draws from ``generator`` (on its device), returned on ``x``'s device and dtype."""
+
+    def uniform(lo: float, hi: float, *shape: int) -> Tensor:
+        drawn = torch.rand(*shape, generator=generator, device=generator.device)
+        return (lo + (hi - lo) * drawn).to(x.device, x.dtype)
+
+    return uniform
+
+
 def color_jitter(x: Tensor, *, generator: torch.Generator, config: JitterConfig = JitterConfig(),
                  centre: float = 0.5, host_generator: torch.Generator | None = None) -> Tensor:
     """Random photometric changes per image of ``x`` ``[B, C, H, W]`` in [0, 1] (see ``JitterConfig``).
@@ -179,6 +192,54 @@ def color_jitter(x: Tensor, *, generator: torch.Generator, config: JitterConfig 
         small = F.interpolate(out[i:i + 1], size=side, mode="bilinear", antialias=True, align_corners=False)
         out[i:i + 1] = F.interpolate(small, size=(h, w), mode="bilinear", align_corners=False)
     return out.clamp_(0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class FramingConfig:
+    """What the framings screening programmes publish leave of the disc once the service has cropped to it.
+
+    The service crops every photograph to its fitted FOV circle (``models.preprocessing``), so a framing shows
+    up in the network's input as parts of the disc that are missing (neutral ``fill``): a camera frame cuts
+    two opposite sides at ``camera_cut`` of the radius (top and bottom, or left and right in portrait), a
+    tight square crop cuts all four at ``tight_cut``, and a notch at the rim is a dark square of half-side
+    ``notch_half`` radii. Each image gets a camera cut with ``camera_prob``, else a tight cut with
+    ``tight_prob``, and independently a notch with ``notch_prob``. The ranges cover the framing family the
+    quality gate is held to (support/framings.py; tests/training/test_augment.py checks it).
+    """
+
+    camera_prob: float = 0.3
+    camera_cut: tuple[float, float] = (0.75, 0.95)
+    tight_prob: float = 0.25
+    tight_cut: tuple[float, float] = (0.7, 0.9)
+    notch_prob: float = 0.1
+    notch_half: tuple[float, float] = (0.04, 0.08)
+
+
+def frame_cuts(x: Tensor, *, generator: torch.Generator, config: FramingConfig = FramingConfig(),
+               fill: float = 0.5) -> Tensor:
+    """Random framing per image of ``x`` ``[B, C, S, S]``, a preprocessed disc filling the square (FramingConfig)."""
+    b, _, h, w = x.shape
+    draw = _uniform_like(x, generator)
+
+    def uniform(lo: float, hi: float) -> Tensor:
+        return draw(lo, hi, b)
+
+    kind, portrait, notch = uniform(0, 1), uniform(0, 1) < 0.2, uniform(0, 1) < config.notch_prob
+    camera_cut, tight_cut = uniform(*config.camera_cut), uniform(*config.tight_cut)
+    angle, half = uniform(0, 2 * math.pi), uniform(*config.notch_half)
+    inf = torch.full_like(camera_cut, float("inf"))
+    camera = kind < config.camera_prob
+    tight = ~camera & (kind < config.camera_prob + config.tight_prob)
+    cut_y = torch.where(tight | (camera & ~portrait), torch.where(camera, camera_cut, tight_cut), inf)
+    cut_x = torch.where(tight | (camera & portrait), torch.where(camera, camera_cut, tight_cut), inf)
+    ys = (torch.arange(h, device=x.device, dtype=x.dtype) + 0.5) / h * 2 - 1  # pixel centres in [-1, 1]
+    xs = (torch.arange(w, device=x.device, dtype=x.dtype) + 0.5) / w * 2 - 1
+    yy, xx = ys.view(1, h, 1), xs.view(1, 1, w)
+    keep = (yy.abs() <= cut_y.view(b, 1, 1)) & (xx.abs() <= cut_x.view(b, 1, 1))  # [B, H, W]
+    cx, cy = (0.97 * torch.cos(angle)).view(b, 1, 1), (0.97 * torch.sin(angle)).view(b, 1, 1)
+    hole = notch.view(b, 1, 1) & ((xx - cx).abs() <= half.view(b, 1, 1)) & ((yy - cy).abs() <= half.view(b, 1, 1))
+    out = torch.where(keep.unsqueeze(1), x, torch.full_like(x, fill))
+    return torch.where(hole.unsqueeze(1), torch.zeros_like(x), out)
 
 
 def normalise(x: Tensor, mean: Sequence[float] | Tensor, std: Sequence[float] | Tensor) -> Tensor:

@@ -180,6 +180,9 @@ def test_an_ungradable_jpeg_is_labelled_not_graded_in_the_csv(batch_artifact: Pa
         [row] = list(csv.DictReader(f))
     assert row["id"] == "grey.jpg" and row["gradable"].lower() == "false"
     assert row["outcome"] == "retake_ungradable" and row["label"] == "not_graded"
+    issues, details = row["quality_issues"].split(";"), row["quality_details"].split(";")
+    assert issues and {d.split(":")[0] for d in details} == set(issues)  # every refusal explained in the CSV
+    assert all(", needs >= " in d or ", needs <= " in d for d in details), details
     counts = json.loads(summary.read_text())["counts"]
     assert counts["ungradable"] == 1 and counts["by_label_graded"] == {}  # no label counted for it
 

@@ -26,6 +26,7 @@ def scored(i: int, *, p: float, mi: float, reasons: list[str], gradable: bool = 
         "label": "referable" if p >= 0.5 else "non_referable", "mutual_information": mi,
         "predictive_entropy": 0.5 + mi, "expected_entropy": 0.5, "gradable": gradable,
         "quality_score": 0.9 if gradable else 0.1, "quality_issues": [] if gradable else ["too_dark"],
+        "quality_details": [] if gradable else ["too_dark: mean_luma 0.0412, needs >= 0.1"],
         "refer_to_expert": bool(reasons), "referral_reasons": reasons, "model_sha256": SHA, "error": "",
     }
 
@@ -114,7 +115,8 @@ def test_csv_layout_is_one_header_and_plain_cells(tmp_path: Path) -> None:
     write_output(path, iter(sample_rows()))
     lines = path.read_text().splitlines()
     assert lines[0] == ",".join(COLUMNS)
-    assert ",0.7,0.5,false,0.1,too_dark,true,uncertain;image_quality," in lines[2]
+    details = '"too_dark: mean_luma 0.0412, needs >= 0.1"'  # quoted: the message holds a comma
+    assert f",0.7,0.5,false,0.1,too_dark,{details},true,uncertain;image_quality," in lines[2]
 
 
 def test_unsupported_output_suffix_is_refused(tmp_path: Path) -> None:

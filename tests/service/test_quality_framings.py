@@ -1,0 +1,128 @@
+"""The quality gate on a small framing family rendered at test time from real photographs (../shared/data).
+
+Every framing a screening programme publishes (camera frame, padded circle, ODIR-style stretched, a tight square
+clipped on four sides), every size from 224 to 512 px and every finish (JPEG q60-75, dark ring, notch, burned-in
+text) of a gradable photograph must be accepted; its blurred, darkened, overexposed and shadowed copies, and
+generated non-fundus images, in the same renders, refused for their reason (support/framing_family.py). The
+benchmark with the full family and its table: benchmarks/framing_family.py, docs/results-quality-gate.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from functools import cache
+
+import numpy as np
+import pytest
+
+from models.fov import fit_fov_circle
+from service.inference.quality import MIN_SHARPNESS, assess_quality, measure
+from support.framing_family import (
+    CHOSEN,
+    DEGRADED,
+    EYEPACS,
+    chosen_photos,
+    decode,
+    judge_nonfundus,
+    judge_photograph,
+    refused_for_reason,
+)
+from support.framings import FRAMINGS, SIZES, canonical, render
+from support.shared_data import IDRID, ODIR, SHARED_DATA, missing_reason
+
+pytestmark = pytest.mark.skipif(
+    not all(d.is_dir() for d in (IDRID, ODIR, EYEPACS)), reason=missing_reason(SHARED_DATA)
+)
+# one hand-picked photograph of each set (CHOSEN): EyePACS 384 px, ODIR 512 px stretched, IDRiD 1024 px
+PHOTOS = ("eyepacs-5k/images/1032_right.jpg", "odir-5k/images/1_right.jpg", "idrid-lesion-54/IDRiD_02.jpg")
+
+
+@cache
+def family_rows() -> tuple[dict[str, str], ...]:
+    """The originals, their family and one degradation's family each (each degradation once or more)."""
+    photos = [p for p in chosen_photos() if p.name in PHOTOS]
+    assert len(photos) == len(PHOTOS) and set(PHOTOS) <= set(CHOSEN)
+    rows: list[dict[str, str]] = []
+    for i, photo in enumerate(photos + photos[:1]):  # 4 photographs: every degradation kind in turn
+        part = judge_photograph(photo, i)
+        rows += part if i < len(photos) else [r for r in part if r["truth"] in DEGRADED]
+    return tuple(rows)
+
+
+def _ok(row: dict[str, str]) -> bool:
+    issues = row["issues"].split(";") if row["issues"] else []
+    return not issues if row["truth"] == "gradable" else refused_for_reason(row["truth"], issues)
+
+
+def test_the_chosen_originals_are_gradable() -> None:
+    originals = [r for r in family_rows() if r["framing"] == "original"]
+    assert len(originals) == len(PHOTOS) and all(not r["issues"] for r in originals), originals
+
+
+def _misses_by(key: str, truths: set[str]) -> dict[str, tuple[int, list[tuple[str, ...]]]]:
+    """The family's renders of ``truths`` grouped by ``key``: (renders, the ones that missed their truth)."""
+    groups: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for r in family_rows():
+        if r["truth"] in truths:
+            groups[r[key]].append(r)
+    return {k: (len(rows), [(r["name"], r["framing"], r["size"], r["finish"], r["issues"]) for r in rows if not _ok(r)])
+            for k, rows in groups.items()}
+
+
+def test_every_framing_size_and_finish_of_a_gradable_photograph_is_accepted() -> None:
+    """>= 97 % per framing (24 renders each: 4 sizes and 4 finishes of 3 photographs)."""
+    by_framing = _misses_by("framing", {"gradable"})
+    assert set(by_framing) == set(FRAMINGS)
+    for framing, (n, missed) in by_framing.items():
+        assert len(missed) <= math.floor(0.03 * n), (framing, missed)
+
+
+def test_degradations_are_refused_for_their_reason_in_every_framing() -> None:
+    """>= 95 % of each degradation's renders (32 per kind: every framing x size and finish) for its reason."""
+    by_kind = _misses_by("truth", set(DEGRADED))
+    assert set(by_kind) == set(DEGRADED)
+    for kind, (n, missed) in by_kind.items():
+        assert len(missed) <= math.floor(0.05 * n), (kind, missed)
+
+
+def test_non_fundus_images_are_refused_in_every_framing() -> None:
+    rows = [r for i in range(0, 7) for r in judge_nonfundus(i)]  # each generated kind once, 32 renders each
+    missed = [(r["name"], r["framing"], r["size"], r["finish"], r["issues"]) for r in rows if not _ok(r)]
+    assert len(missed) <= math.floor(0.05 * len(rows)), missed
+
+
+def test_a_disc_clipped_on_four_sides_is_recognised() -> None:
+    """A tight square crop: the circle is larger than the frame, its edge visible only in the four corners."""
+    disc = canonical(decode(SHARED_DATA / "odir-5k/images/1_right.jpg"))
+    assert disc is not None
+    img = render(disc, "tight", 400, "plain", np.random.default_rng(3))
+    c = fit_fov_circle(img)
+    assert c is not None and c.clipped and c.radius > 200 and c.radius_y is None
+    assert c.cx - c.radius < 0 and c.cx + c.radius > 400 and c.cy - c.radius < 0 and c.cy + c.radius > 400
+    assert c.arc_quadrants == 4 and c.visible_arc < 0.35 and c.inlier_share > 0.9
+    assert assess_quality(img).gradable
+
+
+def test_sharpness_does_not_depend_on_the_copys_size() -> None:
+    """The same framing at 224 and 512 px: sharpness within 15 %, both well above the threshold."""
+    for name in PHOTOS:
+        disc = canonical(decode(SHARED_DATA / name))
+        assert disc is not None
+        for framing in FRAMINGS:
+            small, large = (measure(render(disc, framing, s, "plain", np.random.default_rng(1))).sharpness
+                            for s in (SIZES[0], SIZES[-1]))
+            assert abs(small - large) <= 0.15 * large, (name, framing, small, large)
+            assert min(small, large) > MIN_SHARPNESS, (name, framing, small, large)
+
+
+def test_a_refusal_names_the_measure_its_value_and_the_threshold() -> None:
+    disc = canonical(decode(SHARED_DATA / "odir-5k/images/1_right.jpg"))
+    assert disc is not None
+    blurred = DEGRADED["blur"][0](disc, np.random.default_rng(0))
+    report = assess_quality(render(blurred, "tight", 320, "plain", np.random.default_rng(0)))
+    [finding] = [f for f in report.findings if f.issue == "blurred"]
+    assert finding.measure == "sharpness" and finding.relation == ">=" and finding.threshold == MIN_SHARPNESS
+    assert finding.value == pytest.approx(report.measurements["sharpness"]) and finding.value < MIN_SHARPNESS
+    assert finding.message == f"blurred: sharpness {finding.value:.3g}, needs >= {MIN_SHARPNESS:.3g}"
+    assert {d["issue"] for d in report.details} == set(report.issues)
