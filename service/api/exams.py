@@ -9,13 +9,19 @@ Every photograph goes through the same path as ``/v1/predict`` (decode, quality 
 forward); the exam outcome comes from the one rule in ``models.decision``. A photograph the service refuses
 fails the whole exam with that photograph's problem (status and type as on ``/v1/predict``), its detail
 naming the eye and part: an exam is never answered from some of its photographs silently.
+
+Admission before work: the form is parsed (parts above 1 MiB spool to disk) and its fields checked, then the
+exam is admitted as a whole (``ModelHost.admit``) before any part is read into memory or any DICOM header is
+parsed. Each part is read by the decode worker that decodes it, and a DICOM header is parsed once, in that
+worker, under the decode deadline; its laterality and study come back with the decoded image
+(``PreparedImage.dicom``), and the eye and study rules are checked before the batched forward.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +35,8 @@ from service.api.uploads import PHOTO_SCHEMA, _field_error, _media_type, _read_f
 from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
 from service.errors import ServiceProblem, request_id_of
 from service.exams import exam_fields
-from service.inference.dicom import is_dicom, read_dicom_tags
 from service.inference.imaging import ImageRejected
+from service.inference.scoring import PreparedImage
 from service.schemas import ExamResponse, problem_responses
 
 router = APIRouter(tags=["exams"], dependencies=[ApiKeyDep])
@@ -51,15 +57,29 @@ _EXAM_BODY = request_body({
 
 
 @dataclass(frozen=True)
+class ExamPart:
+    """One file part of the form, not yet read: the bytes stay in the spooled upload until a worker reads them."""
+
+    index: int
+    key: str  # right | left | image
+    upload: UploadFile
+
+    def read(self) -> bytes:
+        """The part's bytes (blocking: called in the decode worker)."""
+        self.upload.file.seek(0)
+        return self.upload.file.read()
+
+    def where(self) -> str:
+        eye = "" if self.key == "image" else f"{self.key}-eye "
+        return f"{eye}photograph (part {self.index + 1})"
+
+
+@dataclass(frozen=True)
 class Photograph:
     index: int
     eye: Eye
-    data: bytes
     filename: str | None
     dicom: bool
-
-    def where(self) -> str:
-        return f"{self.eye.value}-eye photograph (part {self.index + 1})"
 
 
 def _opaque(name: str, value: str | None) -> str | None:
@@ -70,15 +90,8 @@ def _opaque(name: str, value: str | None) -> str | None:
     return value
 
 
-async def _dicom_tags(data: bytes, part: int) -> Any:
-    try:
-        return await asyncio.to_thread(read_dicom_tags, data)
-    except ImageRejected as exc:
-        raise ImageRejected(exc.problem_type, f"Photograph (part {part + 1}): {exc.detail}") from exc
-
-
-async def read_exam(request: Request, max_images: int) -> tuple[list[Photograph], dict[str, str | None], str | None]:
-    """The tagged photographs, the opaque fields, and the DICOM study UID shared by the DICOM files (if any)."""
+async def read_exam(request: Request, max_images: int) -> tuple[list[ExamPart], dict[str, str | None]]:
+    """The file parts (unread) and the opaque fields of an exam form."""
     if _media_type(request) != "multipart/form-data":
         raise ServiceProblem(
             "unsupported-media-type", 415,
@@ -103,30 +116,37 @@ async def read_exam(request: Request, max_images: int) -> tuple[list[Photograph]
         if key in TEXT_FIELDS and isinstance(value, UploadFile):
             raise _field_error(key, "must be a text field, not a file part")
     fields = {name: _opaque(name, v if isinstance(v := form.get(name), str) else None) for name in TEXT_FIELDS}
+    return [ExamPart(index, key, part) for index, (key, part) in enumerate(parts)], fields
+
+
+def exam_photographs(parts: Sequence[ExamPart], prepared: Sequence[PreparedImage | ImageRejected]
+                     ) -> tuple[list[Photograph], str | None]:
+    """Each part's eye (its field, or its DICOM laterality), and the DICOM study UID shared by the DICOM parts
+    (if any); a refused photograph fails the exam, naming its part."""
     photographs: list[Photograph] = []
     studies: set[str] = set()
-    for index, (key, part) in enumerate(parts):
-        data = await part.read()
-        dicom = is_dicom(data)
-        eye = Eye(key) if key != "image" else None
-        if dicom:
-            tags = await _dicom_tags(data, index)
+    for part, image in zip(parts, prepared, strict=True):
+        if isinstance(image, ImageRejected):
+            raise ImageRejected(image.problem_type, f"The {part.where()} was refused: {image.detail}")
+        tags = image.dicom
+        eye = Eye(part.key) if part.key != "image" else None
+        if tags is not None:
             if tags.study_uid:
                 studies.add(tags.study_uid)
             if eye is not None and tags.laterality is not None and tags.laterality is not eye:
-                raise _field_error(key, f"part {index + 1} was sent as the {eye.value} eye but its DICOM header says "
-                                   f"{tags.laterality.value}")
+                raise _field_error(part.key, f"part {part.index + 1} was sent as the {eye.value} eye but its DICOM "
+                                   f"header says {tags.laterality.value}")
             eye = eye or tags.laterality
         if eye is None:
             raise _field_error(
-                "image", f"part {index + 1}: the eye is unknown (no DICOM ImageLaterality/Laterality R or L); "
+                "image", f"part {part.index + 1}: the eye is unknown (no DICOM ImageLaterality/Laterality R or L); "
                 "send it as a 'right' or 'left' part",
             )
-        photographs.append(Photograph(index, eye, data, part.filename, dicom))
+        photographs.append(Photograph(part.index, eye, part.upload.filename, tags is not None))
     if len(studies) > 1:
         raise _field_error("image", f"the DICOM files belong to {len(studies)} different studies; send one visit "
                            "per exam")
-    return photographs, fields, next(iter(studies), None)
+    return photographs, next(iter(studies), None)
 
 
 @router.post(
@@ -146,12 +166,14 @@ async def read_exam(request: Request, max_images: int) -> tuple[list[Photograph]
 )
 async def score_exam(request: Request, host: ModelHostDep, settings: SettingsDep, format: FormatQuery = None) -> Any:
     scorer = host.require_ready()
-    photographs, fields, study_uid = await read_exam(request, settings.max_exam_images)
-    predictions = await host.predict_many([p.data for p in photographs])
+    parts, fields = await read_exam(request, settings.max_exam_images)
+    with host.admit(len(parts)):  # nothing of a part is read, parsed or decoded before this
+        prepared = await host.prepare_many([part.read for part in parts])
+        photographs, study_uid = exam_photographs(parts, prepared)
+        predictions = await host.score_prepared(prepared)
     images: list[dict[str, Any]] = []
     for photo, pred in zip(photographs, predictions, strict=True):
-        if isinstance(pred, ImageRejected):
-            raise ImageRejected(pred.problem_type, f"The {photo.where()} was refused: {pred.detail}")
+        assert not isinstance(pred, ImageRejected)  # exam_photographs raised for every refused part
         images.append({"index": photo.index, "eye": photo.eye.value, "filename": photo.filename,
                        "format": "dicom" if photo.dicom else "image", "result": _result(pred, scorer, None)})
     exam = exam_fields([(Eye(im["eye"]), ScreeningOutcome(im["result"]["outcome"])) for im in images])

@@ -43,7 +43,7 @@ from support.hostile_service import (
 from support.images import encode, fundus_like
 from support.overload import drive, summary
 from support.processes import ROOT, free_port
-from tests.helpers.hostile_decode import jpeg_many_scans, tiff_tile_bomb, truncated_jpeg
+from support.hostile_decode import jpeg_many_scans, tiff_tile_bomb, truncated_jpeg
 
 PROBLEM = "application/problem+json"
 MAX_PIXELS = 4_000_000
