@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from models.atomic import atomic_write
 from models.decision import EXAM_PRECEDENCE, Eye, ScreeningOutcome
-from service.batch.inputs import InputError, InputItem, InputSource
+from service.batch.inputs import InputError, InputItem, InputSource, RowError
 from service.batch.rows import Row, error_kind
 from service.exams import exam_fields
 
@@ -103,17 +103,20 @@ def from_filenames(items: Sequence[InputItem]) -> dict[int, Membership]:
     return out
 
 
-def from_dicom_studies(items: Sequence[InputItem]) -> dict[int, Membership]:
-    """``--group-by study``: StudyInstanceUID and laterality from each DICOM header."""
+def from_dicom_studies(items: Sequence[InputItem], max_bytes: int) -> dict[int, Membership]:
+    """``--group-by study``: StudyInstanceUID and laterality from each DICOM header, read through the job's one
+    reader (``service.batch.reading``: regular files only, ``max_bytes`` by ``stat``, the header's bytes only)."""
+    from service.batch.reading import read_input_file
     from service.inference.dicom import is_dicom, read_dicom_tags
+    from service.inference.dicom_header import HEADER_READ_BYTES
     from service.inference.imaging import ImageRejected
 
     out: dict[int, Membership] = {}
     for item in items:
-        try:
-            data = item.file.read_bytes() if item.file is not None else b""
-        except OSError:
-            data = b""
+        data = read_input_file(str(item.file), max_bytes, head=HEADER_READ_BYTES) if item.file is not None else b""
+        if isinstance(data, RowError):
+            out[item.index] = Membership(None, None, data.text())
+            continue
         if not is_dicom(data):
             out[item.index] = Membership(None, None, "not a DICOM file: no StudyInstanceUID to group by")
             continue
@@ -130,14 +133,14 @@ def from_dicom_studies(items: Sequence[InputItem]) -> dict[int, Membership]:
 
 
 def memberships(source: InputSource, input_path: Path, group_by: GroupBy, *, patient_column: str = "patient",
-                eye_column: str = "eye") -> dict[int, Membership]:
-    """Each input row's exam and eye, by row index (module docstring)."""
+                eye_column: str = "eye", max_bytes: int) -> dict[int, Membership]:
+    """Each input row's exam and eye, by row index (module docstring); ``max_bytes``: the job's upload limit."""
     if group_by == "patient":
         return from_manifest(input_path, source.items, patient_column=patient_column, eye_column=eye_column)
     if group_by == "filename":
         return from_filenames(source.items)
     if group_by == "study":
-        return from_dicom_studies(source.items)
+        return from_dicom_studies(source.items, max_bytes)
     raise ValueError(f"unknown --group-by {group_by!r}; expected one of: {', '.join(GROUP_BY_CHOICES)}")
 
 

@@ -49,6 +49,8 @@ _PIXEL_TAGS = frozenset({0x7FE00008, 0x7FE00009, PIXEL_DATA})  # float, double f
 _LONG_LENGTH_VRS = frozenset({b"OB", b"OW", b"UN"})  # what pixel data may be written as (4-byte length)
 _ELEMENT_HEAD = 12  # the longest element header: tag, VR, 2 reserved, 4-byte length
 UNDEFINED_LENGTH = 0xFFFFFFFF
+# the most of a file :func:`read_header` reads: a reader that wants only the header (its tags) reads this prefix
+HEADER_READ_BYTES = DATASET_OFFSET + MAX_META_BYTES + MAX_HEADER_BYTES + 2 * _ELEMENT_HEAD + 1
 
 
 def is_dicom(data: bytes) -> bool:
