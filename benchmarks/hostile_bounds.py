@@ -149,9 +149,11 @@ def _exam_body(parts: int, part_mib: float) -> tuple[bytes, str]:
 
     side = int((part_mib * MIB / 3) ** 0.5)
     rgb = np.random.default_rng(0).integers(0, 256, (side, side, 3), dtype=np.uint8)
-    dicom = file_meta(EXPLICIT_VR_LE) + photo_header(side, side) + element(0x7FE0, 0x0010, "OB", rgb.tobytes())
+    pixels = element(0x7FE0, 0x0010, "OB", rgb.tobytes())
+    dicom = {eye: file_meta(EXPLICIT_VR_LE) + photo_header(side, side, laterality=eye[0].upper()) + pixels
+             for eye in ("right", "left")}
     eyes = ["right", "left"] * (parts // 2) + ["right"] * (parts % 2)
-    return multipart_body([(eye, f"{i}.dcm", dicom) for i, eye in enumerate(eyes)])
+    return multipart_body([(eye, f"{i}.dcm", dicom[eye]) for i, eye in enumerate(eyes)])
 
 
 def _service(exams: int, parts: int, part_mib: float) -> None:
@@ -164,13 +166,18 @@ def _service(exams: int, parts: int, part_mib: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         artifact = build_tiny_artifact(Path(tmp) / "tiny")
         with hostile_service(artifact, Path(tmp) / "service.log", env) as svc:
-            assert post(svc, "/v1/predict", encode(fundus_like(1, size=128)), "image/png", "warm-0001").status_code == 200
+            warm = post(svc, "/v1/predict", encode(fundus_like(1, size=128)), "image/png", "warm-0001")
+            assert warm.status_code == 200, warm.text
             base = rss_kib(svc.pid)["VmRSS"]
             reset = reset_peak_rss(svc.pid)
             samples: list[int] = []
             stop = threading.Event()
-            sampler = threading.Thread(target=lambda: [samples.append(rss_kib(svc.pid)["VmRSS"])
-                                                       for _ in iter(lambda: stop.wait(0.01), True)], daemon=True)
+
+            def sample() -> None:
+                while not stop.wait(0.01):
+                    samples.append(rss_kib(svc.pid)["VmRSS"])
+
+            sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
             started = time.perf_counter()
             with ThreadPoolExecutor(exams) as pool:

@@ -76,7 +76,8 @@ def test_exam_parts_are_neither_read_nor_parsed_before_admission(tiny_artifact: 
             async with httpx.AsyncClient(base_url=base, timeout=60) as client:
                 first = asyncio.ensure_future(client.post("/v1/predict", content=encode(fundus_like(6)),
                                                           headers={"Content-Type": "image/png"}))
-                assert await asyncio.to_thread(holder["s"].entered.wait, 60), "the first image never reached the forward"
+                entered = await asyncio.to_thread(holder["s"].entered.wait, 60)
+                assert entered, "the first image never reached the forward"
                 refused = await client.post("/v1/exams", files=_exam_parts())
                 holder["s"].gate.set()
                 return refused, await first

@@ -58,7 +58,8 @@ def test_group_by_study_reads_through_the_one_reader(tiny_artifact: Path, tmp_pa
     rows = _rows(out)
     assert rows["scan.dcm"]["error"].startswith("not-a-regular-file: a FIFO")
     assert rows["huge.dcm"]["error"].startswith(f"payload-too-large: the file is {SPARSE_BYTES} bytes")
-    assert rows["deflate.dcm"]["error"].startswith("unsupported-media-type: DICOM transfer syntax 1.2.840.10008.1.2.1.99")
+    assert rows["deflate.dcm"]["error"].startswith(
+        "unsupported-media-type: DICOM transfer syntax 1.2.840.10008.1.2.1.99")
     assert rows["elements.dcm"]["error"].startswith("image-too-complex: The DICOM header runs over")
     assert not rows["good-R.dcm"]["error"] and not rows["good-L.dcm"]["error"]
     assert peak_mib < 1024, f"peak RSS {peak_mib:.0f} MiB: the sparse file was read"

@@ -9,6 +9,7 @@ DICOM decoded with no deadline) and fails there.
 
 from __future__ import annotations
 
+import functools
 import threading
 import tracemalloc
 from collections.abc import Callable
@@ -109,7 +110,7 @@ def test_every_dicom_decode_stops_at_the_deadline_or_when_abandoned(kind: str) -
             else many_elements(50_000, side=256))
     assert decode_photograph(data, **LIMITS, deadline=DecodeDeadline(60.0)).shape == (256, 256, 3)
     for deadline, needle in ((_gone(), "abandoned"), (DecodeDeadline(-1.0), "DECODE_TIMEOUT")):
-        exc = _refused(lambda d=deadline: decode_photograph(data, **LIMITS, deadline=d))
+        exc = _refused(functools.partial(decode_photograph, data, **LIMITS, deadline=deadline))
         assert exc.problem_type == "image-too-complex" and needle in exc.detail, exc.detail
     exc = _refused(lambda: read_dicom(data, **LIMITS, deadline=_gone()))  # the header parse too
     assert "abandoned" in exc.detail
