@@ -81,7 +81,8 @@ def _group_by_study(folder: Path) -> str:
 
     source = discover(folder)
     groups = memberships(source, folder, "study", max_bytes=MAX_BYTES)
-    return "; ".join(f"{item.id}: {groups[item.index].problem[:40] or 'grouped'}" for item in source.items)
+    return "; ".join(f"{item.id}: {groups[item.index].problem.split(';')[0][:64] or 'grouped'}"
+                     for item in source.items)
 
 
 def _study_folder(root: Path) -> Path:
