@@ -63,11 +63,15 @@ class ExamPart:
     index: int
     key: str  # right | left | image
     upload: UploadFile
+    max_bytes: int  # RADSCREEN_MAX_UPLOAD_BYTES: a larger part is refused unread
 
     def read(self) -> bytes:
-        """The part's bytes (blocking: called in the decode worker)."""
+        """The part's bytes (blocking: called in the decode worker); at most ``max_bytes`` are ever held."""
+        size = self.upload.size
+        if size is not None and size > self.max_bytes:
+            raise ImageRejected("payload-too-large", f"The image is {size} bytes; the limit is {self.max_bytes} bytes.")
         self.upload.file.seek(0)
-        return self.upload.file.read()
+        return self.upload.file.read(self.max_bytes + 1)  # prepare_image refuses one byte more
 
     def where(self) -> str:
         eye = "" if self.key == "image" else f"{self.key}-eye "
@@ -90,7 +94,8 @@ def _opaque(name: str, value: str | None) -> str | None:
     return value
 
 
-async def read_exam(request: Request, max_images: int) -> tuple[list[ExamPart], dict[str, str | None]]:
+async def read_exam(request: Request, max_images: int, max_bytes: int
+                    ) -> tuple[list[ExamPart], dict[str, str | None]]:
     """The file parts (unread) and the opaque fields of an exam form."""
     if _media_type(request) != "multipart/form-data":
         raise ServiceProblem(
@@ -116,7 +121,7 @@ async def read_exam(request: Request, max_images: int) -> tuple[list[ExamPart], 
         if key in TEXT_FIELDS and isinstance(value, UploadFile):
             raise _field_error(key, "must be a text field, not a file part")
     fields = {name: _opaque(name, v if isinstance(v := form.get(name), str) else None) for name in TEXT_FIELDS}
-    return [ExamPart(index, key, part) for index, (key, part) in enumerate(parts)], fields
+    return [ExamPart(index, key, part, max_bytes) for index, (key, part) in enumerate(parts)], fields
 
 
 def exam_photographs(parts: Sequence[ExamPart], prepared: Sequence[PreparedImage | ImageRejected]
@@ -166,7 +171,7 @@ def exam_photographs(parts: Sequence[ExamPart], prepared: Sequence[PreparedImage
 )
 async def score_exam(request: Request, host: ModelHostDep, settings: SettingsDep, format: FormatQuery = None) -> Any:
     scorer = host.require_ready()
-    parts, fields = await read_exam(request, settings.max_exam_images)
+    parts, fields = await read_exam(request, settings.max_exam_images, settings.max_upload_bytes)
     with host.admit(len(parts)):  # nothing of a part is read, parsed or decoded before this
         prepared = await host.prepare_many([part.read for part in parts])
         photographs, study_uid = exam_photographs(parts, prepared)

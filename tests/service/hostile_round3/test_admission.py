@@ -93,6 +93,17 @@ def test_exam_parts_are_neither_read_nor_parsed_before_admission(tiny_artifact: 
     assert len(parsed) == 2 and all(name.startswith("radscreen-decode") for name in parsed), parsed  # once each
 
 
+def test_an_exam_part_over_the_upload_limit_is_refused_unread(tiny_artifact: Path) -> None:
+    """The exam's body limit is 8 uploads; one part of it may still not exceed one upload's limit."""
+    settings = settings_for(tiny_artifact)  # 256 KiB uploads
+    big = ("left", ("l.png", b"\x89PNG\r\n\x1a\n" + bytes(1024 * 1024), "image/png"))
+    with live_server(settings) as base:
+        r = httpx.post(f"{base}/v1/exams", files=[_exam_parts()[0], big], timeout=60)
+    assert r.status_code == 413 and r.json()["type"].endswith("/payload-too-large"), r.text
+    assert r.json()["detail"] == (f"The left-eye photograph (part 2) was refused: The image is {1024 * 1024 + 8} "
+                                  f"bytes; the limit is {settings.max_upload_bytes} bytes.")
+
+
 ENV = {"RADSCREEN_MAX_PIXELS": "4000000", "RADSCREEN_MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
        "RADSCREEN_DECODE_WORKERS": "2", "RADSCREEN_MAX_WAIT_MS": "50"}
 
