@@ -7,6 +7,9 @@
 - Against a ``radscreen serve`` process: each DICOM bomb gets its 4xx on ``/v1/predict`` and ``/v1/exams``,
   exams of deflate bombs whose clients leave cost the service next to no CPU (79 CPU-s for six of them before
   the fix), a normal image is answered the same afterwards, and the log stays clean.
+- An exam of legitimately costly DICOM headers (just within the bound) whose client leaves costs a fraction of
+  its full CPU: the decode workers stop it (a guard of the property, which the code before the fix also had
+  for headers this small, since it parsed them one at a time).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import httpx
 import pytest
 
 from service.api.exams import ExamPart
+from service.inference.dicom import MAX_HEADER_BYTES
 from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
 from support.hostile_dicom import deflate_bomb, jpeg_dicom, jpeg_with_garbage, many_elements
@@ -160,3 +164,23 @@ def test_abandoned_exams_of_bombs_cost_next_to_nothing(svc: Service) -> None:
     entries = svc.log_entries()
     assert "Traceback" not in svc.log_path.read_text(errors="replace")
     assert not [e for e in entries if e.get("level") in ("error", "critical") or "raw" in e]
+
+
+def test_an_exam_whose_client_leaves_stops_costing_cpu(svc: Service) -> None:
+    """Eight DICOM photographs whose headers are just within the bound (about a CPU-second of parsing each):
+    answered, the exam costs the service its full CPU; abandoned after 0.3 s, its queued parts never start and
+    the running ones stop at their next element, so it costs a fraction of that."""
+    heavy = many_elements((MAX_HEADER_BYTES - 4096) // 10)
+    form, ctype = multipart_body([("right", f"{i}.dcm", heavy) for i in range(8)])
+    spent = cpu_seconds(svc.pid)
+    answered = post(svc, "/v1/exams", form, ctype, "round3-heavy-0001")
+    assert answered.status_code == 200, answered.text
+    full = cpu_seconds(svc.pid) - spent
+    spent = cpu_seconds(svc.pid)
+    disconnect_while_processing(svc, "round3-heavy-0002", form, 0.3, path="/v1/exams", content_type=ctype)
+    assert svc.access_line("round3-heavy-0002")["status"] == 499
+    settled = post(svc, "/v1/predict", encode(fundus_like(7, size=128)), "image/png", "round3-heavy-0003")
+    assert settled.status_code == 200  # answered after the abandoned exam's decodes stopped (2 workers)
+    abandoned = cpu_seconds(svc.pid) - spent
+    print(f"\nexam of 8 heavy DICOM headers: answered {full:.2f} CPU-s, abandoned after 0.3 s {abandoned:.2f} CPU-s")
+    assert abandoned < 0.5 * full
