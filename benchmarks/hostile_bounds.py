@@ -101,7 +101,7 @@ def _case(name: str, queue: Any) -> None:
     from models.preprocessing import FOV_LOCAL_MEAN
     from service.inference.decode_deadline import DecodeDeadline
     from service.inference.imaging import ImagePipeline, ImageRejected
-    from service.inference.scoring import prepare_image
+    from service.inference.prepare import prepare_image
 
     with tempfile.TemporaryDirectory() as tmp:
         if name == "group-by-study":

@@ -6,11 +6,11 @@ One row per finished epoch (epoch 0: a warm start's starting point), written who
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 from typing import Any
 
+from models.csv_cells import write_csv
 from training.diagnostics import plot_training_curves
 
 HISTORY_FILE = "history.json"
@@ -20,10 +20,9 @@ CURVES_PNG = "training_curves.png"
 def write_history(run_dir: Path, history: list[dict[str, Any]]) -> None:
     """Write the rows as JSON and CSV (the first row's columns) and plot them."""
     (run_dir / HISTORY_FILE).write_text(json.dumps(history, indent=2) + "\n")
-    with (run_dir / "history.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(history[0]))
-        writer.writeheader()
-        writer.writerows(history)
+    columns = list(history[0])
+    with (run_dir / "history.csv").open("w", newline="") as f:  # the one CSV rule: models.csv_cells
+        write_csv(f, columns, ([row.get(c) for c in columns] for row in history))
     plot_training_curves(history, run_dir / CURVES_PNG)
 
 

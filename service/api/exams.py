@@ -2,8 +2,10 @@
 
 Multipart parts ``right`` and ``left`` (repeatable: several photographs per eye), and ``image`` for DICOM
 files that carry their laterality (ImageLaterality / Laterality); optional text fields ``exam_id`` and
-``patient_ref``, echoed back and never logged. A DICOM file sent as ``right``/``left`` must not contradict its
-own laterality, and the DICOM files of one exam must share one StudyInstanceUID (the visit).
+``patient_ref`` (opaque ids: ``service.identifiers``), echoed back and never logged. A DICOM file sent as
+``right``/``left`` must not contradict its own laterality, and the parts must pass the exam identity rules
+(``service.exam_identity``: one StudyInstanceUID, one PatientID, no plain photograph joining a DICOM study, no
+photograph as both eyes).
 
 Every photograph goes through the same path as ``/v1/predict`` (decode, quality gate, batched K-draw
 forward); the exam outcome comes from the one rule in ``models.decision``. A photograph the service refuses
@@ -12,51 +14,52 @@ naming the eye and part: an exam is never answered from some of its photographs 
 
 Admission before work: the form is parsed (parts above 1 MiB spool to disk) and its fields checked, then the
 exam is admitted as a whole (``ModelHost.admit``) before any part is read into memory or any DICOM header is
-parsed. Each part is read by the decode worker that decodes it, and a DICOM header is parsed once, in that
-worker, under the decode deadline; its laterality and study come back with the decoded image
-(``PreparedImage.dicom``), and the eye and study rules are checked before the batched forward.
+parsed. Each part is read by the decode worker that decodes it (a part over the upload limit is refused by its
+size, unread), and a DICOM header is parsed once, in that worker, under the decode deadline; its laterality,
+study and patient come back with the decoded image (``PreparedImage.dicom``), and the eye and identity rules are
+checked before the batched forward.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 
 from models.decision import Eye, ScreeningOutcome
 from service.api.predict import FHIR_MEDIA_TYPE, FormatQuery, _result, _wants_fhir
-from service.api.uploads import PHOTO_SCHEMA, _field_error, _media_type, _read_form, request_body
+from service.api.uploads import PHOTO_SCHEMA, _field_error, _media_type, _read_form, check_opaque_id, request_body
 from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
 from service.errors import ServiceProblem, request_id_of
+from service.exam_identity import ExamIdentityError, PartIdentity, check_exam_identity, content_hash
 from service.exams import exam_fields
+from service.identifiers import OPAQUE_ID_MAX, OPAQUE_ID_PATTERN, normalised_uid
 from service.inference.imaging import ImageRejected
-from service.inference.scoring import PreparedImage
+from service.inference.prepare import PreparedImage
 from service.schemas import ExamResponse, problem_responses
 
 router = APIRouter(tags=["exams"], dependencies=[ApiKeyDep])
 
 FILE_FIELDS = ("right", "left", "image")
 TEXT_FIELDS = ("exam_id", "patient_ref")
-OPAQUE_MAX = 128
-_OPAQUE_RE = re.compile(r"^[\x20-\x7E]{1,128}$")  # printable ASCII, opaque to us
+EXAM_LIMIT = "RADSCREEN_MAX_EXAM_IMAGES"
 
 _EXAM_BODY = request_body({
     "right": {"type": "array", "items": PHOTO_SCHEMA, "description": "Photographs of the right eye."},
     "left": {"type": "array", "items": PHOTO_SCHEMA, "description": "Photographs of the left eye."},
     "image": {"type": "array", "items": PHOTO_SCHEMA,
               "description": "DICOM photographs whose header gives the eye (R/L)."},
-    "exam_id": {"type": "string", "maxLength": OPAQUE_MAX},
-    "patient_ref": {"type": "string", "maxLength": OPAQUE_MAX},
+    "exam_id": {"type": "string", "maxLength": OPAQUE_ID_MAX, "pattern": OPAQUE_ID_PATTERN},
+    "patient_ref": {"type": "string", "maxLength": OPAQUE_ID_MAX, "pattern": OPAQUE_ID_PATTERN},
 })
 
 
-@dataclass(frozen=True)
+@dataclass
 class ExamPart:
     """One file part of the form, not yet read: the bytes stay in the spooled upload until a worker reads them."""
 
@@ -64,6 +67,7 @@ class ExamPart:
     key: str  # right | left | image
     upload: UploadFile
     max_bytes: int  # RADSCREEN_MAX_UPLOAD_BYTES: a larger part is refused unread
+    sha256: str | None = None  # of the bytes, once read (the same photograph as both eyes is refused)
 
     def read(self) -> bytes:
         """The part's bytes (blocking: called in the decode worker); at most ``max_bytes`` are ever held."""
@@ -71,7 +75,9 @@ class ExamPart:
         if size is not None and size > self.max_bytes:
             raise ImageRejected("payload-too-large", f"The image is {size} bytes; the limit is {self.max_bytes} bytes.")
         self.upload.file.seek(0)
-        return self.upload.file.read(self.max_bytes + 1)  # prepare_image refuses one byte more
+        data = self.upload.file.read(self.max_bytes + 1)  # prepare_image refuses one byte more
+        self.sha256 = content_hash(data)
+        return data
 
     def where(self) -> str:
         eye = "" if self.key == "image" else f"{self.key}-eye "
@@ -86,12 +92,15 @@ class Photograph:
     dicom: bool
 
 
-def _opaque(name: str, value: str | None) -> str | None:
-    if value is None:
-        return None
-    if not _OPAQUE_RE.match(value):
-        raise _field_error(name, f"must be 1-{OPAQUE_MAX} printable ASCII characters")
-    return value
+def _check_fields(form: FormData) -> None:
+    """Every field is known and of its kind (a file where a photograph goes, text where an id goes)."""
+    for key, value in form.multi_items():
+        if key not in FILE_FIELDS + TEXT_FIELDS:
+            raise _field_error(key, "unknown field; expected 'right', 'left', 'image', 'exam_id' or 'patient_ref'")
+        if key in FILE_FIELDS and not isinstance(value, UploadFile):
+            raise _field_error(key, "must be a file part (filename=...) holding a photograph, not a text field")
+        if key in TEXT_FIELDS and isinstance(value, UploadFile):
+            raise _field_error(key, "must be a text field, not a file part")
 
 
 async def read_exam(request: Request, max_images: int, max_bytes: int
@@ -102,42 +111,40 @@ async def read_exam(request: Request, max_images: int, max_bytes: int
             "unsupported-media-type", 415,
             "Send the exam as multipart/form-data with 'right' and 'left' file parts (or DICOM 'image' parts).",
         )
-    form = await _read_form(request, max_images)
+    form = await _read_form(request, max_images, limit_name=EXAM_LIMIT,
+                            text_fields="optional 'exam_id' and 'patient_ref' fields")
     parts = [(key, value) for key, value in form.multi_items() if isinstance(value, UploadFile)]
     if len(parts) > max_images:
         await form.close()
         raise ServiceProblem(
             "payload-too-large", 413,
             f"The exam has {len(parts)} photographs; at most {max_images} are accepted per exam "
-            f"(RADSCREEN_MAX_EXAM_IMAGES={max_images}).",
+            f"({EXAM_LIMIT}={max_images}).",
         )
+    _check_fields(form)
     if not parts:
         raise _field_error("right", "an exam needs at least one photograph: send 'right' and 'left' file parts")
-    for key, value in form.multi_items():
-        if key not in FILE_FIELDS + TEXT_FIELDS:
-            raise _field_error(key, "unknown field; expected 'right', 'left', 'image', 'exam_id' or 'patient_ref'")
-        if key in FILE_FIELDS and not isinstance(value, UploadFile):
-            raise _field_error(key, "must be a file part (filename=...), not a text field")
-        if key in TEXT_FIELDS and isinstance(value, UploadFile):
-            raise _field_error(key, "must be a text field, not a file part")
-    fields = {name: _opaque(name, v if isinstance(v := form.get(name), str) else None) for name in TEXT_FIELDS}
+    fields = {name: check_opaque_id(name, v if isinstance(v := form.get(name), str) else None)
+              for name in TEXT_FIELDS}
     return [ExamPart(index, key, part, max_bytes) for index, (key, part) in enumerate(parts)], fields
 
 
 def exam_photographs(parts: Sequence[ExamPart], prepared: Sequence[PreparedImage | ImageRejected]
                      ) -> tuple[list[Photograph], str | None]:
-    """Each part's eye (its field, or its DICOM laterality), and the DICOM study UID shared by the DICOM parts
-    (if any); a refused photograph fails the exam, naming its part."""
+    """Each part's eye (its field, or its DICOM laterality), then the exam identity rules
+    (``service.exam_identity``: one study, one patient, no photograph outside the DICOM study, no photograph as
+    both eyes; a breach is a 422 naming the parts); returns the photographs and the exam's DICOM study UID (if
+    any). A refused photograph fails the exam, naming its part."""
     photographs: list[Photograph] = []
-    studies: set[str] = set()
+    identities: list[PartIdentity] = []
     for part, image in zip(parts, prepared, strict=True):
         if isinstance(image, ImageRejected):
             raise ImageRejected(image.problem_type, f"The {part.where()} was refused: {image.detail}")
         tags = image.dicom
         eye = Eye(part.key) if part.key != "image" else None
+        study_uid = patient_id = None
         if tags is not None:
-            if tags.study_uid:
-                studies.add(tags.study_uid)
+            study_uid, patient_id = normalised_uid(tags.study_uid), tags.patient_id
             if eye is not None and tags.laterality is not None and tags.laterality is not eye:
                 raise _field_error(part.key, f"part {part.index + 1} was sent as the {eye.value} eye but its DICOM "
                                    f"header says {tags.laterality.value}")
@@ -147,11 +154,14 @@ def exam_photographs(parts: Sequence[ExamPart], prepared: Sequence[PreparedImage
                 "image", f"part {part.index + 1}: the eye is unknown (no DICOM ImageLaterality/Laterality R or L); "
                 "send it as a 'right' or 'left' part",
             )
+        assert part.sha256 is not None  # set when the decode worker read the part
         photographs.append(Photograph(part.index, eye, part.upload.filename, tags is not None))
-    if len(studies) > 1:
-        raise _field_error("image", f"the DICOM files belong to {len(studies)} different studies; send one visit "
-                           "per exam")
-    return photographs, next(iter(studies), None)
+        identities.append(PartIdentity(part.index + 1, eye, part.sha256, tags is not None, study_uid, patient_id))
+    try:
+        study_uid = check_exam_identity(identities)
+    except ExamIdentityError as exc:
+        raise _field_error("image" if any(p.key == "image" for p in parts) else "right", str(exc)) from None
+    return photographs, study_uid
 
 
 @router.post(

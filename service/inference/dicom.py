@@ -81,6 +81,7 @@ class DicomTags:
 
     laterality: Eye | None  # ImageLaterality (0020,0062), else Laterality (0020,0060); None if absent or B/U
     study_uid: str | None  # StudyInstanceUID (0020,000D): the visit
+    patient_id: str | None = None  # PatientID (0010,0020): whose visit (compared, never shown)
 
 
 @dataclass(frozen=True)
@@ -101,11 +102,13 @@ def _text(ds: Any, keyword: str) -> str:
 def _tags(ds: Any) -> DicomTags:
     side = _text(ds, "ImageLaterality") or _text(ds, "Laterality")
     uid = ds.get("StudyInstanceUID")
-    return DicomTags(laterality=_LATERALITY.get(side), study_uid=str(uid).strip() or None if uid else None)
+    patient = ds.get("PatientID")
+    return DicomTags(laterality=_LATERALITY.get(side), study_uid=str(uid).strip() or None if uid else None,
+                     patient_id=str(patient).strip() or None if patient else None)
 
 
 def read_dicom_tags(data: bytes, deadline: DecodeDeadline | None = None) -> DicomTags:
-    """Laterality and study UID from the header (bounded as for decoding; the pixel data is not read)."""
+    """Laterality, study UID and PatientID from the header (bounded as for decoding; the pixel data is not read)."""
     with corrupt_is_rejected():
         return _tags(read_header(data, accepted=ACCEPTED_SYNTAXES, hint=_SYNTAX_HINT, deadline=deadline).dataset)
 

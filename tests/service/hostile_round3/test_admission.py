@@ -25,6 +25,7 @@ import pytest
 
 from service.api.exams import ExamPart
 from service.inference.dicom import MAX_HEADER_BYTES
+from service.inference.loading import load_scorer
 from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
 from support.hostile_dicom import deflate_bomb, jpeg_dicom, jpeg_with_garbage, many_elements
@@ -70,7 +71,7 @@ def test_exam_parts_are_neither_read_nor_parsed_before_admission(tiny_artifact: 
     holder: dict[str, GatedScorer] = {}
 
     def factory(spec: ScorerSpec) -> Scorer:
-        holder["s"] = GatedScorer(spec.load())
+        holder["s"] = GatedScorer(load_scorer(spec))
         return holder["s"]
 
     settings = settings_for(tiny_artifact, max_batch_size=1, max_wait_ms=0.0, max_queue_wait_s=0.001)
