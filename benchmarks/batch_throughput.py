@@ -8,7 +8,7 @@ Measures, for one model and one set of generated fundus-like JPEGs:
 * ``batch job`` — the whole ``run_job`` (discovery, pooled decode overlapped with the model, atomic part
   files, assembly of the results file, summary), once per pool kind.
 
-Example (the figures in docs/benchmarks.md, "Batch")::
+Example (the figures in docs/results-benchmarks.md, "Batch")::
 
     .venv/bin/python benchmarks/batch_throughput.py --images 64 --width 4 --input-size 64
     .venv/bin/python benchmarks/batch_throughput.py --images 32 --width 16 --input-size 256

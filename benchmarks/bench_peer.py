@@ -19,7 +19,7 @@ Reported: p50/mean seconds per image and the ratio peer p50 / path p50 (how many
 peer), plus each path's largest |Δ logit| against the served reference path (``torch-loop``).
 
 bayesian-torch is an optional benchmark dependency (``pip install --no-deps bayesian-torch``: its
-requirements would pull another torch). Example (figures in docs/benchmarks.md, "Against the peer")::
+requirements would pull another torch). Example (figures in docs/results-benchmarks.md, "Against the peer")::
 
     .venv/bin/python benchmarks/bench_peer.py --threads 1 --repeats 5
 """

@@ -1,7 +1,7 @@
 """Throughput per core: the service and the batch job pinned to 1 and 2 cores, threads vs processes.
 
 Real photographs (ODIR-5K validation patients: 512 px JPEGs of ~30 kB, so decoding is cheap here; a camera's
-4-12 MP original adds its decode time, docs/benchmarks.md "Decode") go through:
+4-12 MP original adds its decode time, docs/results-benchmarks.md "Decode") go through:
 
 * **the service** — real uvicorn processes (``service.app:create_app``, as deployed) pinned with ``taskset``:
   one process on 1 core (``RADSCREEN_THREADS=1``), one process on 2 cores (``RADSCREEN_THREADS=2``), and two

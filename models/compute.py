@@ -5,7 +5,7 @@ report ``python -m service.inference.platform``) and the Ray driver (``service.b
 their device, precision and draw strategy from :func:`resolve`, which returns a :class:`Runtime` saying what
 runs and why, so none of them can land on an emulated path by accident: bf16 autocast is 1.4-3.8x faster
 than fp32 on a CPU with native bf16 but ~70x slower where oneDNN emulates it (AVX2-only AMD EPYC;
-docs/benchmarks.md). What a machine runs natively:
+docs/results-benchmarks.md). What a machine runs natively:
 
 * CPU: bf16 with AVX-512-BF16, AMX or ARM bf16; fp16 with AVX-512-FP16, AMX-FP16 or ARM fphp; int8 (ONNX
   Runtime's quantised convolutions) with AVX2, VNNI, AMX or the ARM dot product (``models.cpu``);
@@ -44,7 +44,7 @@ from models.cuda import cuda_native_bf16
 from models.layers import Strategy, check_strategy
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
-# Fastest first on a CPU that runs each natively (benchmarks/bench_peer.py, docs/benchmarks.md): ONNX Runtime
+# Fastest first on a CPU that runs each natively (benchmarks/bench_peer.py, docs/results-benchmarks.md): ONNX Runtime
 # int8 ~3x and torch bf16 ~1.6x the fp32 per-draw graph on AVX-512 VNNI + BF16.
 CPU_SPEED_ORDER = ("int8", "bf16")
 _BACKEND_OF = {"int8": "onnxruntime", "bf16": "torch"}
@@ -92,7 +92,7 @@ def require_native(precision: str, *, device: str, cpu: CpuCapability, cuda_bf16
         raise PrecisionUnavailableError(
             f"precision={precision} was requested, but this CPU has no native {precision} "
             f"({cpu.summary()}): it would be emulated, and emulated bf16 ran the served network "
-            f"70x slower than fp32 (docs/benchmarks.md). {fix}"
+            f"70x slower than fp32 (docs/results-benchmarks.md). {fix}"
         )
     raise PrecisionUnavailableError(
         f"precision=bf16 was requested, but this GPU has no native bf16 ({_gpu_name(device)}: compute "
@@ -196,7 +196,7 @@ def resolve(*, device: str = "auto", precision: str = "auto", strategy: str = "a
 def resolve_strategy(requested: str, *, device: str, backend: str = "auto") -> tuple[Strategy, str]:
     """``(strategy, reason)`` for running the K draws: ``auto`` -> per-draw loop on CPU, grouped on GPU.
 
-    Measured (docs/benchmarks.md): on CPU oneDNN's grouped convolutions are slower than K ordinary
+    Measured (docs/results-benchmarks.md): on CPU oneDNN's grouped convolutions are slower than K ordinary
     passes at full width, for torch and ONNX Runtime alike; on GPU one grouped network wins.
     """
     if requested != "auto":

@@ -2,7 +2,7 @@
 
 Why here, below ``service`` and ``training``: bf16 autocast is 1.4-3.8x faster than fp32 on a CPU with
 native bf16 (AVX-512-BF16 / AMX) but ~70x *slower* where oneDNN emulates it (AVX2-only AMD EPYC;
-docs/benchmarks.md). The service (``service.inference.platform``) and the trainer (``radscreen-train fit
+docs/results-benchmarks.md). The service (``service.inference.platform``) and the trainer (``radscreen-train fit
 --precision``) both decide from this detection, so neither can land on the emulated path by accident.
 
 Detection is injectable for tests (``detect_cpu(cpuinfo=..., isa=...)``) and overridable by operators
@@ -30,7 +30,7 @@ NativeBf16Setting = Literal["detect", "yes", "no"]  # override of the native-bf1
 BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 FP16_FLAGS = ("avx512_fp16", "amx_fp16", "fphp")
 # ONNX Runtime's u8s8 convolution kernels: VNNI/AMX dot products, or AVX2's vpmaddubsw (int8 measured 2.2x
-# faster than fp32 on an AVX2-only EPYC and 3x on AVX-512 VNNI, docs/benchmarks.md); NEON dot product on ARM
+# faster than fp32 on an AVX2-only EPYC and 3x on AVX-512 VNNI, docs/results-benchmarks.md); NEON dot product on ARM
 INT8_FLAGS = ("avx2", "avx_vnni", "avx512_vnni", "amx_int8", "asimddp")
 REPORTED_FLAGS = ("avx2", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8",
                   "avx512_fp16", "amx_fp16", "asimd", "asimddp", "bf16", "fphp")

@@ -181,14 +181,27 @@ class ExamDecision:
     eyes: dict[Eye, ScreeningOutcome]  # both eyes, a missing one as retake_ungradable
     missing: tuple[Eye, ...]  # eyes without any photograph
     deciding: tuple[Eye, ...]  # the eyes whose outcome is the exam's (both for no_referable_dr)
-    reason: str  # e.g. "Refer the patient ...: referable diabetic retinopathy in at least one eye (right eye)."
+    # e.g. "Human grader review: ... at least one photograph (right eye); retake the left-eye photograph
+    # (not gradable)." A referral or a grader review names every eye still to be (re)photographed.
+    reason: str
 
 
 def _eye_list(eyes: Sequence[Eye]) -> str:
     return " and ".join(f"{e.value} eye" for e in eyes)
 
 
-def _reason(outcome: ScreeningOutcome, deciding: tuple[Eye, ...], missing: tuple[Eye, ...]) -> str:
+def _retakes_left(eyes: Mapping[Eye, ScreeningOutcome], missing: tuple[Eye, ...]) -> str:
+    """What a referral or a grader review leaves to do, so that the headline never hides it: the eyes
+    without a gradable photograph, e.g. "; retake the left-eye photograph (not gradable)"."""
+    todo = [f"photograph the {eye.value} eye (none was sent)" if eye in missing
+            else f"retake the {eye.value}-eye photograph (not gradable)"
+            for eye in Eye if eyes[eye] is ScreeningOutcome.RETAKE_UNGRADABLE]
+    return "".join(f"; {item}" for item in todo)
+
+
+def _reason(outcome: ScreeningOutcome, eyes: Mapping[Eye, ScreeningOutcome], deciding: tuple[Eye, ...],
+            missing: tuple[Eye, ...]) -> str:
+    """The exam's plain line: its outcome, the eyes that decided it, and any retake still needed."""
     text = EXAM_OUTCOME_TEXT[outcome]
     if outcome is ScreeningOutcome.NO_REFERABLE_DR:
         return f"{text}."
@@ -200,7 +213,7 @@ def _reason(outcome: ScreeningOutcome, deciding: tuple[Eye, ...], missing: tuple
         if ungradable:
             parts.append(f"no gradable photograph of the {_eye_list(ungradable)}")
         return f"{text} ({'; '.join(parts)})."
-    return f"{text} ({_eye_list(deciding)})."
+    return f"{text} ({_eye_list(deciding)}){_retakes_left(eyes, missing)}."
 
 
 def exam_decision(photographs: Mapping[Eye, Sequence[ScreeningOutcome]]) -> ExamDecision:
@@ -214,4 +227,4 @@ def exam_decision(photographs: Mapping[Eye, Sequence[ScreeningOutcome]]) -> Exam
     outcome = _most_severe(list(eyes.values()), EXAM_PRECEDENCE)
     deciding = tuple(eye for eye in Eye if eyes[eye] is outcome)
     return ExamDecision(outcome=outcome, eyes=eyes, missing=missing, deciding=deciding,
-                        reason=_reason(outcome, deciding, missing))
+                        reason=_reason(outcome, eyes, deciding, missing))

@@ -8,7 +8,7 @@ input took over real *training* photographs, measured once by :func:`calibrate_r
 model. The service has no photographs, so it never calibrates; it only quantises with the shipped table
 (:class:`Int8DrawnSession`), which is deterministic. The linear head stays fp32.
 
-int8 is ~3x faster than the fp32 per-draw graph on a CPU with AVX-512 VNNI (docs/benchmarks.md) and
+int8 is ~3x faster than the fp32 per-draw graph on a CPU with AVX-512 VNNI (docs/results-benchmarks.md) and
 shifts p̄ and MI a little: whether it may serve is decided from its measured drift on real eyes
 (``benchmarks/drift_real.py``), never assumed.
 

@@ -18,6 +18,11 @@
 # `make test` a `make serve` installs nothing, and after `make serve` a `make test` only adds the extras
 # (torch and the core packages are already satisfied). Nothing is ever installed twice or swapped back
 # and forth, and torch is on disk once. A stamp older than pyproject.toml means "install again".
+#
+# Before anything is downloaded it checks the prerequisites and stops with one clear line when one is
+# missing: Linux x86-64; Python >= 3.11 with its venv module ($PYTHON, default python3; only when .venv is
+# still to be made); free disk in the checkout: core 3 GB, dev 6 GB (the venv and pip's download cache;
+# RADSCREEN_SETUP_MIN_FREE_MB overrides).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=${1:-dev}
@@ -33,6 +38,35 @@ case "$TORCH_MODE" in
     auto | cpu | cuda) ;;
     *) echo "setup: RADSCREEN_TORCH must be auto, cpu or cuda (got '$TORCH_MODE')" >&2; exit 2 ;;
 esac
+
+need() {  # a missing prerequisite: say which and how to get it, before any download
+    echo "setup: $*" >&2
+    exit 3
+}
+
+check_prerequisites() {
+    local os arch version free_mb min_mb
+    os=$(uname -s) arch=$(uname -m)
+    if [ "$os" != Linux ] || [ "$arch" != x86_64 ]; then
+        need "Linux x86-64 is needed (torch $TORCH_VERSION and onnxruntime-gpu wheels); this is $os $arch"
+    fi
+    if [ ! -x .venv/bin/python ]; then
+        command -v "$PYTHON" >/dev/null 2>&1 \
+            || need "$PYTHON not found: install Python >= 3.11 (Debian/Ubuntu: apt-get install python3 python3-venv)"
+        version=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo unknown)
+        "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+            || need "Python >= 3.11 is needed; $PYTHON is Python $version. Install a newer one and rerun with" \
+                    "PYTHON=python3.11 (or 3.12, 3.13)"
+        "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null \
+            || need "$PYTHON (Python $version) has no venv module: install it (Debian/Ubuntu: apt-get install" \
+                    "python3-venv, or python$version-venv) and rerun"
+    fi
+    min_mb=${RADSCREEN_SETUP_MIN_FREE_MB:-$([ "$extras" = core ] && echo 3000 || echo 6000)}
+    free_mb=$(df -Pm . | awk 'NR == 2 {print $4}')
+    if [ -n "$free_mb" ] && [ "$free_mb" -lt "$min_mb" ]; then
+        need "$free_mb MB free in $(pwd); the '$extras' set needs about $min_mb MB (docs/install.md)"
+    fi
+}
 
 fresh() {  # the stamp for this extra set exists and is newer than pyproject.toml
     [ -f ".venv/.radscreen-installed-$1" ] && [ ! pyproject.toml -nt ".venv/.radscreen-installed-$1" ]
@@ -79,6 +113,7 @@ install_torch() {
 if fresh "$extras" || { [ "$extras" = core ] && fresh dev; }; then
     exit 0
 fi
+check_prerequisites
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi

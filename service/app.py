@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from service.api import exams, health, model, pages, predict
+from service.api import dicomweb, exams, health, model, pages, predict
 from service.api.docs import install_offline_docs
 from service.api.pages import STATIC_DIR
 from service.cors import ProblemCORSMiddleware
@@ -27,6 +27,8 @@ from service.errors import install_error_handlers
 from service.metrics import ServiceMetrics
 from service.middleware import RequestContextMiddleware
 from service.model_host import ModelHost, ScorerFactory
+from service.pacs.settings import PacsSettings
+from service.pacs.store import Spool
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -44,19 +46,32 @@ the image should be referred to an expert. Errors are RFC 9457 `application/prob
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     host: ModelHost = app.state.model_host
-    loading = asyncio.create_task(host.load(), name="radscreen-load")
+    tasks = [asyncio.create_task(host.load(), name="radscreen-load")]
+    spool: Spool | None = app.state.pacs_spool
+    if spool is not None:  # DICOMweb on: grade what STOW-RS stores and deliver the SRs (service.pacs.worker)
+        from service.pacs.delivery import archive_from
+        from service.pacs.worker import PacsWorker
+
+        spool.clean_temporaries()  # before the first request: a partial file of a killed writer is no instance
+        pacs: PacsSettings = app.state.pacs_settings
+        worker = PacsWorker(spool, host, archive_from(pacs), pacs, app.state.metrics)
+        tasks.append(asyncio.create_task(worker.run(), name="radscreen-pacs"))
     try:
         yield
     finally:
-        loading.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await loading
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await host.stop()
 
 
-def create_app(settings: Settings | None = None, *, scorer_factory: ScorerFactory | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, scorer_factory: ScorerFactory | None = None,
+               pacs: PacsSettings | None = None) -> FastAPI:
     """Build the app. ``scorer_factory`` replaces ``load_scorer`` (tests, benchmarks): it gets
-    ``settings.scorer_spec()`` and returns the scorer."""
+    ``settings.scorer_spec()`` and returns the scorer. ``pacs`` (default: ``RADSCREEN_PACS_*``) turns DICOMweb
+    STOW-RS and the PACS worker on when its ``spool_dir`` is set."""
     settings = settings if settings is not None else Settings()
     logging.getLogger("service").setLevel(settings.log_level.upper())
     metrics = ServiceMetrics()
@@ -72,9 +87,11 @@ def create_app(settings: Settings | None = None, *, scorer_factory: ScorerFactor
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.model_host = ModelHost(settings, metrics, scorer_factory)
+    app.state.pacs_settings = pacs = pacs if pacs is not None else PacsSettings()
+    app.state.pacs_spool = Spool(pacs.spool_dir) if pacs.spool_dir is not None else None
 
     install_error_handlers(app)
-    for router in (predict.router, exams.router, model.router, health.router, pages.router):
+    for router in (predict.router, exams.router, dicomweb.router, model.router, health.router, pages.router):
         app.include_router(router)
     install_offline_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static")

@@ -5,6 +5,7 @@ Examples::
     radscreen serve --host 127.0.0.1 --port 8000                 # embedded default model
     radscreen serve --model-dir models/my-run --port 9000        # or RADSCREEN_MODEL_DIR=...
     radscreen batch score --input images/ --output results.csv   # the batch job (service.batch)
+    radscreen dicom-listen --spool-dir /var/lib/radscreen/spool --port 11112   # the DICOM C-STORE receiver
     python -m service serve
 
 Every other setting comes from ``RADSCREEN_*`` environment variables (see service/settings.py).
@@ -31,6 +32,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--workers", type=int, default=1, help="uvicorn worker processes (each loads the model)"
     )
+    listen = sub.add_parser(
+        "dicom-listen", help="run the DICOM C-STORE receiver: grade studies, send SRs to the archive (service.pacs)")
+    listen.add_argument("--host", default=None, help="bind address (RADSCREEN_PACS_LISTEN_HOST, default 127.0.0.1)")
+    listen.add_argument("--port", type=int, default=None, help="port (RADSCREEN_PACS_LISTEN_PORT, default 11112)")
+    listen.add_argument("--ae-title", default=None, help="our AE title (RADSCREEN_PACS_AE_TITLE, default RADSCREEN)")
+    listen.add_argument("--spool-dir", type=Path, default=None, help="spool folder (RADSCREEN_PACS_SPOOL_DIR)")
+    listen.add_argument("--model-dir", type=Path, default=None, help="artifact directory (default: embedded)")
     sub.add_parser("batch", help="batch referral scoring; see `radscreen batch --help`", add_help=False)
     return parser
 
@@ -77,6 +85,42 @@ def serve(host: str, port: int, model_dir: Path | None, workers: int = 1) -> int
     return 0
 
 
+def dicom_listen(args: argparse.Namespace) -> int:
+    """The C-STORE receiver (service.pacs.listener); exits 2 without a spool folder or with a bad artifact."""
+    import asyncio
+
+    from pydantic import ValidationError
+
+    from models.artifact import ArtifactError, load_artifact
+    from service.logs import configure_logging
+    from service.pacs.listener import serve_listener
+    from service.pacs.settings import PacsSettings
+    from service.settings import Settings
+
+    flags = {"listen_host": args.host, "listen_port": args.port, "ae_title": args.ae_title, "spool_dir": args.spool_dir}
+    try:
+        settings = Settings(**({"model_dir": args.model_dir} if args.model_dir is not None else {}))
+        pacs = PacsSettings(**{k: v for k, v in flags.items() if v is not None})
+    except ValidationError as exc:
+        print(f"radscreen dicom-listen: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level)
+    if pacs.spool_dir is None:
+        logger.error("cannot listen: set --spool-dir or RADSCREEN_PACS_SPOOL_DIR")
+        return 2
+    try:
+        load_artifact(settings.model_dir)
+    except ArtifactError as exc:
+        logger.error("cannot listen: %s", exc)
+        return 2
+    try:
+        asyncio.run(serve_listener(settings, pacs))
+    except OSError as exc:  # the port is taken or the address cannot be bound
+        logger.error("cannot listen on %s:%d: %s", pacs.listen_host, pacs.listen_port, exc.strerror or exc)
+        return 2
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["batch"]:
@@ -86,6 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(args_list)
     if args.command == "serve":
         return serve(args.host, args.port, args.model_dir, args.workers)
+    if args.command == "dicom-listen":
+        return dicom_listen(args)
     return 2  # argparse already rejected anything else
 
 

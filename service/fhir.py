@@ -155,7 +155,7 @@ def _observations(body: dict[str, Any], outcome: ScreeningOutcome, device_ref: s
     label = str(diagnosis["label"])
     decision_threshold = float(diagnosis["decision_threshold"])
     mi = float(unc["mutual_information"])
-    mi_threshold = float(unc[MI_THRESHOLD_FIELD])
+    referral_threshold_mi = float(unc[MI_THRESHOLD_FIELD])
     unit = str(unc.get("unit", "nat"))
     graded = outcome is not ScreeningOutcome.RETAKE_UNGRADABLE
 
@@ -225,13 +225,14 @@ def _observations(body: dict[str, Any], outcome: ScreeningOutcome, device_ref: s
         valueQuantity={"value": mi, "unit": unit},
         interpretation=[
             _code("above-referral-threshold", "Above the calibrated threshold: grader review")
-            if is_uncertain(mi, mi_threshold)
+            if is_uncertain(mi, referral_threshold_mi)
             else _code("within-referral-threshold", "Within the calibrated threshold")
         ],
         referenceRange=[
             {
-                "high": {"value": mi_threshold, "unit": unit},
-                "text": f"Calibrated threshold {_nat(mi_threshold)} {unit}: above it a human grader reviews the image",
+                "high": {"value": referral_threshold_mi, "unit": unit},
+                "text": f"Calibrated threshold {_nat(referral_threshold_mi)} {unit}: "
+                        "above it a human grader reviews the image",
             }
         ],
     )

@@ -6,7 +6,9 @@ single-image rendering in :mod:`service.fhir`):
 - ``DiagnosticReport`` — status ``preliminary``; ``conclusionCode`` = the exam outcome (our code system, as
   for one image), ``conclusion`` = the exam's reason in plain words plus the not-for-clinical-use note;
   ``result`` = the two eye Observations; ``identifier`` = request id and, if given, the caller's opaque
-  ``exam_id``; ``subject`` = a logical reference by identifier to the caller's opaque ``patient_ref`` (when given).
+  ``exam_id``; ``subject`` = a logical reference by identifier to the caller's opaque ``patient_ref`` (when given);
+  ``imagingStudy`` = a logical reference to the DICOM study by its Study Instance UID (``urn:dicom:uid``,
+  ``urn:oid:<uid>``), when the photographs came as DICOM of one study (``study_uid`` in the body).
 - ``Observation`` per eye (right, left, always both: a missing eye is reported as such) — ``valueCodeableConcept``
   = the eye's outcome; ``bodySite`` = the eye, coded in our code system (``right-eye`` / ``left-eye``) with
   its text; a ``laterality`` component whose value is the SNOMED CT laterality qualifier **24028007 Right**
@@ -48,6 +50,7 @@ from service.payload import checked_outcome
 
 EXAM_ID_SYSTEM = "urn:radial-screen:exam-id"
 PATIENT_REF_SYSTEM = "urn:radial-screen:patient-ref"
+DICOM_UID_SYSTEM = "urn:dicom:uid"  # FHIR's system for DICOM UIDs (ImagingStudy.identifier)
 LATERALITY: dict[Eye, tuple[str, str]] = {  # SNOMED CT laterality qualifier values
     Eye.RIGHT: ("24028007", "Right (qualifier value)"),
     Eye.LEFT: ("7771000", "Left (qualifier value)"),
@@ -131,6 +134,9 @@ def to_fhir_exam_bundle(body: dict[str, Any], *, outcome: ScreeningOutcome | Non
         text="Automated referable diabetic retinopathy screening of one visit, both eyes (research prototype)",
         conclusion=conclusion, conclusion_code=_code(outcome.value, EXAM_OUTCOME_TEXT[outcome]),
     )
+    if body.get("study_uid"):
+        report["imagingStudy"] = [{"identifier": {"system": DICOM_UID_SYSTEM, "value": f"urn:oid:{body['study_uid']}"},
+                                   "display": "The DICOM study of the photographs"}]
     if body.get("patient_ref"):
         report["subject"] = {"identifier": {"system": PATIENT_REF_SYSTEM, "value": str(body["patient_ref"])}}
     return collection_bundle(request_id, stamp, report, observations, model)

@@ -124,6 +124,7 @@ class ServiceMetrics:
             self.outcomes.labels(outcome=outcome.value)
         self._add_client_disconnects(r)
         self._add_exams(r)
+        self._add_pacs(r)
 
     def _add_exams(self, r: CollectorRegistry) -> None:
         """Patient visits scored by POST /v1/exams: by exam outcome, and photographs per exam."""
@@ -144,6 +145,36 @@ class ServiceMetrics:
         """Count one scored exam (its photographs are counted one by one by :meth:`observe_score`)."""
         self.exams.labels(outcome=outcome.value).inc()
         self.exam_images.observe(images)
+
+    def _add_pacs(self, r: CollectorRegistry) -> None:
+        """DICOM in and out (service.pacs): labels are fixed words, never an identifier or a UID."""
+        self.pacs_instances = Counter(
+            "radscreen_pacs_instances",
+            "DICOM instances received, by path (stow / cstore) and result (stored / refused).",
+            ["path", "result"], registry=r,
+        )
+        self.pacs_results = Counter(
+            "radscreen_pacs_results",
+            "Exam results (SR) by event: built (new result object), duplicate (the same SR UID again: not resent), "
+            "refused (the study's instances are not one patient's visit: not graded).",
+            ["event"], registry=r,
+        )
+        self.pacs_deliveries = Counter(
+            "radscreen_pacs_deliveries",
+            "Attempts to store a result in the archive, by result (delivered / failed).", ["result"], registry=r,
+        )
+        self.pacs_outbox = Gauge("radscreen_pacs_outbox", "Results waiting for the archive.", registry=r)
+        self.pacs_oldest_undelivered = Gauge(
+            "radscreen_pacs_oldest_undelivered_seconds",
+            "Age of the oldest result not yet accepted by the archive (0 when none waits).", registry=r,
+        )
+        for path in ("stow", "cstore"):
+            for result in ("stored", "refused"):
+                self.pacs_instances.labels(path=path, result=result)
+        for event in ("built", "duplicate", "refused"):
+            self.pacs_results.labels(event=event)
+        for result in ("delivered", "failed"):
+            self.pacs_deliveries.labels(result=result)
 
     def _add_client_disconnects(self, r: CollectorRegistry) -> None:
         """Requests the client abandoned: counted, logged at info, never scored or 5xx."""

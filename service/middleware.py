@@ -100,7 +100,7 @@ class RequestContextMiddleware:
             return FHIR_BODY_LIMIT
         if path.endswith("/batch"):
             return self.batch_limit
-        return self.exam_limit if path.endswith("/v1/exams") else self.single_limit
+        return self.exam_limit if path.endswith("/v1/exams") or path.startswith("/dicomweb/") else self.single_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

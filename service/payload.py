@@ -4,9 +4,10 @@ API layer: the inference core (``service.inference``) returns typed scores and n
 routes, the batch rows and the doc generators all build the body here, so every surface shows the same
 fields. Fields added per request (``request_id``, ``study_id``, ``timing_ms``) are added by the caller.
 
-The public field names are a contract and differ from the artifact's in one place: the artifact's
-``referral_threshold_mi`` is the answer's ``uncertainty.referral_threshold``. :func:`score_payload` writes
-it and :func:`checked_outcome` (a body sent back to be rendered, e.g. as FHIR) reads it; nothing else maps it.
+The public field names are a contract. The calibrated MI threshold has one name everywhere: the artifact's
+``referral_threshold_mi`` is the answer's ``uncertainty.referral_threshold_mi`` (and ``/v1/model``'s, the
+batch summary's and the Python code's). :func:`score_payload` writes it and :func:`checked_outcome` (a body
+sent back to be rendered, e.g. as FHIR) reads it.
 
 Example::
 
@@ -23,7 +24,7 @@ from models.decision import OUTCOME_TEXT, ScreeningOutcome, diagnosis_label, scr
 if TYPE_CHECKING:  # the FHIR rendering imports this module without loading the inference core
     from service.inference.scoring import ImageScore, Scorer
 
-MI_THRESHOLD_FIELD = "referral_threshold"  # uncertainty.<this> = the artifact's referral_threshold_mi
+MI_THRESHOLD_FIELD = "referral_threshold_mi"  # uncertainty.<this>: the artifact's field name, one name everywhere
 
 
 def score_payload(score: ImageScore, scorer: Scorer) -> dict[str, Any]:

@@ -78,7 +78,9 @@ class Uncertainty(BaseModel):
     predictive_entropy: float = Field(ge=0)
     expected_entropy: float = Field(ge=0)
     unit: Literal["nat"] = "nat"
-    referral_threshold: float = Field(description="Refer when mutual_information exceeds this.")
+    referral_threshold_mi: float = Field(
+        description="The calibrated MI threshold (nats): a human grader reviews the image when "
+        "mutual_information exceeds it.")
 
 
 class Quality(BaseModel):

@@ -19,6 +19,7 @@ import uvicorn
 
 from service.app import create_app
 from service.model_host import ScorerFactory
+from service.pacs.settings import PacsSettings
 from service.settings import Settings
 
 
@@ -36,14 +37,16 @@ def settings_for(artifact: Path, **overrides: Any) -> Settings:
 
 @contextmanager
 def live_server(
-    settings: Settings, *, scorer_factory: ScorerFactory | None = None, wait_ready: bool = True
+    settings: Settings, *, scorer_factory: ScorerFactory | None = None, wait_ready: bool = True,
+    pacs: PacsSettings | None = None,
 ) -> Iterator[str]:
-    """Yield the base URL of a running server; readiness is awaited unless ``wait_ready=False``."""
+    """Yield the base URL of a running server; readiness is awaited unless ``wait_ready=False``; ``pacs``
+    configures DICOMweb (``create_app``)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    app = create_app(settings, scorer_factory=scorer_factory)
+    app = create_app(settings, scorer_factory=scorer_factory, pacs=pacs)
     config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

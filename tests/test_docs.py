@@ -11,11 +11,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
-RESULTS_PAGES = {"science.md", "benchmarks.md"}  # and every results-*.md
+RESULTS_PAGES = {"results-science.md", "results-benchmarks.md"}  # and every results-*.md
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 NAMED_PATH = re.compile(r"(?<![\w./-])(docs/[\w./-]+\.(?:md|png))")
 DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
 ISSUE = re.compile(r"\b[Ii]ssue [0-9]|#[0-9]{2}\b")
+# `python` as a command: absent where only python3 is
+BARE_PYTHON = re.compile(r"(?<![\w/.-])python (?:-[mc]\b|\S+\.py\b)")
 
 
 def _is_results_page(page: Path) -> bool:
@@ -56,3 +58,40 @@ def test_reference_pages_carry_no_dates(page: Path) -> None:
 def test_the_checks_see_every_page_kind() -> None:
     assert (ROOT / "README.md") in PAGES and any(_is_results_page(p) for p in PAGES)
     assert sum(not _is_results_page(p) for p in PAGES) >= 10  # the reference pages
+
+
+def test_the_readme_first_screen_names_the_prerequisites() -> None:
+    """What a newcomer needs before `make serve`, before the first command (scripts/setup.sh checks the same)."""
+    first_screen = "\n".join((ROOT / "README.md").read_text(encoding="utf-8").splitlines()[:24])
+    quick_start = first_screen.find("## Quick start")
+    for needed in ("Linux x86-64", "Python ≥ 3.11", "venv", "GB for `make serve`", "GB for `make test`"):
+        assert needed in first_screen, needed
+        assert quick_start == -1 or first_screen.index(needed) < quick_start, needed
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_commands_never_call_a_bare_python(page: Path) -> None:
+    """Debian and Ubuntu have `python3` but no `python` outside a venv: a command names `python3` or the venv's
+    `.venv/bin/python`."""
+    hits = [line for line in page.read_text(encoding="utf-8").splitlines() if BARE_PYTHON.search(line)]
+    assert not hits, f"{page.relative_to(ROOT)} calls a bare `python`: {hits}"
+
+
+def test_the_real_data_recipe_is_the_embedded_models_command() -> None:
+    """docs/training-real-data.md's recipe is the model card's command, the parent spelled out for --init-from
+    (models/default is the model itself now), and the training CLI accepts it."""
+    import shlex
+
+    from training.cli import build_parser
+
+    card = (ROOT / "models" / "default" / "MODEL_CARD.md").read_text(encoding="utf-8")
+    ran = shlex.split(re.search(r"^- Command: `(radscreen-train fit [^`]+)`", card, re.M).group(1))  # type: ignore[union-attr]
+    doc = (ROOT / "docs" / "training-real-data.md").read_text(encoding="utf-8")
+    section = doc[doc.index("### The embedded model's recipe"):]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
+    checkout, command = [line.split("#")[0] for line in block.replace("\\\n", " ").strip().splitlines()]
+    documented = shlex.split(command)
+    parent = shlex.split(checkout)[-2] + "/models/default"  # `git worktree add <dir> <commit>`
+    assert documented[0] == ".venv/bin/radscreen-train" and documented[1:] == [
+        parent if (a == "models/default" and ran[i - 1] == "--init-from") else a for i, a in enumerate(ran)][1:]
+    build_parser().parse_args(documented[1:])

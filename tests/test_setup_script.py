@@ -1,5 +1,7 @@
 """scripts/setup.sh: which pip commands run for `core` (make serve) and `dev` (make test), in which order,
-and which torch build it chooses (CPU index, pip's own configuration, CUDA on a GPU machine, kept as found).
+and which torch build it chooses (CPU index, pip's own configuration, CUDA on a GPU machine, kept as found);
+and that a missing prerequisite (Python < 3.11 or without venv, another platform, too little disk) stops it
+with one line before anything is made or downloaded.
 
 The script runs in a scratch copy of the repository layout whose ``.venv/bin/python`` records its pip
 arguments instead of installing and answers ``import torch`` with the build the last recorded torch install
@@ -83,7 +85,8 @@ def setup(repo: Path, *args: str, index: str = CLOSED, pip_torch: str = "2.13.0+
           **env: str) -> subprocess.CompletedProcess[str]:
     """Run setup.sh with ``args``; ``pip_torch`` is what a torch install from pip's own configuration brings."""
     environ = dict(os.environ, PATH=f"{repo / 'bin'}:{os.environ['PATH']}", RADSCREEN_TORCH_CPU_INDEX=index,
-                   RADSCREEN_TORCH_INDEX_TIMEOUT_S="2", FAKE_PIP_TORCH=pip_torch, **env)
+                   RADSCREEN_TORCH_INDEX_TIMEOUT_S="2", FAKE_PIP_TORCH=pip_torch,
+                   **{"RADSCREEN_SETUP_MIN_FREE_MB": "0", **env})
     if "RADSCREEN_TORCH" not in env:
         environ.pop("RADSCREEN_TORCH", None)
     return subprocess.run(["bash", str(repo / "scripts" / "setup.sh"), *args], env=environ, capture_output=True,
@@ -194,3 +197,67 @@ def test_an_installed_cuda_torch_is_kept(repo: Path, cpu_index: str) -> None:
 def test_unknown_torch_choice_is_refused(repo: Path) -> None:
     proc = setup(repo, "core", RADSCREEN_TORCH="rocm")
     assert proc.returncode == 2 and "RADSCREEN_TORCH must be auto, cpu or cuda" in proc.stderr
+
+
+# A stand-in interpreter that is not yet a venv: answers the version probes, records anything else it is asked
+# (a `-m venv`, a pip download) so a test can see that nothing was.
+FAKE_SYSTEM_PYTHON = """#!/bin/bash
+case "$2" in
+    *"print("*) echo {version}; exit 0 ;;
+    *"version_info < (3, 11)"*) exit {too_old} ;;
+    *"import ensurepip, venv"*) exit {no_venv} ;;
+esac
+echo "$*" >> "{root}/calls.log"
+"""
+
+
+def system_python(repo: Path, version: str, *, no_venv: bool = False) -> str:
+    """A fresh checkout (no .venv) and a stand-in ``python<version>`` for the script's $PYTHON."""
+    shutil.rmtree(repo / ".venv")
+    python = repo / "bin" / f"python{version}"
+    too_old = int(tuple(map(int, version.split("."))) < (3, 11))
+    python.write_text(FAKE_SYSTEM_PYTHON.format(version=version, too_old=too_old, no_venv=int(no_venv), root=repo))
+    python.chmod(0o755)
+    return str(python)
+
+
+def refused_before_any_download(repo: Path, proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 3, proc.stderr
+    assert not (repo / "calls.log").exists() and not (repo / ".venv").exists()  # nothing made, nothing fetched
+    return proc.stderr.strip()
+
+
+def test_python_3_10_fails_at_once_naming_the_version(repo: Path) -> None:
+    python = system_python(repo, "3.10")
+    start = time.monotonic()
+    err = refused_before_any_download(repo, setup(repo, "dev", PYTHON=python))
+    assert time.monotonic() - start < 10
+    assert err == (f"setup: Python >= 3.11 is needed; {python} is Python 3.10. Install a newer one and rerun "
+                   "with PYTHON=python3.11 (or 3.12, 3.13)")
+
+
+def test_python_without_its_venv_module_is_named(repo: Path) -> None:
+    python = system_python(repo, "3.11", no_venv=True)
+    err = refused_before_any_download(repo, setup(repo, "core", PYTHON=python))
+    assert "has no venv module" in err and "python3-venv" in err
+
+
+def test_a_good_python_goes_on_to_make_the_venv(repo: Path) -> None:
+    python = system_python(repo, "3.12")
+    setup(repo, "core", PYTHON=python)  # the stand-in makes no venv, so the script stops after asking for one
+    assert (repo / "calls.log").read_text().splitlines()[0] == "-m venv .venv"
+
+
+def test_another_machine_is_refused(repo: Path) -> None:
+    uname = repo / "bin" / "uname"
+    uname.write_text('#!/bin/sh\n[ "$1" = -m ] && echo aarch64 || echo Linux\n')
+    uname.chmod(0o755)
+    shutil.rmtree(repo / ".venv")
+    err = refused_before_any_download(repo, setup(repo, "core"))
+    assert err == "setup: Linux x86-64 is needed (torch 2.13.0 and onnxruntime-gpu wheels); this is Linux aarch64"
+
+
+def test_too_little_disk_is_refused(repo: Path) -> None:
+    proc = setup(repo, "dev", RADSCREEN_SETUP_MIN_FREE_MB=str(10**12))
+    assert proc.returncode == 3 and not (repo / "calls.log").exists()
+    assert f"the 'dev' set needs about {10**12} MB" in proc.stderr

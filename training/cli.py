@@ -128,7 +128,7 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v.add_argument("--draw-seed", type=int, default=d.draw_seed, help="seed of the artifact's fixed serving draws")
     v.add_argument("--head-draws", type=int, default=d.head_draws,
                    help="draws of the last layer per serving draw: steadies the MI estimate at no real cost "
-                        "(docs/science.md, 'Head draws'); 1 = the plain K draws")
+                        "(docs/results-science.md, 'Head draws'); 1 = the plain K draws")
     v.add_argument("--target-referral-rate", type=float, default=d.target_referral_rate,
                    help="share of validation images the MI threshold refers (without --max-missed-share)")
     v.add_argument("--max-missed-share", type=float, default=None,
@@ -225,7 +225,7 @@ def _fit(args: argparse.Namespace) -> int:
     if args.restart and out.exists():  # only once the settings are known to be good
         shutil.rmtree(out)
     started = time.monotonic()
-    data = prepare_data(config)
+    data = prepare_data(config, progress=not args.no_progress)
     state = trainer.fit(data, stop_after_steps=args.stop_after_steps)
     elapsed = time.monotonic() - started
     if state.epoch < config.epochs:
@@ -320,6 +320,11 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"synth": _synth, "fit": _fit, "evaluate": _evaluate, "export": _export}
     try:
         return handlers[args.command](args)
+    except KeyboardInterrupt:  # Ctrl-C: fit resumes from its last checkpoint (every --checkpoint-every steps)
+        resume = " without --restart" if getattr(args, "restart", False) else ""
+        print(f"interrupted: rerun the same command{resume} to resume" if args.command == "fit" else "interrupted",
+              file=sys.stderr)
+        return 130
     except (ValueError, OSError) as exc:  # settings, manifests, artifacts, unreadable images, this machine
         if args.verbose:
             raise

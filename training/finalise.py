@@ -110,14 +110,14 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
 
     val_probs, val_labels = score("val")
     operating: OperatingPoint | None = None
-    mi_threshold: float | None = None
+    referral_threshold_mi: float | None = None
     decision = config.decision_threshold
     if config.max_missed_share is not None:  # the screening rule, sensitivity first (evaluation.operating_point)
         unc = mc_uncertainty(val_probs)
         operating = screening_operating_point(unc.probability, unc.mutual_information, val_labels,
                                               max_missed_share=config.max_missed_share)
-        mi_threshold, decision = operating.referral_threshold_mi, operating.decision_threshold
-    val = evaluate("val", val_probs, val_labels, mi_threshold, decision)
+        referral_threshold_mi, decision = operating.referral_threshold_mi, operating.decision_threshold
+    val = evaluate("val", val_probs, val_labels, referral_threshold_mi, decision)
     val_summary = val.calibration_summary()
     test = None
     test_shares: dict[str, float] | None = None

@@ -71,7 +71,7 @@ def training_runtime(config: TrainConfig, *, cpu: CpuCapability | None = None) -
     ``--device auto`` -> cuda when available, else cpu; ``--precision auto`` -> bf16 only where the device runs
     it natively (a CUDA device with native bf16, or a CPU with AVX-512-BF16/AMX), else fp32. An explicit
     ``bf16`` where it would be emulated is refused: oneDNN's emulation on an AVX2-only CPU ran the network ~70x
-    slower than fp32 (docs/benchmarks.md), which turns an hour's run into days with no message. ``cpu`` is
+    slower than fp32 (docs/results-benchmarks.md), which turns an hour's run into days with no message. ``cpu`` is
     injected by tests; default: this machine.
     """
     try:

@@ -80,7 +80,7 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         f"- Serving: {config.mc_samples} posterior draws, seed {config.draw_seed}"
         + (f", each with {config.head_draws} draws of the final layer ({config.mc_samples * config.head_draws} "
            f"posterior samples per image at the cost of {config.mc_samples} forward passes; "
-           "docs/science.md, 'Head draws')."
+           "docs/results-science.md, 'Head draws')."
            if config.head_draws > 1 else "."),
         "",
         "## Training data",

@@ -329,7 +329,7 @@ class ArtifactConfig:
 
 REDUCED_PRECISIONS = ("bf16", "fp16", "int8")
 # The largest share of images a guard band may send back to fp32. bf16 runs the served network in ~0.6x
-# fp32's time and int8 in ~0.35x (docs/benchmarks.md); at a quarter re-scored both stay clearly faster.
+# fp32's time and int8 in ~0.35x (docs/results-benchmarks.md); at a quarter re-scored both stay clearly faster.
 MAX_GUARD_SHARE = 0.25
 
 

@@ -207,7 +207,7 @@ async def score_exam(request: Request, host: ModelHostDep, settings: SettingsDep
         "disclaimer": scorer.disclaimer,
     }
     if _wants_fhir(request, format):
-        return _fhir(body, ScreeningOutcome(exam["outcome"]))
+        return _fhir({**body, "study_uid": study_uid}, ScreeningOutcome(exam["outcome"]))
     return ExamResponse(**body)
 
 

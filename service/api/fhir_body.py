@@ -9,7 +9,7 @@ few KiB whatever the body holds. The ``study_id`` obeys the same rule as on ``/v
 **Provenance.** The rendered report names a model (the FHIR ``Device``: name, version, sha256) and states
 the thresholds its outcome was decided with, so a document is rendered only when it was made by the model
 this service has loaded: every field of its ``model`` and both thresholds (``diagnosis.decision_threshold``,
-``uncertainty.referral_threshold``) must equal the loaded model's exactly (JSON carries Python floats
+``uncertainty.referral_threshold_mi``) must equal the loaded model's exactly (JSON carries Python floats
 exactly). A document of another model, or with forged thresholds, is refused with 422 naming the fields that
 differ, never rendered as though this model had made it; the outcome is then re-derived with the loaded
 model's thresholds (``service.payload.checked_outcome``).

@@ -15,7 +15,8 @@ Example (a day's screening images, resumable; rerun the same command after an in
     RADSCREEN_MODEL_DIR=models/my-run radscreen-batch score --input day/ --output day.csv \\
         --backend torch --precision fp32 --strategy loop --max-pixels 54200000
 
-Exit status: 0 done, 2 unusable input or arguments (message on stderr), 1 unexpected failure.
+Exit status: 0 done, 2 unusable input or arguments (message on stderr), 130 interrupted (Ctrl-C: what was
+scored is committed; rerun the same command to resume), 1 unexpected failure.
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ def build_parser(prog: str = "radscreen-batch") -> argparse.ArgumentParser:
     exams.add_argument("--eye-column", default="eye", help="manifest column of the eye, left/right (default eye)")
     exams.add_argument("--exams-output", type=Path, default=None,
                        help="exam rows CSV (default: <output stem>.exams.csv beside --output)")
-    p.add_argument("--chunk-size", type=int, default=256, help="rows per committed part file (default 256)")
+    p.add_argument("--chunk-size", type=int, default=64,
+                   help="rows per committed part file (default 64; no batch spans two parts, so a smaller value "
+                   "also caps --batch-size); whatever is scored is also committed every 10 s and on Ctrl-C")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
 
@@ -122,6 +125,16 @@ def main(argv: list[str] | None = None, *, prog: str = "radscreen-batch") -> int
     """
     args = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return _score(args)
+    except KeyboardInterrupt:  # Ctrl-C: the job committed what it had scored (service.batch.job)
+        print("interrupted: rerun the same command" + (" without --restart" if args.restart else "") + " to resume",
+              file=sys.stderr)
+        return 130
+
+
+def _score(args: argparse.Namespace) -> int:
+    """Run the ``score`` command; returns the exit status."""
     from models.artifact import ArtifactError
     from models.compute import PrecisionUnavailableError
     from service.batch.job import BatchJobConfig, run_job

@@ -34,7 +34,7 @@ from service.batch.exams import (
 from service.batch.inputs import InputSource, discover
 from service.batch.local import PoolKind, run_local
 from service.batch.output import output_format, output_model_shas, write_output
-from service.batch.parts import ChunkWriter, PartStore, PartStoreError
+from service.batch.parts import ChunkWriter, PartStore, PartStoreError, part_ends
 from service.batch.ray_runner import RayOptions, run_ray
 from service.batch.rows import Row, error_row
 from service.batch.summary import SummaryBuilder, format_summary, plot_summary, write_summary_json
@@ -75,8 +75,8 @@ class BatchJobConfig:
     id_column: str | None = None
     path_column: str | None = None
     image_root: Path | None = None
-    chunk_size: int = 256
-    flush_seconds: float = 30.0
+    chunk_size: int = 64  # rows per part file (service.batch.parts.ChunkWriter)
+    flush_seconds: float = 10.0  # ... or whatever is scored after this long, so short jobs commit too
     progress: bool = True
     ray_address: str | None = None
     ray_actors: int = 1
@@ -188,7 +188,8 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
         n_done = sum(1 for it in source.items if it.error is None) - len(todo)
         if n_done:
             logger.info("resuming: %d of %d inputs already scored", n_done, len(source.items))
-        writer = ChunkWriter(store, chunk_size=cfg.chunk_size, flush_seconds=cfg.flush_seconds)
+        ends = part_ends([it.id for it in source.items if it.error is None], cfg.chunk_size)
+        writer = ChunkWriter(store, chunk_size=cfg.chunk_size, flush_seconds=cfg.flush_seconds, ends=ends)
         with tqdm(total=len(source.items) - sum(it.error is not None for it in source.items), initial=n_done,
                   unit="img", desc="scoring", disable=not cfg.progress, dynamic_ncols=True) as bar:
 
@@ -196,13 +197,19 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
                 writer.add(rows)
                 bar.update(len(rows))
 
-            if cfg.runner == "local":
-                run_local(todo, scorer, emit, batch_size=cfg.batch_size, workers=cfg.workers, pool=cfg.pool)
-            elif cfg.runner == "ray":
-                options = RayOptions(address=cfg.ray_address, actors=cfg.ray_actors, batch_size=cfg.batch_size)
-                run_ray(todo, cfg.spec, emit, options, pipeline=scorer.pipeline, model_sha256=sha)
-            else:
-                raise ValueError(f"unknown runner {cfg.runner!r}; expected one of: local, ray")
+            try:
+                if cfg.runner == "local":
+                    run_local(todo, scorer, emit, batch_size=cfg.batch_size, workers=cfg.workers, pool=cfg.pool,
+                              part_ends=ends)
+                elif cfg.runner == "ray":
+                    options = RayOptions(address=cfg.ray_address, actors=cfg.ray_actors, batch_size=cfg.batch_size)
+                    run_ray(todo, cfg.spec, emit, options, pipeline=scorer.pipeline, model_sha256=sha)
+                else:
+                    raise ValueError(f"unknown runner {cfg.runner!r}; expected one of: local, ray")
+            except KeyboardInterrupt:  # Ctrl-C: keep every row already scored, then stop (the CLI says how to resume)
+                writer.flush()
+                logger.info("interrupted: %d rows committed in %s", len(store.done_ids), parts_dir)
+                raise
             writer.flush()
 
         builder = SummaryBuilder(

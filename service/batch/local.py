@@ -10,6 +10,7 @@ become error rows here and never stop the job.
 from __future__ import annotations
 
 import logging
+import signal
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -51,6 +52,12 @@ def load_prepared(file: str, pipeline: ImagePipeline) -> PreparedImage | RowErro
         return RowError(UNEXPECTED_ERROR, f"{type(exc).__name__} while preparing the image")
 
 
+def ignore_sigint() -> None:
+    """A process-pool worker leaves Ctrl-C to the job (which commits and says how to resume): no traceback
+    from each worker."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def make_executor(pool: PoolKind, workers: int) -> Executor:
     """A thread pool (PIL and numpy release the GIL while decoding) or a process pool (spawned)."""
     if workers < 1:
@@ -60,7 +67,8 @@ def make_executor(pool: PoolKind, workers: int) -> Executor:
     if pool == "process":
         import multiprocessing
 
-        return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=ignore_sigint)
     raise ValueError(f"unknown pool {pool!r}; expected one of: thread, process")
 
 
@@ -99,25 +107,31 @@ def score_window(window: list[tuple[InputItem, PreparedImage | RowError]], score
 
 def run_local(items: Sequence[InputItem], scorer: Scorer, emit: Callable[[list[Row]], None], *,
               batch_size: int = 16, workers: int = 2, pool: PoolKind = "thread",
-              prefetch: int | None = None) -> None:
+              prefetch: int | None = None, part_ends: frozenset[str] = frozenset()) -> None:
     """Score ``items`` (all readable-looking inputs still to do) and pass their rows to ``emit``.
 
     ``emit`` receives the rows of each window (``batch_size`` prepared images plus any error rows met
-    on the way) in input order.
+    on the way, cut short at an id in ``part_ends`` so that no batch spans two part files) in input order.
+    On Ctrl-C the reads still queued are cancelled, not waited for.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if not items:
         return
     ahead = prefetch if prefetch is not None else 2 * batch_size + workers
-    with make_executor(pool, workers) as executor:
+    executor = make_executor(pool, workers)
+    try:
         window: list[tuple[InputItem, PreparedImage | RowError]] = []
         n_prepared = 0
         for item, result in prepared_stream(items, scorer.pipeline, executor, ahead):
             window.append((item, result))
             n_prepared += not isinstance(result, RowError)
-            if n_prepared >= batch_size:
+            if n_prepared >= batch_size or item.id in part_ends:
                 emit(score_window(window, scorer))
                 window, n_prepared = [], 0
         if window:
             emit(score_window(window, scorer))
+    except BaseException:
+        executor.shutdown(wait=False, cancel_futures=True)
+        raise
+    executor.shutdown(wait=True)

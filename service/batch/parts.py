@@ -21,9 +21,12 @@ import json
 import logging
 import re
 import shutil
+import signal
+import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -184,35 +187,70 @@ def _read_part(path: Path) -> Iterator[Row]:
                 yield json.loads(line)
 
 
-class ChunkWriter:
-    """Buffers rows and commits them as a part every ``chunk_size`` rows or ``flush_seconds`` seconds."""
+def part_ends(ids: Sequence[str], chunk_size: int) -> frozenset[str]:
+    """The ids that end a part: every ``chunk_size``-th of the job's inputs, in input order, and the last.
 
-    def __init__(self, store: PartStore, *, chunk_size: int = 256, flush_seconds: float = 30.0):
+    Counted over the whole job (done or not), so a rerun cuts its parts, and its scoring windows, where the
+    first run did.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    return frozenset([*ids[chunk_size - 1::chunk_size], *ids[-1:]])
+
+
+@contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) until the block is done, then raise it: a part is committed whole and its
+    rows are counted as done, or neither. Outside the main thread (where no signal arrives) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
+class ChunkWriter:
+    """Buffers rows and commits them as a part at each part end (:func:`part_ends`), every ``chunk_size``
+    rows, or after ``flush_seconds``; a Ctrl-C never splits a commit (:func:`sigint_deferred`)."""
+
+    def __init__(self, store: PartStore, *, chunk_size: int = 64, flush_seconds: float = 10.0,
+                 ends: frozenset[str] = frozenset()):
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         self.store = store
         self.chunk_size = chunk_size
         self.flush_seconds = flush_seconds
+        self.ends = ends
         self._pending: list[Row] = []
         self._last_flush = time.monotonic()
         self.parts_written = 0
 
     def add(self, rows: Iterable[Row]) -> None:
-        """Queue one window of rows; commit once ``chunk_size`` rows are queued or time is up.
+        """Queue one window of rows; commit once it reaches a part end, ``chunk_size`` rows are queued, or
+        time is up.
 
-        Commits happen only between windows, so a part holds whole scoring windows: after a kill the
-        rerun starts on a window boundary and forms the same batches as an uninterrupted run would.
+        Commits happen only between windows, so a part holds whole scoring windows; the local runner cuts
+        its windows at the part ends, so a part holds exactly ``chunk_size`` rows (fewer only for the last,
+        a time-based commit or an interrupted run), and after a kill the rerun starts on a window boundary
+        and forms the same batches as an uninterrupted run would.
         """
+        rows = list(rows)
         self._pending.extend(rows)
-        if len(self._pending) >= self.chunk_size or (
-            self._pending and time.monotonic() - self._last_flush >= self.flush_seconds
-        ):
+        if (any(r["id"] in self.ends for r in rows) or len(self._pending) >= self.chunk_size
+                or (self._pending and time.monotonic() - self._last_flush >= self.flush_seconds)):
             self.flush()
 
     def flush(self) -> None:
         """Commit all queued rows now (no-op when none)."""
         if self._pending:
-            self.store.write_part(self._pending)
-            self.parts_written += 1
-            self._pending = []
+            rows, self._pending = self._pending, []
+            with sigint_deferred():
+                self.store.write_part(rows)
+                self.parts_written += 1
         self._last_flush = time.monotonic()

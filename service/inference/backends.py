@@ -61,7 +61,7 @@ class TorchBackend:
             raise ValueError(f"precision={precision!r} must be resolved first; expected one of: fp32, bf16, fp16.")
         self.device = device
         self.precision = precision
-        # Per-draw loop beats grouped convolutions on CPU (oneDNN), grouped wins on GPU: docs/benchmarks.md.
+        # Per-draw loop beats grouped convolutions on CPU (oneDNN), grouped wins on GPU: docs/results-benchmarks.md.
         net.strategy = resolve_strategy(strategy, device=device, backend=self.name)[0]
         self.strategy: str = net.strategy
         if intra_op_threads is not None:

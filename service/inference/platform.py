@@ -6,7 +6,7 @@ natively AND that the artifact's measured drift permits (``Calibration.permits``
 ``bf16``/``fp16``/``int8`` the machine would only emulate **fails at start** with
 ``PrecisionUnavailableError``, whose message ends with :data:`SERVICE_FIX` (the service's settings; a
 configuration the machine cannot honour at a usable speed is an error, not a silent 70x slowdown: bf16
-emulated on an AVX2-only AMD EPYC ran the served network 70x slower, docs/benchmarks.md).
+emulated on an AVX2-only AMD EPYC ran the served network 70x slower, docs/results-benchmarks.md).
 
 ``backend="auto"`` then takes ONNX Runtime's per-draw graph for fp32 on CPU (the fastest fp32 CPU path
 measured against the peer) and torch for bf16/fp16 and GPUs (:func:`choose_backend`).
@@ -37,7 +37,7 @@ def choose_backend(requested: str, *, device: str, precision: str,
                    ort_available: bool | None = None) -> tuple[str, str]:
     """``(backend, reason)``: ``auto`` -> ONNX Runtime's per-draw graph for fp32 and int8 on CPU, else torch.
 
-    Measured in one run against the peer (benchmarks/bench_peer.py, docs/benchmarks.md): on CPU in fp32
+    Measured in one run against the peer (benchmarks/bench_peer.py, docs/results-benchmarks.md): on CPU in fp32
     ONNX Runtime's per-draw graph (ORT_ENABLE_ALL) is the fastest served path and agrees with torch
     to ~1e-7 in probability; torch keeps bf16/fp16 (ORT runs fp32 only) and the GPU.
     """
@@ -59,7 +59,8 @@ def choose_backend(requested: str, *, device: str, precision: str,
         return "torch", f"auto: torch for {precision} (the onnxruntime backend runs fp32 and int8 only)"
     if not (onnxruntime_available() if ort_available is None else ort_available):
         return "torch", "auto: onnxruntime is not installed, so torch"
-    return "onnxruntime", "auto: ONNX Runtime's per-draw graph is the fastest fp32 CPU path (docs/benchmarks.md)"
+    return "onnxruntime", ("auto: ONNX Runtime's per-draw graph is the fastest fp32 CPU path"
+                           " (docs/results-benchmarks.md)")
 
 
 def main() -> None:

@@ -98,7 +98,7 @@
   function uncertaintyLevel(result) {
     const u = result.uncertainty;
     if ((result.referral_reasons || []).includes("uncertain")) return "high";
-    return u.mutual_information > 0.5 * u.referral_threshold ? "borderline" : "low";
+    return u.mutual_information > 0.5 * u.referral_threshold_mi ? "borderline" : "low";
   }
 
   const deferralText = (body) => (body.referral_reasons || []).map((r) => REASONS[r] || r.replace(/_/g, " ")).join("; ");
@@ -220,12 +220,12 @@
     return el("div", { class: "metric", id: "uncertainty" },
       el("h3", {}, "Model uncertainty"),
       el("div", { class: `value level-${level}` }, `Uncertainty: ${words}`),
-      gauge("mi", u.mutual_information, u.referral_threshold, miScale(u.referral_threshold),
-        `Mutual information ${nat(u.mutual_information)} nat, calibrated threshold ${nat(u.referral_threshold)} nat`),
+      gauge("mi", u.mutual_information, u.referral_threshold_mi, miScale(u.referral_threshold_mi),
+        `Mutual information ${nat(u.mutual_information)} nat, calibrated threshold ${nat(u.referral_threshold_mi)} nat`),
       el("details", { class: "explain" },
         el("summary", {}, "Details"),
         `Mutual information ${nat(u.mutual_information)} nat against the calibrated threshold ` +
-        `${nat(u.referral_threshold)} nat. Above it a human grader reviews the image; "borderline" means ` +
+        `${nat(u.referral_threshold_mi)} nat. Above it a human grader reviews the image; "borderline" means ` +
         "above half of it. The bar spans 0 to twice the threshold."));
   }
 
@@ -266,10 +266,10 @@
         cells.push(
           el("td", { class: `outcome-cell ${o.cls}`, "data-outcome": result.outcome }, o.headline),
           el("td", {}, probabilityCell(result)),
-          el("td", { title: `Mutual information ${nat(u.mutual_information)} nat, threshold ${nat(u.referral_threshold)} nat` },
+          el("td", { title: `Mutual information ${nat(u.mutual_information)} nat, threshold ${nat(u.referral_threshold_mi)} nat` },
             `Uncertainty: ${uncertaintyLevel(result)}`,
-            gauge("mi", u.mutual_information, u.referral_threshold, miScale(u.referral_threshold),
-              `Mutual information ${nat(u.mutual_information)}, threshold ${nat(u.referral_threshold)}`, true),
+            gauge("mi", u.mutual_information, u.referral_threshold_mi, miScale(u.referral_threshold_mi),
+              `Mutual information ${nat(u.mutual_information)}, threshold ${nat(u.referral_threshold_mi)}`, true),
             el("div", { class: "meta" }, `${nat(u.mutual_information)} nat`)),
           el("td", { title: qualityScoreNote(result.quality) }, qualityText(result.quality)));
       }
@@ -431,7 +431,7 @@
       bind("mc_samples", `${m.mc_samples} fixed draws`);
       bind("training_data", m.training_data);
       bind("intended_use", m.intended_use);
-      bind("referral_threshold", `${nat(c.referral_threshold_mi)} nat`);
+      bind("referral_threshold_mi", `${nat(c.referral_threshold_mi)} nat`);
       bind("decision_threshold", pct(c.decision_threshold));
       bind("disclaimer", body.disclaimer || "");
       status.textContent = `Model ready (${body.runtime.backend} on ${body.runtime.device}).`;

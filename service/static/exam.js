@@ -1,7 +1,8 @@
 /* Radial Screen exam page: photographs of the right and left eye of one visit go to POST /v1/exams; the
    patient's outcome (computed once server-side, models/decision.py) is the headline, the two eyes stand side
    by side with their own outcome and each photograph's result. A referable finding is never green; an
-   ungradable photograph's probability is "not graded". Plain browser JavaScript, no build step. */
+   ungradable photograph's probability is "not graded"; an uncertain one's is an uncertain estimate, not a
+   finding. The patient line under the headline (the server's outcome_reason) names any retake still needed. Plain browser JavaScript, no build step. */
 "use strict";
 
 (function () {
@@ -50,6 +51,21 @@
     return h;
   }
 
+  /** A photograph's probability as the single-image page words it: a finding only when the answer is a
+      certain one; an uncertain photograph's number is an uncertain estimate, never set beside the threshold. */
+  function probabilityLine(r) {
+    const d = r.diagnosis;
+    if (!r.quality.gradable || r.outcome === "retake_ungradable") {
+      return node("div", { class: "photo-probability" }, node("span", { class: "not-graded" }, "Not graded"));
+    }
+    if (r.outcome !== "refer_referable_dr" && r.outcome !== "no_referable_dr") {
+      return node("div", { class: "photo-probability estimate" },
+        `Model's uncertain estimate ${percent(d.referable_dr_probability)}: not a finding (a grader decides)`);
+    }
+    return node("div", { class: "photo-probability" }, `Referable-DR probability ${percent(d.referable_dr_probability)} ` +
+      `(decision threshold ${percent(d.decision_threshold)})`);
+  }
+
   /** One photograph of an eye: its thumbnail, outcome, probability (or "not graded"), uncertainty, quality. */
   function photographRow(image, url) {
     const r = image.result, o = EYE_OUTCOME[r.outcome] || UNKNOWN;
@@ -58,10 +74,7 @@
       url ? photo(url, `${EYE_NAMES[image.eye]} photograph ${image.filename || ""}`) : node("span", { class: "thumb no-preview" }, "DICOM"),
       node("div", {},
         node("div", { class: `photo-outcome ${o.cls}` }, o.headline),
-        node("div", { class: "photo-probability" }, r.quality.gradable
-          ? `Referable-DR probability ${percent(r.diagnosis.referable_dr_probability)} ` +
-            `(decision threshold ${percent(r.diagnosis.decision_threshold)})`
-          : node("span", { class: "not-graded" }, "Not graded")),
+        probabilityLine(r),
         node("div", { class: "meta" }, `Uncertainty: ${high ? "high (above the threshold)" : "within the threshold"}; `,
           r.quality.gradable ? "gradable" : "not gradable"),
         node("div", { class: "meta" }, image.filename || "")));

@@ -3,7 +3,7 @@
 The reference is torch fp32 on the CPU. On CUDA, fp32 is IEEE fp32 (TF32 off, models.cuda), so it differs
 from the CPU only by summation order: probabilities agree to 1e-4 and no screening outcome flips. bf16 and
 fp16 are reduced precisions: their probability error is bounded from the CPU bf16 measurement on trained
-weights (max |Δp| 5.2e-3, docs/benchmarks.md) with a 4x margin, and their outcome flips are counted and
+weights (max |Δp| 5.2e-3, docs/results-benchmarks.md) with a 4x margin, and their outcome flips are counted and
 printed, not forbidden (bf16 flips MI referrals on a narrow posterior; the artifact's gate decides).
 """
 

@@ -107,6 +107,26 @@ def test_ungradable_and_missing_eyes_are_told_apart_in_the_reason() -> None:
     assert "no gradable photograph of the right eye" in decision.reason
 
 
+@pytest.mark.parametrize(("right", "left", "needed"), [
+    ("U", "X", "; retake the left-eye photograph (not gradable)."),
+    ("X", "U", "; retake the right-eye photograph (not gradable)."),
+    ("U", "", "; photograph the left eye (none was sent)."),
+    ("R", "X", "; retake the left-eye photograph (not gradable)."),
+    ("", "R", "; photograph the right eye (none was sent)."),
+])
+def test_referral_or_review_names_the_retake_still_needed(right: str, left: str, needed: str) -> None:
+    """The headline line never hides an eye that must still be photographed (issue: a patient could leave)."""
+    decision = exam_decision(_eyes(right, left))
+    assert decision.outcome in (ScreeningOutcome.GRADER_REVIEW_UNCERTAIN, ScreeningOutcome.REFER_REFERABLE_DR)
+    assert decision.reason.endswith(needed)
+
+
+@pytest.mark.parametrize(("right", "left"), [("U", "N"), ("R", "N"), ("R", "U"), ("XU", "N"), ("U", "U")])
+def test_no_retake_is_named_when_every_eye_is_screened(right: str, left: str) -> None:
+    assert "retake" not in exam_decision(_eyes(right, left)).reason
+    assert "photograph the" not in exam_decision(_eyes(right, left)).reason
+
+
 def test_unknown_eye_is_refused() -> None:
     with pytest.raises(ValueError, match="expected one of: right, left"):
         exam_decision({"both": [PHOTO["N"]]})  # type: ignore[dict-item]

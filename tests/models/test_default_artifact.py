@@ -33,7 +33,7 @@ def test_default_artifact_verifies_and_states_its_provenance() -> None:
     assert cfg.input_size in (256, 512)
     assert count_parameters(build_vgg16_star(cfg.architecture)) == 15_207_142
     assert cfg.mc_samples == 16
-    assert cfg.head_draws == 64  # 16 forward passes, 1,024 posterior samples (docs/science.md, "Head draws")
+    assert cfg.head_draws == 64  # 16 forward passes, 1,024 posterior samples (docs/results-science.md, "Head draws")
     assert 0.0 < artifact.calibration.referral_threshold_mi < np.log(2)
     assert cfg.preprocessing == FOV_LOCAL_MEAN  # trained the way the service prepares real photographs
     size = sum(p.stat().st_size for p in Path(DEFAULT_ARTIFACT_DIR).iterdir())

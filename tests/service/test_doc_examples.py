@@ -1,5 +1,6 @@
 """The documented example responses are real: docs/integration.md and the OpenAPI example at /docs are
-the embedded default model's answer to the example image (scripts/gen_doc_examples.py writes both).
+the embedded default model's answer to the example image, and the exam block a live server's answer to the
+documented exam request (scripts/gen_doc_examples.py writes them all).
 
 Re-scores the example image with the embedded model and compares every value except the placeholders
 (request_id, study_id, timing_ms). When this fails after a model or response change, rerun
@@ -34,8 +35,13 @@ def gen() -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def real(gen: ModuleType) -> dict[str, Any]:
-    return dict(gen.real_response())
+def scorer(gen: ModuleType) -> Any:
+    return gen.example_scorer()
+
+
+@pytest.fixture(scope="module")
+def real(gen: ModuleType, scorer: Any) -> dict[str, Any]:
+    return dict(gen.real_response(scorer))
 
 
 def _assert_same(doc: Any, real: Any, where: str) -> None:
@@ -55,6 +61,16 @@ def test_integration_doc_example_is_a_real_response(gen: ModuleType, real: dict[
     _assert_same({k: v for k, v in documented.items() if k not in PLACEHOLDER_KEYS},
                  {k: v for k, v in real.items() if k not in PLACEHOLDER_KEYS}, "docs/integration.md")
     assert list(documented) == list(real)
+
+
+def test_integration_doc_exam_example_is_a_live_answer(gen: ModuleType, scorer: Any) -> None:
+    """The exam block is what a live server answers to the documented request (photographs cut by the
+    generator's one rule), its outcome line word for word."""
+    documented = gen.documented_example(gen.EXAM_BEGIN, gen.EXAM_END)
+    live = gen.real_exam_response(scorer)
+    _assert_same({k: v for k, v in documented.items() if k != "request_id"},
+                 {k: v for k, v in live.items() if k != "request_id"}, "docs/integration.md exam")
+    assert documented["exam_id"] == "VISIT-7" and [im["eye"] for im in documented["images"]] == ["right", "left"]
 
 
 def test_openapi_example_is_the_same_real_response(gen: ModuleType, real: dict[str, Any]) -> None:

@@ -100,6 +100,63 @@ def test_each_photograph_states_its_uncertainty_as_the_server_decided_it(
     assert left.startswith("Uncertainty: within the threshold")
 
 
+def test_an_uncertain_exam_shows_an_estimate_never_a_finding(
+    exam_page: Any, service: str, images: dict[str, bytes]
+) -> None:
+    """The uncertain photograph's number is worded as on the single-image page: an uncertain estimate, not a
+    finding, without the decision threshold beside it and not in bold (a reader could take 40 % > 6.5 % as
+    "refer")."""
+    right, left = images["grader_review_uncertain"], images["no_referable_dr"]
+    choose(exam_page, "right", right)
+    choose(exam_page, "left", left)
+    exam_page.click("#analyse-exam")
+    exam_page.wait_for_selector("#patient-decision", timeout=30_000)
+    body = exam_json(service, right, left)
+    assert body["outcome"] == "grader_review_uncertain"
+    p = body["images"][0]["result"]["diagnosis"]["referable_dr_probability"]
+    uncertain = exam_page.locator("#eye-right .photo-probability")
+    words = uncertain.inner_text()
+    assert words == f"Model's uncertain estimate {100 * p:.1f}%: not a finding (a grader decides)"
+    assert "threshold" not in words and "Referable-DR probability" not in words
+    assert int(uncertain.evaluate("e => getComputedStyle(e).fontWeight")) < 600
+    certain = exam_page.locator("#eye-left .photo-probability")  # the certain eye keeps its finding
+    assert certain.inner_text().startswith("Referable-DR probability ")
+    assert int(certain.evaluate("e => getComputedStyle(e).fontWeight")) >= 600
+    assert exam_page.inner_text("#patient-decision small") == body["outcome_reason"]
+    assert "retake" not in body["outcome_reason"]
+
+
+@pytest.mark.parametrize(("left", "needed"), [
+    ("retake_ungradable", "retake the left-eye photograph (not gradable)"),
+    (None, "photograph the left eye (none was sent)"),
+])
+def test_a_grader_review_headline_names_the_retake_of_the_other_eye(
+    exam_page: Any, service: str, images: dict[str, bytes], left: str | None, needed: str
+) -> None:
+    """Right eye uncertain, left eye ungradable (or not sent): the patient line under the headline says the
+    left eye must still be photographed, word for word as the API (and exams.csv) say it."""
+    right_bytes, left_bytes = images["grader_review_uncertain"], images[left] if left else None
+    choose(exam_page, "right", right_bytes)
+    if left_bytes:
+        choose(exam_page, "left", left_bytes)
+    exam_page.click("#analyse-exam")
+    exam_page.wait_for_selector("#patient-decision", timeout=30_000)
+    body = exam_json(service, right_bytes, left_bytes)
+    assert body["outcome"] == "grader_review_uncertain" and body["eyes"]["left"]["outcome"] == "retake_ungradable"
+    patient = exam_page.inner_text("#patient-decision")
+    assert exam_page.inner_text("#patient-decision .outcome-headline") == "Human grader review needed before a decision"
+    assert exam_page.inner_text("#patient-decision small") == body["outcome_reason"] == (
+        "Human grader review: the model is uncertain about at least one photograph (right eye); " + needed + ".")
+    assert needed in patient
+
+
+def test_single_image_page_accepts_dicom(browser: Any, service: str) -> None:
+    with open_page(browser, service + "/") as pg:
+        assert "DICOM (.dcm)" in pg.inner_text("#drop-help")
+        accept = (pg.get_attribute("#file-input", "accept") or "").split(",")
+        assert "application/dicom" in accept and ".dcm" in accept
+
+
 def test_single_image_page_links_to_the_exam_page(browser: Any, service: str) -> None:
     context = browser.new_context()
     pg = context.new_page()

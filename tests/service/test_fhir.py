@@ -46,7 +46,7 @@ def response(**overrides: Any) -> dict[str, Any]:
             "predictive_entropy": 0.46,
             "expected_entropy": 0.46 - 4.2e-7,
             "unit": "nat",
-            "referral_threshold": 1.0087e-6,
+            "referral_threshold_mi": 1.0087e-6,
         },
         "quality": {"gradable": True, "score": 0.92, "issues": []},
         "refer_to_expert": False,
@@ -62,7 +62,7 @@ def response(**overrides: Any) -> dict[str, Any]:
 
 UNCERTAIN = {
     "uncertainty": {"mutual_information": 3.1e-6, "predictive_entropy": 0.46, "expected_entropy": 0.46,
-                    "unit": "nat", "referral_threshold": 1.0087e-6},
+                    "unit": "nat", "referral_threshold_mi": 1.0087e-6},
     "refer_to_expert": True, "referral_reasons": ["uncertain"], "outcome": "grader_review_uncertain",
 }
 UNGRADABLE = {

@@ -59,7 +59,7 @@ def test_accept_header_gives_a_valid_bundle_matching_the_json_answer(service: st
     assert probability["value"] == pytest.approx(100 * plain["diagnosis"]["referable_dr_probability"], abs=1e-3)
     mi = by_code(bundle, "mutual-information")
     assert mi["valueQuantity"]["value"] == pytest.approx(plain["uncertainty"]["mutual_information"], rel=1e-6)
-    assert mi["referenceRange"][0]["high"]["value"] == plain["uncertainty"]["referral_threshold"]
+    assert mi["referenceRange"][0]["high"]["value"] == plain["uncertainty"]["referral_threshold_mi"]
     outcome = by_code(bundle, "screening-outcome")
     assert outcome["valueCodeableConcept"]["coding"][0]["code"] == plain["outcome"]
     assert outcome["component"][0]["valueBoolean"] is plain["refer_to_expert"]

@@ -18,6 +18,9 @@ from support.live_server import live_server, settings_for
 schemathesis = pytest.importorskip("schemathesis")
 
 pytestmark = pytest.mark.fuzz  # deselect locally with -m "not fuzz"; CI runs it
+# STOW-RS (POST /dicomweb/studies) takes multipart/related, which schemathesis cannot build: its generated bodies
+# go as raw bytes (the route answers 4xx for them, never 5xx).
+schemathesis.serializer.alias('multipart/related; type="application/dicom"', "application/octet-stream")
 
 
 @pytest.fixture(scope="module")

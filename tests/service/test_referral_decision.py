@@ -156,7 +156,7 @@ def test_payload_of_a_constructed_uncertain_image(tiny: Scorer) -> None:
     assert body["diagnosis"]["label"] == "non_referable" and body["diagnosis"]["decision_threshold"] == 0.5
     assert body["diagnosis"]["referable_dr_probability"] == pytest.approx(0.4, abs=TOL)
     assert body["uncertainty"]["mutual_information"] == pytest.approx(MI_SPLIT, abs=TOL)
-    assert body["uncertainty"]["referral_threshold"] == 0.1 and body["uncertainty"]["unit"] == "nat"
+    assert body["uncertainty"]["referral_threshold_mi"] == 0.1 and body["uncertainty"]["unit"] == "nat"
     assert body["refer_to_expert"] is True and body["referral_reasons"] == ["uncertain"]
     assert body["outcome"] == "grader_review_uncertain"
     assert body["outcome_reason"] == "Human grader review: the model is uncertain about this image"

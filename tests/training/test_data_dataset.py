@@ -59,6 +59,23 @@ def test_undecodable_image_at_load_time_names_the_file(tmp_path: Path) -> None:
         ManifestDataset([_row(path, 0)], transform=ImageTransform(size=16))[0]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failed_preprocessing_leaves_no_partial_cache_file(tmp_path: Path, workers: int) -> None:
+    """The cache file is as large as the data set: one that failed half-way (a bad image, Ctrl-C) is removed,
+    not left beside the cache, and a rerun builds it whole."""
+    good = tmp_path / "good.png"
+    Image.fromarray(np.full((32, 32, 3), 120, np.uint8)).save(good)
+    broken = tmp_path / "broken.jpeg"
+    broken.write_bytes(b"\x00" * 64)
+    cache = tmp_path / "cache"
+    with pytest.raises(ImageLoadError, match="broken"):
+        rows = [_row(good, 0), _row(broken, 1, i=1)]
+        ManifestDataset(rows, transform=ImageTransform(size=16)).use_cache(cache, workers=workers)
+    assert list(cache.iterdir()) == []
+    ManifestDataset([_row(good, 0)], transform=ImageTransform(size=16)).use_cache(cache, workers=workers)
+    assert sorted(p.suffix for p in cache.iterdir()) == [".json", ".u8"]
+
+
 def test_channel_stats_match_numpy_over_all_pixels(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     arrays, rows = [], []

@@ -1,5 +1,5 @@
 """Training precision follows the machine: ``--precision auto`` takes bf16 only where it is native, and an
-explicit bf16 where oneDNN would emulate it (~70x slower, docs/benchmarks.md) is refused with a message.
+explicit bf16 where oneDNN would emulate it (~70x slower, docs/results-benchmarks.md) is refused with a message.
 The CPU is injected (models.cpu.detect_cpu) so both kinds are exercised on whatever machine runs the tests."""
 
 from __future__ import annotations

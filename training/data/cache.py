@@ -21,6 +21,7 @@ import inspect
 import json
 import logging
 import os
+import signal
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -60,6 +61,11 @@ def cache_key(paths: Sequence[Path], size: int, preprocessing: str) -> str:
     return h.hexdigest()[:32]
 
 
+def _leave_ctrl_c_to_the_parent() -> None:
+    """A preprocessing worker ignores Ctrl-C: the parent stops the run and says how to resume, once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _load_chunk(args: tuple[list[str], ImageTransform]) -> np.ndarray:
     paths, transform = args
     return np.stack([read_square(p, transform) for p in paths])  # [n, size, size, 3]
@@ -83,17 +89,23 @@ def preprocessed_array(rows: Sequence[ManifestRow], *, transform: ImageTransform
     out = np.memmap(tmp, dtype=np.uint8, mode="w+", shape=shape)
     tasks = [([str(p) for p in paths[i:i + CHUNK]], transform) for i in range(0, len(paths), CHUNK)]
     bar = tqdm(total=len(paths), desc=f"preprocessing {len(paths)} images", disable=not progress)
-    if workers > 1:
-        with ProcessPoolExecutor(workers) as pool:
-            for i, chunk in enumerate(pool.map(_load_chunk, tasks)):
+    try:
+        if workers > 1:
+            with ProcessPoolExecutor(workers, initializer=_leave_ctrl_c_to_the_parent) as pool:
+                for i, chunk in enumerate(pool.map(_load_chunk, tasks)):
+                    out[i * CHUNK:i * CHUNK + len(chunk)] = chunk
+                    bar.update(len(chunk))
+        else:
+            for i, task in enumerate(tasks):
+                chunk = _load_chunk(task)
                 out[i * CHUNK:i * CHUNK + len(chunk)] = chunk
                 bar.update(len(chunk))
-    else:
-        for i, task in enumerate(tasks):
-            chunk = _load_chunk(task)
-            out[i * CHUNK:i * CHUNK + len(chunk)] = chunk
-            bar.update(len(chunk))
-    bar.close()
+    except BaseException:  # Ctrl-C or a bad image: no half-written cache file (it is as large as the data set) stays
+        del out
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        bar.close()
     out.flush()
     del out
     os.replace(tmp, data_path)

@@ -62,8 +62,9 @@ class PreparedData:
     std: tuple[float, float, float]
 
 
-def prepare_data(config: TrainConfig) -> PreparedData:
-    """Read, split by patient and (with ``cache_images``) preprocess once; see the module docstring."""
+def prepare_data(config: TrainConfig, *, progress: bool = True) -> PreparedData:
+    """Read, split by patient and (with ``cache_images``) preprocess once; see the module docstring.
+    ``progress``: the preprocessing bars on stderr (``fit --no-progress`` hides them)."""
     rows = read_rows(config)
     if rows.skipped:
         log.warning("%d manifest rows skipped: %s", len(rows.skipped), rows.skipped[:3])
@@ -74,7 +75,7 @@ def prepare_data(config: TrainConfig) -> PreparedData:
     train, val, test = (ManifestDataset(part, transform=transform) for part in split)
     if config.cache_images:  # preprocess once: decoding + FOV fit + local mean cost more than a step per image
         for dataset in (train, val, test):
-            dataset.use_cache(Path(config.out) / "cache", workers=max(config.workers, 2), progress=True)
+            dataset.use_cache(Path(config.out) / "cache", workers=max(config.workers, 2), progress=progress)
     if config.init_from:  # a warm start keeps the input normalisation its weights were trained with
         mean, std = input_statistics(config.init_from, preprocessing=config.preprocessing)
     else:

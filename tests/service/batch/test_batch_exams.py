@@ -51,6 +51,7 @@ def _check_rule(exams: list[dict[str, str]], images: list[dict[str, str]], eye_o
         assert exam["outcome"] == decision.outcome.value
         assert exam["right_outcome"] == decision.eyes[Eye.RIGHT].value
         assert exam["left_outcome"] == decision.eyes[Eye.LEFT].value
+        assert exam["outcome_reason"] == decision.reason  # names any retake still needed, as the page does
 
 
 def _config(folder: Path, output: Path, artifact: Path, **kw: object) -> BatchJobConfig:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,12 +29,18 @@ REPO = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
-    """A 2-CPU local Ray instance whose workers import this source tree."""
+    """A 2-CPU local Ray instance whose workers import this source tree. Its session folder (logs, sockets,
+    the object-store spill) goes to a temporary folder of its own, removed with it, not to /tmp/ray where
+    every run would leave one behind (Unix socket paths must stay short: a /tmp name, not pytest's)."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
-    yield
-    ray.shutdown()
+    temp = tempfile.mkdtemp(prefix="radscreen-ray-")
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp,
+                 runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
+        yield
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_ray_runner_matches_local_runner_and_skips_done_rows(

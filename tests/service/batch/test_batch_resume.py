@@ -54,7 +54,7 @@ def test_sigkill_mid_run_then_rerun_gives_exactly_once_identical_output(
 ) -> None:
     folder = make_folder(36)
     common = ["--input", str(folder), "--model-dir", str(batch_artifact), "--device", "cpu",
-              "--batch-size", "4", "--chunk-size", "1", "--no-progress"]
+              "--batch-size", "4", "--chunk-size", "4", "--no-progress"]
     reference = tmp_path / "reference.csv"
     killed = tmp_path / "killed.csv"
 
@@ -70,7 +70,7 @@ def test_sigkill_mid_run_then_rerun_gives_exactly_once_identical_output(
     assert not stale_temporaries(parts)
     # uninterrupted, in this process (same code, same thread count, so the same floats)
     run_job(BatchJobConfig(input=folder, output=reference, spec=ScorerSpec(model_dir=batch_artifact, device="cpu"),
-                           batch_size=4, chunk_size=1, progress=False), scorer=batch_scorer)
+                           batch_size=4, chunk_size=4, progress=False), scorer=batch_scorer)
 
     lines = killed.read_text().splitlines()
     assert len(lines) == 1 + 38  # header + every input exactly once (36 images, corrupt.jpg, notes.txt)

@@ -78,7 +78,7 @@ def test_forged_threshold_and_sha_are_refused_not_rendered(server: str, document
     (("model", "training_data"), "real: 10 million clinically validated eyes"),
     (("model", "intended_use"), "Clinical diagnosis without human review"),
     (("diagnosis", "decision_threshold"), 0.99),
-    (("uncertainty", "referral_threshold"), 0.693),
+    (("uncertainty", "referral_threshold_mi"), 0.693),
 ])
 def test_each_provenance_field_must_match(server: str, document: dict[str, Any], path: tuple[str, str],
                                           value: Any) -> None:

@@ -1,0 +1,89 @@
+"""A spooled study -> its graded exam: the same scoring, exam rule and FHIR rendering as ``POST /v1/exams``.
+
+The photographs go through the service's model host (:meth:`service.model_host.ModelHost.predict_many`: the
+same decoder, quality gate, micro-batcher and draws as every HTTP answer), each becomes its ``/v1/predict``
+result (:func:`service.payload.score_payload`), and the exam rule (:func:`service.exams.exam_fields`) combines
+them per eye and per visit, after the same exam identity rules. A photograph the decoder refuses (corrupt pixel
+data, a frame beyond the pixel limit) cannot be graded: it is answered ``retake_ungradable`` with the decoder's
+reason, never dropped.
+
+:func:`exam_record` is what the spool keeps beside the SR: the exam without any identifier, and its FHIR
+DiagnosticReport, which names the same study (``imagingStudy`` by Study Instance UID).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pydicom
+
+from models.decision import OUTCOME_TEXT, Eye, ScreeningOutcome
+from service.exam_identity import PartIdentity, check_exam_identity, content_hash
+from service.exams import exam_fields
+from service.inference.imaging import ImageRejected
+from service.model_host import ModelHost
+from service.pacs.intake import Accepted, check_instance
+from service.pacs.sr import GradedExam, GradedImage
+from service.pacs.store import StudyFolder
+from service.payload import score_payload
+
+
+def _rejected(exc: ImageRejected) -> dict[str, Any]:
+    outcome = ScreeningOutcome.RETAKE_UNGRADABLE
+    return {"outcome": outcome.value, "outcome_reason": f"{OUTCOME_TEXT[outcome]} ({exc.detail})",
+            "rejected": exc.problem_type}
+
+
+async def grade_study(host: ModelHost, study: StudyFolder) -> GradedExam | None:
+    """Score every instance of ``study`` and apply the exam rule; None when no instance is usable any more.
+
+    The instances must pass the exam identity rules of ``POST /v1/exams`` (:mod:`service.exam_identity`: one
+    study, one PatientID, no photograph as both eyes), else :class:`~service.exam_identity.ExamIdentityError`
+    (its message names instances by number, never an identifier) and nothing is scored."""
+    headers: list[Any] = []
+    eyes: list[Eye] = []
+    payloads: list[bytes] = []
+    identities: list[PartIdentity] = []
+    for path in study.instances:
+        data = path.read_bytes()
+        verdict = check_instance(data)
+        if not isinstance(verdict, Accepted):  # refused at receipt, so only a file damaged on disk lands here
+            continue
+        headers.append(pydicom.dcmread(io.BytesIO(data), stop_before_pixels=True))
+        eyes.append(verdict.eye)
+        payloads.append(data)
+        identities.append(PartIdentity(len(identities) + 1, verdict.eye, content_hash(data), True,
+                                       verdict.study_uid, verdict.patient_id))
+    if not payloads:
+        return None
+    check_exam_identity(identities)
+    predictions = await host.predict_many(payloads)
+    scorer = host.require_ready()
+    images = [
+        GradedImage(header, eye, _rejected(pred) if isinstance(pred, ImageRejected)
+                    else score_payload(pred.scored.score, scorer))
+        for header, eye, pred in zip(headers, eyes, predictions, strict=True)
+    ]
+    exam = exam_fields([(im.eye, ScreeningOutcome(im.result["outcome"])) for im in images])
+    host.metrics.observe_exam(ScreeningOutcome(exam["outcome"]), len(images))
+    return GradedExam(images, exam, scorer.model_identity.to_dict(), scorer.disclaimer)
+
+
+def exam_record(graded: GradedExam, result_key: str) -> dict[str, Any]:
+    """The exam JSON (``/v1/exams`` fields, no identifier) and its FHIR bundle, kept beside the SR."""
+    from service.fhir_exam import to_fhir_exam_bundle
+
+    study_uid = str(graded.images[0].header.StudyInstanceUID)
+    body = {
+        "request_id": result_key,
+        "exam_id": None,
+        "patient_ref": None,
+        "model": graded.model,
+        **graded.exam,
+        "images": [{"index": i, "eye": im.eye.value, "format": "dicom", "result": im.result}
+                   for i, im in enumerate(graded.images)],
+        "disclaimer": graded.disclaimer,
+    }
+    fhir = to_fhir_exam_bundle({**body, "study_uid": study_uid}, outcome=ScreeningOutcome(graded.exam["outcome"]))
+    return {"exam": body, "fhir": fhir, "sr_sop_instance_uid": graded.uids[0]}

@@ -1,0 +1,189 @@
+"""The durable spool: received instances, graded sets, results waiting for the archive, delivered results.
+
+Layout under the spool folder (``RADSCREEN_PACS_SPOOL_DIR``)::
+
+    studies/<study key>/<instance key>-<R|L>.dcm  a received instance, exactly the bytes received
+    studies/<study key>/graded.json           the instance set last graded and its result's UID
+    results/<result key>.dcm                  an SR built and not yet delivered (the outbox)
+    results/<result key>.json                 its exam (the /v1/exams fields) and FHIR bundle
+    sent/<result key>.json                    an SR the archive has acknowledged (kept: it is the duplicate check)
+
+Keys are sha256 digests (first 32 hex) of the StudyInstanceUID, SOP Instance UID and SR SOP Instance UID, so no
+identifier appears in a file name. Every write is :func:`models.atomic.atomic_write_bytes` (temporary file,
+fsync, rename, fsync of the folder), so an instance is on disk before its receipt is acknowledged and a process
+killed at any point leaves each file either absent or whole. A resent instance replaces its own file with the
+same bytes: the spool holds each SOP instance once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from models.atomic import atomic_write_bytes, fsync_dir, stale_temporaries
+from models.decision import Eye
+
+GRADED = "graded.json"
+_LETTER = {Eye.RIGHT: "R", Eye.LEFT: "L"}
+
+
+def key_of(uid: str) -> str:
+    """The file-name key of a UID: no identifier is ever a file name."""
+    return hashlib.sha256(uid.encode("utf-8")).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class StudyFolder:
+    """One study in the spool as it is now on disk."""
+
+    key: str
+    folder: Path
+    instances: tuple[Path, ...]  # sorted by name
+    last_arrival: float  # newest instance's mtime (epoch seconds); survives a restart
+
+    @property
+    def eyes(self) -> set[Eye]:
+        """The eyes photographed so far (from the file names)."""
+        return {eye for eye, letter in _LETTER.items() for p in self.instances if p.stem.endswith(f"-{letter}")}
+
+    @property
+    def digest(self) -> str:
+        """The instance set's identity (names are the instance keys)."""
+        return hashlib.sha256("\n".join(p.stem for p in self.instances).encode()).hexdigest()
+
+
+class Spool:
+    """The spool folder (module docstring). Safe for several threads of one process."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.studies_dir = self.root / "studies"
+        self.results_dir = self.root / "results"
+        self.sent_dir = self.root / "sent"
+        for folder in (self.studies_dir, self.results_dir, self.sent_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        fsync_dir(self.root)
+        self._lock: BinaryIO | None = None
+
+    def try_lock(self) -> bool:
+        """Take the spool's grading lock (``flock`` on ``.worker.lock``, released when the process ends); False
+        while another process holds it. One grader per spool: several HTTP workers may receive into one."""
+        if self._lock is not None:
+            return True
+        handle = open(self.root / ".worker.lock", "a+b")  # noqa: SIM115 (held open for the process's life)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            return False
+        self._lock = handle
+        return True
+
+    # -- instances -------------------------------------------------------------------------------------------
+    def put_instance(self, study_uid: str, sop_instance_uid: str, eye: Eye, data: bytes) -> Path:
+        """Store one instance durably (fsync + atomic rename + folder fsync); returns its path. The eye is part
+        of the name (``<instance key>-R.dcm``), so deciding whether a study is complete reads no header."""
+        folder = self.studies_dir / key_of(study_uid)
+        if not folder.is_dir():
+            folder.mkdir(exist_ok=True)
+            fsync_dir(self.studies_dir)
+        path = folder / f"{key_of(sop_instance_uid)}-{_LETTER[eye]}.dcm"
+        atomic_write_bytes(path, data)
+        return path
+
+    def instances_of(self, study_uid: str) -> list[Path]:
+        """The instances held for ``study_uid``."""
+        return sorted((self.studies_dir / key_of(study_uid)).glob("*.dcm"))
+
+    def holds(self, study_uid: str, sop_instance_uid: str) -> bool:
+        """Whether the spool holds this instance already (under either eye)."""
+        return any((self.studies_dir / key_of(study_uid)).glob(f"{key_of(sop_instance_uid)}-*.dcm"))
+
+    def studies(self) -> list[StudyFolder]:
+        """Every study folder with at least one instance, oldest activity first."""
+        found: list[StudyFolder] = []
+        for folder in self.studies_dir.iterdir():
+            if not folder.is_dir():
+                continue
+            instances = tuple(sorted(folder.glob("*.dcm")))
+            if not instances:
+                continue
+            last = max(_mtime(p) for p in instances)
+            found.append(StudyFolder(folder.name, folder, instances, last))
+        return sorted(found, key=lambda s: s.last_arrival)
+
+    def graded(self, study: StudyFolder) -> dict[str, Any] | None:
+        """What was last graded of this study: ``{"digest": ..., "result": <result key>}``, or None."""
+        return _read_json(study.folder / GRADED)
+
+    def mark_graded(self, study: StudyFolder, result_key: str) -> None:
+        atomic_write_bytes(study.folder / GRADED, json.dumps({"digest": study.digest, "result": result_key}).encode())
+
+    def remove_study(self, study: StudyFolder) -> None:
+        """Delete the files of ``study`` as listed (retention over, result delivered). An instance received in the
+        meantime is kept (the folder stays), and the study is graded again with it."""
+        for path in (*study.instances, study.folder / GRADED):
+            path.unlink(missing_ok=True)
+        try:
+            study.folder.rmdir()
+        except OSError:  # not empty: something arrived since the listing
+            return
+        fsync_dir(self.studies_dir)
+
+    # -- results ---------------------------------------------------------------------------------------------
+    def put_result(self, sr_uid: str, sr_bytes: bytes, record: dict[str, Any]) -> str:
+        """Queue a result for delivery (record first, then the SR: the SR's presence means 'to deliver')."""
+        key = key_of(sr_uid)
+        atomic_write_bytes(self.results_dir / f"{key}.json", json.dumps(record, ensure_ascii=False).encode())
+        atomic_write_bytes(self.results_dir / f"{key}.dcm", sr_bytes)
+        return key
+
+    def outbox(self) -> list[Path]:
+        """SRs waiting for the archive, oldest first."""
+        return sorted(self.results_dir.glob("*.dcm"), key=_mtime)
+
+    def is_sent(self, result_key: str) -> bool:
+        return (self.sent_dir / f"{result_key}.json").is_file()
+
+    def mark_sent(self, sr_path: Path) -> None:
+        """The archive acknowledged ``sr_path``: move its record to ``sent/`` and drop the SR bytes."""
+        key = sr_path.stem
+        record = _read_json(self.results_dir / f"{key}.json") or {}
+        record["delivered_at"] = time.time()
+        atomic_write_bytes(self.sent_dir / f"{key}.json", json.dumps(record, ensure_ascii=False).encode())
+        sr_path.unlink(missing_ok=True)
+        (self.results_dir / f"{key}.json").unlink(missing_ok=True)
+        fsync_dir(self.results_dir)
+
+    def record(self, result_key: str) -> dict[str, Any] | None:
+        """A result's record, delivered or not."""
+        return _read_json(self.sent_dir / f"{result_key}.json") or _read_json(self.results_dir / f"{result_key}.json")
+
+    def clean_temporaries(self) -> int:
+        """Remove temporary files of writers killed mid-write (call once at start, before receiving)."""
+        stale = [p for folder in (self.results_dir, self.sent_dir, *self.studies_dir.iterdir())
+                 if folder.is_dir() for p in stale_temporaries(folder)]
+        for path in stale:
+            path.unlink(missing_ok=True)
+        return len(stale)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
