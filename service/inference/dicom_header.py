@@ -143,6 +143,8 @@ def read_header(data: bytes, *, accepted: Collection[str], hint: str,
     from pydicom.filereader import read_dataset
 
     _quiet_pydicom()
+    if not is_dicom(data):
+        raise ImageRejected("undecodable-image", "The file is not DICOM Part-10 (no DICM after the 128-byte preamble).")
     meta, start = _read_meta(data, deadline)
     syntax = str(meta.get("TransferSyntaxUID") or "").strip("\0 ")
     _refuse_syntax(syntax, accepted, hint)
