@@ -7,17 +7,10 @@ batch of 17 images against a limit of 16 is told "17 images; at most 16 (RADSCRE
 with 413, and a body of thousands of parts is refused as soon as the slack is passed (the whole body
 is also capped in bytes by the middleware). A client that disconnects mid-body makes Starlette raise
 ``ClientDisconnect`` here; ``service.errors`` maps it quietly (see ``service.middleware``).
-
-Parts are not read here: the multipart parser spools each part above 1 MiB to disk, and a part's bytes are
-read (:func:`read_part`) by the decode worker that decodes it, after the request is admitted, so a request
-refused by admission never holds its photographs in memory. A raw body is in memory once received (at most
-the single-upload limit).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,20 +46,8 @@ HOW_TO_SEND = (
 
 @dataclass(frozen=True)
 class Upload:
-    source: bytes | Callable[[], bytes]  # a raw body, or the reader of a spooled part (read_part)
+    data: bytes
     filename: str | None
-
-
-def read_part(part: UploadFile, max_bytes: int) -> bytes:
-    """A spooled multipart part's bytes (blocking: called in a decode worker); a part larger than ``max_bytes``
-    (``RADSCREEN_MAX_UPLOAD_BYTES``) is refused by its size, unread, and at most ``max_bytes`` + 1 are ever read
-    (``prepare_image`` refuses that one byte more)."""
-    from service.inference.imaging import ImageRejected
-
-    if part.size is not None and part.size > max_bytes:
-        raise ImageRejected("payload-too-large", f"The image is {part.size} bytes; the limit is {max_bytes} bytes.")
-    part.file.seek(0)
-    return part.file.read(max_bytes + 1)
 
 
 def _field_error(field: str, msg: str) -> ServiceProblem:
@@ -131,9 +112,8 @@ async def _read_form(request: Request, max_files: int, *, limit_name: str = BATC
         raise ServiceProblem("validation-error", 422, f"Malformed multipart body: {detail}") from exc
 
 
-async def read_uploads(request: Request, *, max_files: int, max_bytes: int) -> tuple[list[Upload], list[str]]:
-    """All ``image`` parts (unread: module docstring) or the raw body, and any ``study_id`` form values, in
-    request order; ``max_bytes``: the upload limit each part is read with."""
+async def read_uploads(request: Request, *, max_files: int) -> tuple[list[Upload], list[str]]:
+    """All ``image`` parts (or the raw body) and any ``study_id`` form values, in request order."""
     media = _media_type(request)
     if media == "multipart/form-data":
         form = await _read_form(request, max_files)
@@ -148,7 +128,7 @@ async def read_uploads(request: Request, *, max_files: int, max_bytes: int) -> t
         for part in parts:
             if not isinstance(part, UploadFile):
                 raise _field_error("image", "must be a file part (filename=...), not a text field")
-            uploads.append(Upload(functools.partial(read_part, part, max_bytes), part.filename))
+            uploads.append(Upload(await part.read(), part.filename))
         study_ids = [v for v in form.getlist("study_id") if isinstance(v, str)]
         return uploads, study_ids
     if media.startswith(RAW_TYPES):

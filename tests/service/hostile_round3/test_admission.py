@@ -1,9 +1,9 @@
 """Admission before work, and DICOM bombs against a real service.
 
-- ``/v1/exams`` (and ``/v1/predict/batch``) neither reads a part into memory nor parses a DICOM header before
-  the request is admitted; each header is then parsed once, in a decode worker (where a deadline and the
-  client's departure stop it), not in the default thread pool. Before the fix the exam route read every part
-  and parsed every DICOM header before admission, in ``asyncio.to_thread``, and the decode parsed it again.
+- ``/v1/exams`` neither reads a part into memory nor parses a DICOM header before the exam is admitted; each
+  header is then parsed once, in a decode worker (where a deadline and the client's departure stop it), not
+  in the default thread pool. Before the fix the route read every part and parsed every DICOM header before
+  admission, in ``asyncio.to_thread``, and the decode parsed it again.
 - Against a ``radscreen serve`` process: each DICOM bomb gets its 4xx on ``/v1/predict`` and ``/v1/exams``,
   exams of deflate bombs whose clients leave cost the service next to no CPU (79 CPU-s for six of them before
   the fix), a normal image is answered the same afterwards, and the log stays clean.
@@ -50,9 +50,8 @@ def _exam_parts() -> list[tuple[str, tuple[str, bytes, str]]]:
             for i, side in enumerate("RL")]
 
 
-def test_parts_are_neither_read_nor_parsed_before_admission(tiny_artifact: Path,
+def test_exam_parts_are_neither_read_nor_parsed_before_admission(tiny_artifact: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    import service.api.uploads as uploads
     import service.inference.dicom as dicom
 
     parsed: list[str] = []  # the thread of each DICOM header parse
@@ -67,14 +66,8 @@ def test_parts_are_neither_read_nor_parsed_before_admission(tiny_artifact: Path,
         read.append(self.index)
         return real_read(self)
 
-    def counted_part(part: Any, max_bytes: int) -> bytes:
-        read.append(-1)  # a /v1/predict/batch part
-        return real_part(part, max_bytes)
-
-    real_part = uploads.read_part
     monkeypatch.setattr(dicom, "read_header", counted_header)
     monkeypatch.setattr(ExamPart, "read", counted_read)
-    monkeypatch.setattr(uploads, "read_part", counted_part)
     holder: dict[str, GatedScorer] = {}
 
     def factory(spec: ScorerSpec) -> Scorer:
@@ -84,21 +77,19 @@ def test_parts_are_neither_read_nor_parsed_before_admission(tiny_artifact: Path,
     settings = settings_for(tiny_artifact, max_batch_size=1, max_wait_ms=0.0, max_queue_wait_s=0.001)
     with live_server(settings, scorer_factory=factory) as base:
 
-        async def busy_then_exam() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        async def busy_then_exam() -> tuple[httpx.Response, httpx.Response]:
             async with httpx.AsyncClient(base_url=base, timeout=60) as client:
                 first = asyncio.ensure_future(client.post("/v1/predict", content=encode(fundus_like(6)),
                                                           headers={"Content-Type": "image/png"}))
                 entered = await asyncio.to_thread(holder["s"].entered.wait, 60)
                 assert entered, "the first image never reached the forward"
                 refused = await client.post("/v1/exams", files=_exam_parts())
-                batch = await client.post("/v1/predict/batch", files=[("image", part) for _, part in _exam_parts()])
                 holder["s"].gate.set()
-                return refused, batch, await first
+                return refused, await first
 
-        refused, batch, first = asyncio.run(busy_then_exam())
+        refused, first = asyncio.run(busy_then_exam())
         assert first.status_code == 200
-        for answer in (refused, batch):
-            assert answer.status_code == 503 and answer.json()["type"].endswith("/overloaded"), answer.text
+        assert refused.status_code == 503 and refused.json()["type"].endswith("/overloaded"), refused.text
         assert parsed == [] and read == []  # refused before a part was read or a header parsed
         admitted = httpx.post(f"{base}/v1/exams", files=_exam_parts(), timeout=60)
     assert admitted.status_code == 200, admitted.text
