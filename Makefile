@@ -25,10 +25,12 @@ lint: setup
 serve: setup-serve
 	.venv/bin/radscreen serve --host $(HOST) --port $(PORT)
 
-# The GPU check (scripts/gpu_check.py): environment, `pytest -m gpu`, parity table, CUDA benchmarks, training
-# steps, into runs/gpu-check/. No setup step: it reports the torch it finds (PY=python for the machine's own).
+# The GPU lease script (scripts/gpu_lease.sh -> scripts/gpu_check.py): environment, sizes, a training run, its
+# artifact in parts, `pytest -m gpu tests/gpu`, parity, CUDA benchmarks, into runs/gpu-check/ step by step.
+# No setup step and no venv: the machine's own python3 (GPU_PY=... for another). docs/deploy.md, "GPU lease".
+GPU_PY ?= python3
 gpu-check:
-	$(PY) scripts/gpu_check.py
+	PY=$(GPU_PY) bash scripts/gpu_lease.sh runs/gpu-check 540
 
 # Remove the container test's images and build caches (listed at the end of `make test`)
 clean-docker:

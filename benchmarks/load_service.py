@@ -12,12 +12,18 @@ model alone (``Scorer.score_batch`` at batch 1 and at max_batch_size, images/s),
 ``--device cuda`` runs the model and the service on the GPU and adds memory figures: the model alone's
 peak (torch's allocator) and the server process's GPU memory as ``nvidia-smi`` reports it after the load.
 
+On a GPU the CPU's decode and preprocessing feed the model, so the run also measures decode + preprocessing
+alone in a pool of 1..N threads (images/s: does it scale with cores?), and, for each ``--decode-workers``
+value (``default``: the service's own choice, one thread per core on a GPU), the service's best closed-loop
+throughput as a share of the model alone's at ``--max-batch-size``.
+
 Examples::
 
     .venv/bin/python benchmarks/load_service.py --model tiny                  # built on the fly
     .venv/bin/python benchmarks/load_service.py --model full --duration 20    # embedded default artifact
     .venv/bin/python benchmarks/load_service.py --model-dir models/my-run --concurrency 1 4 16
     .venv/bin/python benchmarks/load_service.py --model full --device cuda --max-batch-size 32
+    .venv/bin/python benchmarks/load_service.py --decode-workers 1 2 default --concurrency 8 --rate
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -75,6 +82,17 @@ def model_alone(model_dir: Path, images: list[bytes], batch: int, repeats: int, 
     return ips, ran
 
 
+def decode_alone(model_dir: Path, images: list[bytes], workers: int, repeats: int = 2) -> float:
+    """Images/s of the service's decode + preprocessing (``prepare_image``) in a pool of ``workers`` threads."""
+    scorer = load_scorer(ScorerSpec(model_dir=model_dir, device="cpu"))
+    work = images * repeats
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda d: prepare_image(d, scorer.pipeline), images[:workers]))  # warm
+        start = time.perf_counter()
+        list(pool.map(lambda d: prepare_image(d, scorer.pipeline), work))
+    return len(work) / (time.perf_counter() - start)
+
+
 def gpu_memory_of(pid: int) -> str:
     """The GPU memory ``nvidia-smi`` attributes to process ``pid`` (what the server holds, ORT included)."""
     try:
@@ -86,7 +104,7 @@ def gpu_memory_of(pid: int) -> str:
     return used[0] if used else "not listed by nvidia-smi (in a container, PIDs may differ)"
 
 
-async def closed_loop(base: str, images: list[bytes], concurrency: int, duration: float) -> None:
+async def closed_loop(base: str, images: list[bytes], concurrency: int, duration: float) -> float:
     latencies: list[float] = []
     errors = 0
     stop = time.perf_counter() + duration
@@ -107,9 +125,10 @@ async def closed_loop(base: str, images: list[bytes], concurrency: int, duration
     async with httpx.AsyncClient(base_url=base, timeout=120) as client:
         await asyncio.gather(*(worker(client, w) for w in range(concurrency)))
     elapsed = time.perf_counter() - started
-    print(
-        f"closed  C={concurrency:3d}  {len(latencies) / elapsed:7.1f} img/s  {percentiles(latencies)}  errors {errors}"
-    )
+    rate = len(latencies) / elapsed
+    print(f"closed  C={concurrency:3d}  {rate:7.1f} img/s  {percentiles(latencies) if latencies else ''}  "
+          f"errors {errors}")
+    return rate
 
 
 async def open_loop(base: str, images: list[bytes], rate: float, duration: float) -> None:
@@ -145,7 +164,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", choices=["tiny", "full"], default="tiny")
     ap.add_argument("--model-dir", type=Path, default=None, help="artifact dir (overrides --model)")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
-    ap.add_argument("--rate", type=float, nargs="+", default=[20.0])
+    ap.add_argument("--rate", type=float, nargs="*", default=[20.0], help="open-loop arrival rates (none: skip)")
+    ap.add_argument("--decode-workers", nargs="+", default=["default"],
+                    help="RADSCREEN_DECODE_WORKERS values to serve with, each a server of its own (default: unset)")
     ap.add_argument("--duration", type=float, default=8.0)
     ap.add_argument("--max-batch-size", type=int, default=8)
     ap.add_argument("--max-wait-ms", type=float, default=5.0)
@@ -173,24 +194,34 @@ def main(argv: list[str] | None = None) -> None:
             f"machine: {platform.processor() or platform.machine()}{gpu}, torch threads {torch.get_num_threads()}, "
             f"model {model_dir}, load average {os.getloadavg()[0]:.1f} (other processes share the CPU)"
         )
+        alone = 0.0
         for batch in sorted({1, args.max_batch_size}):
-            ips, ran = model_alone(model_dir, images, batch, repeats=max(3, 40 // batch), device=args.device)
-            print(f"model alone  batch {batch:3d}  {ips:7.1f} img/s  ({ran})")
-        settings = Settings(
-            model_dir=model_dir,
-            device=args.device,
-            max_batch_size=args.max_batch_size,
-            max_wait_ms=args.max_wait_ms,
-            queue_size=256,
-        )
-        with live_server(settings) if args.in_process else subprocess_server(settings) as base:
-            for c in args.concurrency:
-                asyncio.run(closed_loop(base, images, c, args.duration))
-            for rate in args.rate:
-                asyncio.run(open_loop(base, images, rate, args.duration))
-            if args.device == "cuda":
-                pid = os.getpid() if args.in_process else SERVER_PIDS[base]
-                print(f"server GPU memory after the load: {gpu_memory_of(pid)}")
+            alone, ran = model_alone(model_dir, images, batch, repeats=max(3, 40 // batch), device=args.device)
+            print(f"model alone  batch {batch:3d}  {alone:7.1f} img/s  ({ran})")
+        cores = os.cpu_count() or 1
+        for workers in sorted({1, 2, cores}):
+            rate = decode_alone(model_dir, images, workers)
+            print(f"decode + preprocessing alone, {workers:2d} threads  {rate:7.1f} img/s  "
+                  f"({args.image_size} px PNGs, {cores} cores)")
+        for workers in args.decode_workers:
+            settings = Settings(
+                model_dir=model_dir,
+                device=args.device,
+                max_batch_size=args.max_batch_size,
+                max_wait_ms=args.max_wait_ms,
+                queue_size=256,
+                decode_workers=None if workers == "default" else int(workers),
+            )
+            print(f"-- the service, RADSCREEN_DECODE_WORKERS={workers}")
+            with live_server(settings) if args.in_process else subprocess_server(settings) as base:
+                best = max(asyncio.run(closed_loop(base, images, c, args.duration)) for c in args.concurrency)
+                print(f"service / model alone (batch {args.max_batch_size}): {best:.1f} / {alone:.1f} img/s = "
+                      f"{best / alone:.0%}  (decode workers {workers})")
+                for rate in args.rate:
+                    asyncio.run(open_loop(base, images, rate, args.duration))
+                if args.device == "cuda":
+                    pid = os.getpid() if args.in_process else SERVER_PIDS[base]
+                    print(f"server GPU memory after the load: {gpu_memory_of(pid)}")
 
 
 @contextmanager
@@ -206,6 +237,7 @@ def subprocess_server(settings: Settings) -> Iterator[str]:
         "RADSCREEN_MAX_BATCH_SIZE": str(settings.max_batch_size),
         "RADSCREEN_MAX_WAIT_MS": str(settings.max_wait_ms),
         "RADSCREEN_QUEUE_SIZE": str(settings.queue_size),
+        **({"RADSCREEN_DECODE_WORKERS": str(settings.decode_workers)} if settings.decode_workers else {}),
     }
     cmd = [sys.executable, "-m", "service", "serve", "--port", str(port), "--model-dir", str(settings.model_dir)]
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)

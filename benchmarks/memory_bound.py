@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from service.model_host import CPU_DECODE_WORKERS
 from service.settings import Settings
 from support.artifacts import build_tiny_artifact
 from support.hostile import hostile_bodies, png_black, small_png
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", choices=["tiny", "full"], default="tiny")
     ap.add_argument("--max-pixels", type=int, default=Settings.model_fields["max_pixels"].default)
     ap.add_argument("--max-upload-bytes", type=int, default=Settings.model_fields["max_upload_bytes"].default)
-    ap.add_argument("--decode-workers", type=int, default=Settings.model_fields["decode_workers"].default)
+    ap.add_argument("--decode-workers", type=int, default=CPU_DECODE_WORKERS)
     ap.add_argument("--concurrency", type=int, default=4, help="client threads replaying the requests")
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args(argv)

@@ -14,11 +14,14 @@ it was. Example::
     with atomic_write(run_dir / "checkpoint.pt") as tmp:
         torch.save(state, tmp)          # any writer that takes a path: torch, PIL, pyarrow, open()
     atomic_write_bytes(path, data)      # the common case of bytes already in memory
+
+``file_sha256`` is the digest files that travel are checked with (training shards, an artifact's parts).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import uuid
@@ -86,3 +89,12 @@ def stale_temporaries(directory: Path) -> list[Path]:
     them (only while no other writer is active there, e.g. under the folder's lock).
     """
     return sorted(p for p in directory.iterdir() if _TEMP_NAME.match(p.name) and p.is_file())
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(2**20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -1,154 +1,206 @@
-"""The GPU check: one command that gathers the evidence a GPU machine can give, into one report.
+"""The GPU lease: one command that gathers what a short GPU lease can give, into a report written step by step.
 
-    make gpu-check                       # .venv/bin/python; PY=python for a machine's own CUDA torch
-    .venv/bin/python scripts/gpu_check.py --out runs/gpu-check --budget-min 45
+    scripts/gpu_lease.sh $OUT 540 --shards .lease/shards      # on the node: its own python3, PYTHONPATH=the tree
+    python3 scripts/gpu_check.py --out runs/gpu-check --budget-s 540 --tiny   # the CPU dry run (the test suite's)
 
-Sections, in order of value (each step has a time limit; a failing step is reported, the rest still run):
+It needs torch, numpy, scikit-learn, safetensors, Pillow and pytest, and no web stack, no venv, no install and
+no embedded weights (a lease sends the tree without them). Steps, each with a share of ``--budget-s`` (sized
+for one 10-minute command of a 15-minute lease), each reported as soon as it ends in ``<out>/lease.jsonl``
+and ``<out>/lease.md``, so a run cut off at its limit still returns what it measured:
 
-1. environment: nvidia-smi, torch / CUDA / cuDNN versions, the GPU and its native bf16, the installed
-   ONNX Runtime (package, build CUDA line, the CUDA libraries its CUDA provider links) and whether a CUDA
-   session actually activates. What is found is reported, not assumed: a machine may have a CUDA torch beside
-   a CPU-only or other-CUDA onnxruntime, and then the ONNX CUDA rows are skipped with the reason;
-2. ``pytest -m gpu``: CUDA vs CPU parity, exact resume on CUDA, the service answering on CUDA;
-3. the parity table on the embedded model (``benchmarks/precision_drift.py --device cuda``);
-4. ``benchmarks/bench_core.py --device cuda`` at 256 and 512 px, batch 1, 8, 32;
-5. two short training steps per precision (``radscreen-train fit --device cuda`` on synthetic images);
-6. the service under load (``benchmarks/load_service.py --device cuda``, the embedded model).
+1. environment: torch, CUDA, the GPU and its bf16, ONNX Runtime and whether its CUDA provider activates (a
+   CPU build is a reported skip);
+2. sizes: what a lease receives (the tree without the embedded weights, plus the shards) against 64 MiB;
+3. a training run (``radscreen-train fit``) on the shards (``--shards``, packed by ``radscreen-train pack``)
+   or on synthetic images made there, under a time budget; its images/s and the FLOP rate that makes;
+4. the artifact it wrote, in parts of at most 16 MiB with their sha256 (``radscreen-train reassemble`` here);
+5. ``pytest -m gpu tests/gpu``: CUDA vs CPU parity on that artifact, exact resume on CUDA, each precision;
+6. the parity and precision-drift table on that artifact (``benchmarks/precision_drift.py``);
+7. the model alone (``benchmarks/bench_core.py``) at 256 and 512 px;
+8. the service under load, where the web stack is installed (a reported skip on a bare node).
 
-Without a CUDA device the report holds the environment and the skipped gpu tests, and says that nothing
-else ran; the command still succeeds (exit 0). The report is Markdown: ``<out>/gpu-check-<UTC time>.md``.
+Without a CUDA device the CUDA-only steps are reported as skipped, with the reason; the command succeeds.
+``<out>`` holds at most 8 files: the two reports, the parts and their manifest.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
+import json
+import os
 import platform
-import shlex
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from support.lease import LeaseReport, returned_files, sent_bytes, step_flops, training_throughput  # noqa: E402
 
-def run_step(title: str, cmd: list[str], timeout: float) -> str:
-    """Run ``cmd`` in the repository root; a Markdown section with the command, its time and its output tail."""
-    started = time.monotonic()
-    try:
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
-        status, output = f"exit {done.returncode}", done.stdout + done.stderr
-    except subprocess.TimeoutExpired as exc:
-        status = f"stopped after its {timeout:.0f} s limit"
-        output = "".join(x.decode() if isinstance(x, bytes) else (x or "") for x in (exc.stdout, exc.stderr))
-    except OSError as exc:
-        status, output = "could not start", str(exc)
-    tail = "\n".join(output.strip().splitlines()[-80:])
-    return (f"## {title}\n\n`{shlex.join(cmd)}` — {status}, {time.monotonic() - started:.0f} s\n\n"
-            f"```\n{tail}\n```\n")
+TINY = ["--width", "2", "--input-size", "32", "--epochs", "2", "--batch-size", "8", "--eval-samples", "2",
+        "--head-draws", "2", "--grad-sd-samples", "0", "--seed", "0"]
+SHARES = {"train": 0.55, "tests": 0.12, "drift": 0.07, "bench": 0.06, "load": 0.06}
 
 
-def environment() -> tuple[str, bool]:
-    """The environment section, and whether torch sees a CUDA device."""
+def environment(report: LeaseReport) -> bool:
+    """The environment step; whether torch sees a CUDA device."""
     import torch
 
     from models.cuda import cuda_native_bf16
-    from support.cuda_line import installed_onnxruntime_cuda_line
 
-    lines = [f"- date (UTC): {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M}",
-             f"- machine: {platform.node()}, {platform.processor() or platform.machine()}, "
-             f"Python {platform.python_version()}",
-             f"- torch {torch.__version__}, built for CUDA {torch.version.cuda or 'none (CPU build)'}, "
-             f"cuDNN {torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else 'none'}"]
+    figures: dict[str, object] = {
+        "machine": f"{platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(), "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda or "none (CPU build)"}
     cuda = torch.cuda.is_available()
     if cuda:
-        cap = torch.cuda.get_device_capability()
-        lines.append(f"- GPU: {torch.cuda.get_device_name()} (compute capability {cap[0]}.{cap[1]}, "
-                     f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.1f} GiB), native bf16: "
-                     f"{'yes' if cuda_native_bf16() else 'no'}")
+        props = torch.cuda.get_device_properties(0)
+        figures["gpu"] = (f"{props.name}, compute capability {props.major}.{props.minor}, "
+                          f"{props.total_memory / 2**30:.1f} GiB, native bf16 {'yes' if cuda_native_bf16() else 'no'}")
     else:
-        lines.append("- GPU: none visible to torch")
-    try:
-        ort = installed_onnxruntime_cuda_line()
-        lines.append(f"- ONNX Runtime: {ort.package} {ort.version}, built for CUDA {ort.build_cuda or 'none'}, "
-                     f"CUDA provider links {', '.join(ort.needed) or 'nothing (no CUDA provider)'}")
-        lines.append(f"- ONNX Runtime CUDA session: {ort_cuda_session()}")
-    except ImportError as exc:
-        lines.append(f"- ONNX Runtime: not importable ({exc})")
+        figures["gpu"] = "none visible to torch"
+    figures["onnxruntime_cuda"] = ort_cuda_session()
     try:
         smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=60, check=False).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         smi = f"nvidia-smi not available: {exc}"
-    return "## Environment\n\n" + "\n".join(lines) + f"\n\n```\n{smi.strip()}\n```\n", cuda
+    report.add("environment", "ok", text=smi, **figures)
+    return cuda
 
 
 def ort_cuda_session() -> str:
-    """Whether a CUDA session of ONNX Runtime activates its CUDA provider here (a tiny drawn network)."""
-    from models.draws import materialise_draws
-    from models.onnx_backend import OnnxDrawnSession, ProviderFallbackError
-    from models.vgg import VGGConfig, build_vgg16_star
+    """Whether ONNX Runtime's CUDA provider activates here (a tiny drawn network); a build without it is a
+    skip with the reason, never a crash."""
+    try:
+        from models.draws import materialise_draws
+        from models.onnx_backend import OnnxDrawnSession, ProviderFallbackError
+        from models.vgg import VGGConfig, build_vgg16_star
+        from support.cuda_line import installed_onnxruntime_cuda_line
 
+        line = installed_onnxruntime_cuda_line()
+    except ImportError as exc:
+        return f"skipped: ONNX Runtime not importable ({exc})"
+    found = f"{line.package} {line.version}, built for CUDA {line.build_cuda or 'none'}"
     net = materialise_draws(build_vgg16_star(VGGConfig(width=2, input_size=32)), k=2, seed=0)
     try:
-        return f"active providers {OnnxDrawnSession(net, device='cuda').active_providers}"
+        return f"{found}: active providers {OnnxDrawnSession(net, device='cuda').active_providers}"
+    except ValueError as exc:  # a CPU build: the CUDA provider is not even offered
+        return f"{found}: skipped, no CUDA provider in this build ({exc})"
     except ProviderFallbackError as exc:
-        return f"CUDA provider did not activate: {exc}"
+        return f"{found}: skipped, the CUDA provider did not activate ({exc})"
 
 
-def training_steps(python: str, timeout: float) -> str:
-    """Two training steps per precision on 64 px synthetic images, timed by the wall clock of each run."""
-    from training.synthetic.dataset import generate_dataset
-
-    sections = []
-    with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp) / "synthetic"
-        generate_dataset(data, n_images=64, seed=7, size=256, ungradable_fraction=0.0)
-        for precision in ("fp32", "bf16"):
-            cmd = [python, "-m", "training.cli", "fit", "--data", str(data), "--out", f"{tmp}/run-{precision}",
-                   "--device", "cuda", "--precision", precision, "--epochs", "1", "--max-steps-per-epoch", "2",
-                   "--batch-size", "16", "--input-size", "256", "--eval-samples", "2", "--no-progress"]
-            sections.append(run_step(f"Training, two steps, {precision} (width 46, 256 px, batch 16)", cmd, timeout))
-    return "\n".join(sections)
+def train(report: LeaseReport, args: argparse.Namespace, work: Path, env: dict[str, str]) -> Path | None:
+    """The training step (and, when there is no --shards, the synthetic data it trains on); the artifact."""
+    python = sys.executable
+    if args.shards:
+        data = ["--data", str(args.shards), "--layout", "shards"]
+        size = json.loads((Path(args.shards) / "index.json").read_text())["size"]
+    else:
+        size = 32 if args.tiny else 256
+        synth = work / "synth"
+        code, _ = report.run("synthetic data", [python, "-m", "training.cli", "synth", "--out", str(synth), "--n",
+                                                 "48" if args.tiny else "512", "--size", str(max(size, 64)),
+                                                 "--ungradable-fraction", "0", "--workers", str(os.cpu_count() or 1)],
+                             share=0.05, cwd=ROOT, env=env)
+        if code != 0:
+            return None
+        data = ["--data", str(synth), "--layout", "synthetic"]
+    recipe = TINY if args.tiny else ["--input-size", str(size), "--epochs", str(args.epochs), "--batch-size",
+                                     str(args.batch_size), "--val-every", str(args.val_every)]
+    limit = SHARES["train"] * args.budget_s
+    run_dir, artifact = work / "run", work / "artifact"
+    cmd = [python, "-m", "training.cli", "fit", *data, "--out", str(run_dir), "--artifact", str(artifact),
+           "--precision", "auto", "--checkpoint-minutes", "5", "--no-progress", "--name", "radscreen-lease",
+           "--time-budget-min", f"{max(limit - 90, 30) / 60:.2f}", *recipe, *args.fit_args]
+    code, _ = report.run("training", cmd, share=SHARES["train"], cwd=ROOT, env=env)
+    if (run_dir / "history.json").is_file():
+        config = json.loads((run_dir / "config.json").read_text())
+        try:
+            flops: float | None = step_flops(model=config["model"], width=config["width"],
+                                             size=config["input_size"], train_samples=config["train_samples"],
+                                             device="cuda" if args.cuda else "cpu")
+        except (RuntimeError, ValueError) as exc:
+            flops = None
+            report.add("training FLOPs", "failed", reason=str(exc))
+        report.add("training throughput", "ok", precision=config["precision"], device="cuda" if args.cuda else "cpu",
+                   note="images/s over whole epochs, validation included", **training_throughput(run_dir, flops))
+    return artifact if code == 0 and (artifact / "manifest.json").is_file() else None
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=ROOT / "runs" / "gpu-check", help="folder for the report")
-    ap.add_argument("--budget-min", type=float, default=45.0, help="minutes the whole check may take")
+    ap.add_argument("--out", type=Path, default=ROOT / "runs" / "gpu-check", help="folder for the report and parts")
+    ap.add_argument("--budget-s", type=float, default=540.0,
+                    help="seconds the whole run may take (a lease command may run 600)")
+    ap.add_argument("--shards", type=Path, default=None, help="packed training shards (radscreen-train pack)")
+    ap.add_argument("--tiny", action="store_true", help="a tiny model and data set: the CPU dry run")
+    ap.add_argument("--epochs", type=int, default=100, help="epochs asked for (the time budget may stop sooner)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--val-every", type=int, default=5, help="epochs between validations")
+    ap.add_argument("--work", type=Path, default=None, help="folder for the run (default: a temporary one)")
+    ap.add_argument("fit_args", nargs="*", help="more `radscreen-train fit` options, after --")
     args = ap.parse_args(argv)
-    python = sys.executable
-    share = args.budget_min * 60 / 10  # seconds per share; the steps below take 1-3 shares each
-    env, cuda = environment()
-    sections = [env, run_step("gpu tests (`pytest -m gpu`)",
-                              [python, "-m", "pytest", "-m", "gpu", "-rA", "-s", "-p", "no:cacheprovider",
-                               "--durations=0", "tests"], 2 * share)]
-    if not cuda:
-        sections.append("## Not run\n\nNo CUDA device is visible to torch: the parity table, the CUDA benchmarks, "
-                        "the training steps and the load test were not run.\n")
+    report = LeaseReport(args.out, args.budget_s)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+           "PYTHONUNBUFFERED": "1"}
+    args.cuda = environment(report)
+    sizes = sent_bytes(ROOT, args.shards)
+    report.add("sizes", "ok" if sizes["sent_bytes"] <= sizes["limit_bytes"] else "failed",
+               **{k: f"{v} ({v / 2**20:.1f} MiB)" for k, v in sizes.items()})
+    work = args.work or Path(tempfile.mkdtemp(prefix="lease-"))
+    artifact = train(report, args, work, env)
+    if artifact is not None:
+        from training.parts import split_artifact
+
+        manifest = json.loads(split_artifact(artifact, args.out).read_text())
+        report.add("artifact parts", "ok", parts=len(manifest["parts"]), whole_bytes=manifest["whole"]["bytes"],
+                   largest_part_bytes=max(p["bytes"] for p in manifest["parts"]),
+                   artifact_sha256=manifest["artifact_sha256"],
+                   reassemble="radscreen-train reassemble --parts <fetched folder> --out models/<name>")
     else:
-        sections.append(run_step("Parity on the embedded model: CUDA modes vs torch fp32 on the CPU",
-                                 [python, "benchmarks/precision_drift.py", "--device", "cuda", "--images", "32",
-                                  "--image-size", "512", "--batch", "8"], 1.5 * share))
-        for size in (256, 512):
-            sections.append(run_step(
-                f"bench_core on CUDA, {size} px", [python, "benchmarks/bench_core.py", "--device", "cuda",
-                                                   "--size", str(size), "--batch", "1,8,32", "--repeats", "10",
-                                                   "--warmup", "3", "--modes", "drawn-grouped,drawn-loop,onnx",
-                                                   "--precisions", "fp32,bf16,fp16"], 1.5 * share))
-        sections.append(training_steps(python, share))
-        sections.append(run_step("The service under load on CUDA (embedded model)",
-                                 [python, "benchmarks/load_service.py", "--model", "full", "--device", "cuda",
-                                  "--concurrency", "1", "8", "32", "--rate", "50", "--duration", "10",
-                                  "--max-batch-size", "32", "--image-size", "512"], 1.5 * share))
-    args.out.mkdir(parents=True, exist_ok=True)
-    report = args.out / f"gpu-check-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.md"
-    report.write_text("# GPU check\n\n" + "\n".join(sections), encoding="utf-8")
-    print(f"report: {report}" + ("" if cuda else " (no CUDA device: environment and skipped gpu tests only)"))
+        report.add("artifact parts", "skipped", reason="the training step wrote no artifact")
+    tests_env = {**env, **({"RADSCREEN_PARITY_ARTIFACT": str(artifact)} if artifact else {})}
+    report.run("gpu tests", [sys.executable, "-m", "pytest", "-m", "gpu", "tests/gpu", "-rA", "-p",
+                             "no:cacheprovider", "-q"], share=SHARES["tests"], cwd=ROOT, env=tests_env)
+    cuda_steps(report, args, artifact, env)
+    report.add("returned files", "ok" if returned_files(args.out)["within_limits"] else "failed",
+               **returned_files(args.out))
+    print(f"report: {report.md}")
     return 0
+
+
+def cuda_steps(report: LeaseReport, args: argparse.Namespace, artifact: Path | None, env: dict[str, str]) -> None:
+    """Parity and drift on the trained artifact, the model alone at 256 and 512 px, the service under load."""
+    python = sys.executable
+    if not args.cuda:
+        for step in ("precision drift", "model alone, 256 px", "model alone, 512 px", "service under load"):
+            report.add(step, "skipped", reason="no CUDA device visible to torch")
+        return
+    if artifact is not None:
+        report.run("precision drift", [python, "benchmarks/precision_drift.py", "--device", "cuda", "--model-dir",
+                                       str(artifact), "--images", "32", "--batch", "8"],
+                   share=SHARES["drift"], cwd=ROOT, env=env)
+    else:
+        report.add("precision drift", "skipped", reason="no trained artifact to compare")
+    for size in (256, 512):
+        report.run(f"model alone, {size} px", [python, "benchmarks/bench_core.py", "--device", "cuda", "--size",
+                                               str(size), "--batch", "1,8,32", "--repeats", "5", "--warmup", "2",
+                                               "--modes", "drawn-grouped,onnx", "--precisions", "fp32,bf16"],
+                   share=SHARES["bench"], cwd=ROOT, env=env)
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        report.add("service under load", "skipped", reason=f"the web stack is not installed here ({exc})")
+        return
+    model = ["--model-dir", str(artifact)] if artifact else ["--model", "tiny"]
+    report.run("service under load", [python, "benchmarks/load_service.py", *model, "--device", "cuda",
+                                      "--concurrency", "8", "32", "--rate", "100", "--duration", "10",
+                                      "--max-batch-size", "32"], share=SHARES["load"], cwd=ROOT, env=env)
 
 
 if __name__ == "__main__":

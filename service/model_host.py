@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +34,23 @@ from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
 from service.metrics import ServiceMetrics
 from service.settings import Settings
+
+CPU_DECODE_WORKERS = 2  # on the CPU the model's threads need the cores
+GPU_DECODE_WORKERS_MAX = 16
+
+
+def decode_threads(requested: int | None, device: str) -> int:
+    """The decode pool's size: ``requested``, else one thread per core up to 16 when the model scores on a GPU
+    (decoding, not the GPU, then bounds throughput), else 2."""
+    if requested is not None:
+        return requested
+    from models.compute import resolve_device
+
+    try:
+        gpu = resolve_device(device) != "cpu"
+    except RuntimeError:  # cuda asked for and absent: the model load reports it; size as for the CPU
+        gpu = False
+    return min(os.cpu_count() or 1, GPU_DECODE_WORKERS_MAX) if gpu else CPU_DECODE_WORKERS
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +94,8 @@ class ModelHost:
         self.batcher: MicroBatcher | None = None
         self.admission: Admission | None = None
         self._decode_s = 0.0  # running average of one image's decode + preprocessing, for admission
-        self._decode_pool = ThreadPoolExecutor(settings.decode_workers, thread_name_prefix="radscreen-decode")
+        self.decode_workers = decode_threads(settings.decode_workers, self.spec.device)
+        self._decode_pool = ThreadPoolExecutor(self.decode_workers, thread_name_prefix="radscreen-decode")
 
     async def load(self) -> None:
         """Load, verify, materialise, warm up, start batching; then ready (see module docstring)."""
@@ -161,7 +180,7 @@ class ModelHost:
         """The pipeline's measured seconds per image: its slower stage, the batched forward or the decode
         pool (one image's decode over the number of decode workers)."""
         assert self.batcher is not None
-        return max(self.batcher.seconds_per_image(), self._decode_s / self.settings.decode_workers)
+        return max(self.batcher.seconds_per_image(), self._decode_s / self.decode_workers)
 
     def admit(self, images: int) -> contextlib.AbstractContextManager[None]:
         """Admission by expected wait (``service.admission``), checked before any decoding."""

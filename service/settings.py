@@ -123,8 +123,11 @@ class Settings(ScorerSettings):
         default=10.0, gt=0, le=600,
         description="Longest time one image may take to decode once a worker starts it (else 422 image-too-complex).",
     )
-    decode_workers: int = Field(
-        default=2, ge=1, le=64, description="Threads decoding and preprocessing images."
+    decode_workers: int | None = Field(
+        default=None, ge=1, le=64,
+        description="Threads decoding and preprocessing images (Pillow and numpy release the GIL). Default: one "
+                    "per core (up to 16) when scoring on a GPU, which the CPU must feed; 2 on the CPU, where the "
+                    "model's threads need the cores.",
     )
     api_key: SecretStr | None = Field(
         default=None, description="When set, X-API-Key must match (health/metrics open)."

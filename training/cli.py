@@ -8,6 +8,7 @@ Examples (each works on a fresh checkout after ``make setup``; a CPU-sized model
     radscreen-train synth --out data/synth-test --n 400 --seed 99 --size 128
     radscreen-train evaluate --artifact models/my-model --data data/synth-test --out runs/eval
     radscreen-train export --artifact models/my-model --out graph.onnx
+    radscreen-train pack --data data/synth --out data/synth-shards --input-size 128   # for a GPU lease
 
 Such a small run checks the pipeline; its uncertainty is not useful (docs/training.md, "A first run on a
 CPU"). Without --width and --input-size, fit trains the full-size model (width 46, 256 px): about 20 min an
@@ -27,6 +28,8 @@ from pathlib import Path
 
 from models.preprocessing import BY_NAME as PREPROCESSING_BY_NAME
 from models.preprocessing import FOV_LOCAL_MEAN
+from training.cli_lease import HANDLERS as LEASE_HANDLERS
+from training.cli_lease import add_lease_commands
 from training.config import LAYOUTS, OPTIMIZERS, PRECISIONS, SCHEDULES, SELECT_BY, TrainConfig
 
 
@@ -75,7 +78,9 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="decode and preprocess every image at every use instead of once into <out>/cache")
     g.add_argument("--preprocessing", choices=sorted(PREPROCESSING_BY_NAME), default=FOV_LOCAL_MEAN,
                    help="image preprocessing contract (models/preprocessing.py); stored in the artifact")
-    g.add_argument("--workers", type=int, default=d.workers, help="DataLoader worker processes")
+    g.add_argument("--workers", type=int, default=None,
+                   help="DataLoader worker processes (default: on CUDA cores - 1 up to 8, where images are decoded "
+                        "per step; on the CPU 0)")
     g.add_argument("--weights-dtype", choices=("fp32", "fp16"), default=d.weights_dtype,
                    help="artifact storage of μ and ρ (fp16: calibrated after the cast, rounding/sd ratio in the card)")
     m = p.add_argument_group("model")
@@ -139,10 +144,19 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     x.add_argument("--max-steps-per-epoch", type=int, default=None, help="cap on steps per epoch (quick runs)")
     x.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every,
                    help="steps between checkpoints (one is also written at every epoch end)")
+    x.add_argument("--checkpoint-minutes", type=float, default=None,
+                   help="minutes between checkpoints instead of --checkpoint-every steps, and one at the end "
+                        "(default: 10 on CUDA, where a step takes milliseconds; unset on the CPU)")
+    x.add_argument("--val-every", type=int, default=d.val_every,
+                   help="epochs between validations (the last epoch is always validated; an epoch not validated "
+                        "cannot be the best)")
     x.add_argument("--device", default=d.device, help="auto (cuda when available, else cpu), cpu or cuda")
     x.add_argument("--restart", action="store_true", help="delete an existing run directory first")
     x.add_argument("--stop-after-steps", type=int, default=None,
                    help="checkpoint and stop after N steps (rerun the same command to continue)")
+    x.add_argument("--time-budget-min", type=float, default=None,
+                   help="stop at the end of the epoch after which another would pass this many minutes, and write "
+                        "the artifact from the best epoch so far (a GPU lease; the card lists the epochs trained)")
     x.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -192,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=_HelpFormatter)
     x.add_argument("--artifact", default=None, help="artifact directory (default: the embedded model)")
     x.add_argument("--out", required=True, help="path of the .onnx file to write")
+    add_lease_commands(sub, _HelpFormatter)
     return parser
 
 
@@ -207,6 +222,7 @@ def _fit(args: argparse.Namespace) -> int:
         rho_init=args.rho_init, prior=_parse_prior(args.prior), epochs=args.epochs, nll_epochs=args.nll_epochs,
         batch_size=args.batch_size, lr=args.lr, train_samples=args.train_samples, eval_samples=args.eval_samples,
         max_steps_per_epoch=args.max_steps_per_epoch, checkpoint_every=args.checkpoint_every,
+        checkpoint_minutes=args.checkpoint_minutes, val_every=args.val_every,
         precision=args.precision, seed=args.seed, split_seed=args.split_seed, draw_seed=args.draw_seed,
         target_referral_rate=args.target_referral_rate, max_missed_share=args.max_missed_share,
         split=tuple(args.split), head_draws=args.head_draws,
@@ -226,9 +242,13 @@ def _fit(args: argparse.Namespace) -> int:
         shutil.rmtree(out)
     started = time.monotonic()
     data = prepare_data(config, progress=not args.no_progress)
-    state = trainer.fit(data, stop_after_steps=args.stop_after_steps)
+    deadline = started + args.time_budget_min * 60 if args.time_budget_min is not None else None
+    state = trainer.fit(data, stop_after_steps=args.stop_after_steps, deadline=deadline)
     elapsed = time.monotonic() - started
-    if state.epoch < config.epochs:
+    timed_out = deadline is not None and state.epoch < config.epochs and state.step_in_epoch == 0
+    if timed_out:
+        print(f"time budget: stopped after {state.epoch} of {config.epochs} epochs; the artifact is the best of them")
+    elif state.epoch < config.epochs:
         print(f"stopped at epoch {state.epoch + 1} step {state.step_in_epoch} (step budget); rerun to continue")
         return 0
     command = " ".join(shlex.quote(a) for a in ["radscreen-train", *args.argv])
@@ -317,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # the model card records the command that was actually run
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handlers = {"synth": _synth, "fit": _fit, "evaluate": _evaluate, "export": _export}
+    handlers = {"synth": _synth, "fit": _fit, "evaluate": _evaluate, "export": _export, **LEASE_HANDLERS}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:  # Ctrl-C: fit resumes from its last checkpoint (every --checkpoint-every steps)

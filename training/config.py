@@ -11,8 +11,8 @@ from models.artifact.schema import MAX_MC_SAMPLES, ServingDraws
 from models.preprocessing import FOV_LOCAL_MEAN
 from models.transform import ImageTransform
 
-Layout = Literal["synthetic", "eyepacs", "aptos", "odir", "manifest"]
-LAYOUTS: tuple[str, ...] = ("synthetic", "eyepacs", "aptos", "odir", "manifest")
+Layout = Literal["synthetic", "eyepacs", "aptos", "odir", "manifest", "shards"]
+LAYOUTS: tuple[str, ...] = ("synthetic", "eyepacs", "aptos", "odir", "manifest", "shards")
 Optimizer = Literal["adam", "adamw"]
 OPTIMIZERS: tuple[str, ...] = ("adam", "adamw")
 Schedule = Literal["constant", "cosine", "step"]
@@ -26,7 +26,7 @@ PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
 
 @dataclass(frozen=True)
 class TrainConfig:
-    data: str  # dataset root (synthetic / EyePACS folder) or a manifest CSV
+    data: str  # dataset root (synthetic / EyePACS folder), a manifest CSV, or packed shards (training.data.shards)
     out: str  # run directory: checkpoints, logs, reports
     layout: Layout = "synthetic"
     artifact: str | None = None  # where to write the model artifact (default: <out>/artifact)
@@ -44,7 +44,11 @@ class TrainConfig:
     train_samples: int = 1  # MC samples per step for the ELBO estimate
     eval_samples: int = 8  # MC samples per image for per-epoch validation
     max_steps_per_epoch: int | None = None
-    checkpoint_every: int = 50  # steps; a checkpoint is also written at every epoch end
+    checkpoint_every: int | None = 50  # steps between mid-epoch checkpoints (None: none); unless checkpoint_minutes
+    # minutes between checkpoints instead of steps (one is also written at the end of the run); None: every
+    # checkpoint_every steps and at every epoch end. On CUDA the trainer sets it to 10 when left unset.
+    checkpoint_minutes: float | None = None
+    val_every: int = 1  # epochs between validations (the last epoch is always validated)
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)
     gradable_only: bool = True  # ungradable images are the quality gate's job, not the classifier's
     include_other_disease: bool = True  # ODIR: eyes with another eye disease and no DR count as non-referable
@@ -65,7 +69,7 @@ class TrainConfig:
     # decision threshold above and the MI threshold for target_referral_rate
     max_missed_share: float | None = None
     n_bootstrap: int = 200
-    workers: int = 0
+    workers: int | None = None  # DataLoader workers; None: training.device_data.loader_workers (0 on the CPU)
     device: str = "auto"  # auto = cuda when available, else cpu (as the service)
     # --- the optimisation recipe: defaults are the authors' (Adam lr 1e-3, amsgrad, ρ0 = -4) ---
     rho_lr: float | None = None  # learning rate of the ρ parameter group (None: the same as lr)
@@ -88,7 +92,8 @@ class TrainConfig:
             raise ValueError(f"nll_epochs ({self.nll_epochs}) cannot exceed epochs ({self.epochs}).")
         if not 1 <= self.mc_samples <= MAX_MC_SAMPLES:  # the K its artifact will serve with
             raise ValueError(f"mc_samples must be in [1, {MAX_MC_SAMPLES}], got {self.mc_samples}.")
-        for name in ("batch_size", "train_samples", "eval_samples", "head_draws", "epochs", "lr_step_epochs"):
+        for name in ("batch_size", "train_samples", "eval_samples", "head_draws", "epochs", "lr_step_epochs",
+                     "val_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         for name, value, valid in (("optimizer", self.optimizer, OPTIMIZERS), ("lr_schedule", self.lr_schedule,
@@ -101,6 +106,10 @@ class TrainConfig:
             raise ValueError(f"learning rates must be > 0, got lr={self.lr}, rho_lr={self.rho_lr}.")
         if self.lr_warmup_steps < 0:
             raise ValueError(f"lr_warmup_steps must be >= 0, got {self.lr_warmup_steps}.")
+        if (self.checkpoint_every is not None and self.checkpoint_every < 1) or (
+                self.checkpoint_minutes is not None and self.checkpoint_minutes <= 0):
+            raise ValueError(f"checkpoint_every must be >= 1 and checkpoint_minutes > 0 (or unset), got "
+                             f"{self.checkpoint_every} and {self.checkpoint_minutes}.")
         if self.grad_sd_samples == 1 or self.grad_sd_samples < 0:
             raise ValueError(f"grad_sd_samples must be 0 (off) or >= 2, got {self.grad_sd_samples}.")
 
@@ -154,6 +163,6 @@ class TrainConfig:
         finished run is served: ``head_draws`` only changes the final scoring, never a training step)."""
         d = self.to_dict()
         for k in ("epochs", "artifact", "workers", "n_bootstrap", "out", "weights_dtype", "head_draws",
-                  "cache_images", "max_missed_share"):
+                  "cache_images", "max_missed_share", "checkpoint_every", "checkpoint_minutes"):
             d.pop(k)
         return d

@@ -83,7 +83,7 @@ def nll_gradient_sd(model: nn.Module, x: Tensor, y: Tensor, *, samples: int, mc_
     grads: list[Tensor] = []
     was_training = model.training
     model.train()
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(x.device).manual_seed(seed)  # on the model's device: no noise copied to it
     with sampling_generator(model, gen):
         for _ in range(samples):
             logits = mc_logits(model, x, mc_per_estimate)[..., 0].float()  # [S, B]

@@ -14,11 +14,13 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
+from models import compute
 from models.artifact import ArtifactConfig, Calibration, save_artifact
 from models.vgg import count_parameters
 from training.config import TrainConfig
 from training.data.manifest import ManifestRow
 from training.data.prepare import PreparedData, prepare_data
+from training.data.shards import read_index
 from training.evaluation import EvaluationReport, evaluate_predictions, write_report
 from training.evaluation.ensemble import DRAWS_FILENAME, save_draws
 from training.evaluation.operating_point import OperatingPoint, outcome_shares, screening_operating_point
@@ -51,20 +53,32 @@ ODIR_DESCRIPTION = (
 def _dataset_description(config: TrainConfig) -> tuple[str, bool, str | None]:
     """(description, synthetic?, the command that regenerates the data set or None).
 
-    Names the data set, never a path on the training machine (the card travels with the artifact).
+    Names the data set, never a path on the training machine (the card travels with the artifact). Packed
+    shards are described by what they were packed from (their index records it).
     """
+    if config.layout == "shards":
+        settings = read_index(Path(config.data))["settings"]
+        description, synthetic, command = _describe(settings.get("layout", "manifest"), settings.get("dataset"),
+                                                    bool(settings.get("include_other_disease", True)),
+                                                    str(settings.get("name", Path(config.data).name)))
+        return f"{description} (packed shards)", synthetic, command
     info = Path(config.data) / "dataset.json"
-    if config.layout == "synthetic" and info.is_file():
-        meta = json.loads(info.read_text())
+    meta = json.loads(info.read_text()) if config.layout == "synthetic" and info.is_file() else None
+    return _describe(config.layout, meta, config.include_other_disease, Path(config.data).name)
+
+
+def _describe(layout: str, meta: dict[str, Any] | None, include_other_disease: bool,
+              name: str) -> tuple[str, bool, str | None]:
+    if layout == "synthetic" and meta is not None:
         command = (f"radscreen-train synth --out data/synth-train --n {meta.get('n_images')} --seed {meta.get('seed')} "
                    f"--size {meta.get('size')} --ungradable-fraction {meta.get('ungradable_fraction')}")
         return (f"synthetic fundus generator {meta.get('generator', '?')}, seed {meta.get('seed')}, "
                 f"{meta.get('n_images')} images at {meta.get('size')} px", True, command)
-    if config.layout == "odir":
-        other = ("eyes with other eye diseases and no DR included as non-referable" if config.include_other_disease
+    if layout == "odir":
+        other = ("eyes with other eye diseases and no DR included as non-referable" if include_other_disease
                  else "eyes with other eye diseases left out")
         return f"{ODIR_DESCRIPTION}; {other}", False, None
-    return f"{config.layout} manifest {Path(config.data).name}", config.layout == "synthetic", None
+    return f"{layout} manifest {name}", layout == "synthetic", None
 
 
 def image_ids(rows: Sequence[ManifestRow]) -> list[str]:
@@ -84,7 +98,7 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
     data = data or prepare_data(config)
     model = build_model(config)
     model.load_state_dict(load_file(str(run_dir / BEST_WEIGHTS)))
-    model.eval()
+    model.to(compute.resolve_device(config.device)).eval()  # the serving draws are scored on the training device
     rounding = rounding_to_sd(model, config.weights_dtype)
     if config.weights_dtype != "fp32":  # calibrate the weights that will be served, after the storage cast
         with torch.no_grad():
@@ -167,7 +181,7 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         intended_use=SYNTHETIC_USE if synthetic else REAL_USE,
     )
     artifact_dir = Path(config.artifact or run_dir / "artifact")
-    sha = save_artifact(artifact_dir, model=model, config=art_config, calibration=calibration, model_card=card,
+    sha = save_artifact(artifact_dir, model=model.cpu(), config=art_config, calibration=calibration, model_card=card,
                         weights_dtype=DTYPES[config.weights_dtype], overwrite=True)
     log.info("artifact %s (sha256 %s)", artifact_dir, sha)
     return FinalResult(artifact_dir, sha, val, test)

@@ -14,7 +14,13 @@ The trainer knows nothing about the architecture beyond ``create_model``; random
 generators whose states are checkpointed (data order is derived from (seed, epoch)), so a run killed at any
 step and resumed ends in exactly the state of an uninterrupted run. That is tested bitwise on CPU; on CUDA
 the trainer switches cuDNN to deterministic kernels and TF32 off, which makes the promise hold on the same
-GPU, driver and library versions (the ``gpu`` test ``tests/training/test_training_cuda.py`` checks it there).
+GPU, driver and library versions (the ``gpu`` test ``tests/gpu/test_training_cuda.py`` checks it there).
+
+On CUDA the step stays on the device (``training.device_data``): the weight noise and the augmentation are
+drawn from generators on the device, cached or packed pixels are copied to the GPU once and batches are cut
+there, the running sums stay on the device and are read every ``LOG_EVERY`` steps, validation runs under the
+training autocast every ``val_every`` epochs, and checkpoints are written by time (``checkpoint_minutes``,
+10 by default there) rather than every ``checkpoint_every`` steps.
 """
 
 from __future__ import annotations
@@ -34,7 +40,6 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from sklearn.metrics import roc_auc_score
 from torch import nn
-from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from models import compute
@@ -51,6 +56,7 @@ from training.checkpoint import TrainState, load_checkpoint, restore, save_check
 from training.config import Precision, TrainConfig
 from training.data.augment import augment_batch, color_jitter, normalise
 from training.data.prepare import PreparedData, prepare_data
+from training.device_data import DeviceSums, ResidentPixels, StepResult, epoch_batches, loader_workers
 from training.diagnostics import budget_ratio, nll_gradient_sd, rho_shift, sigma_stats
 from training.elbo import elbo_loss
 from training.history import write_history
@@ -60,6 +66,8 @@ from training.warm_start import check_same_source, load_into, rho_reference, sav
 
 log = logging.getLogger(__name__)
 BEST_WEIGHTS = "best.safetensors"
+LOG_EVERY = 25  # steps between reads of the running sums (progress bar): the only per-step host syncs
+CUDA_CHECKPOINT_MINUTES = 10.0  # checkpoint_minutes on CUDA when the config leaves it unset
 
 
 TRAIN_FIX = "Use --precision fp32, or auto to take bf16 only where it is native."
@@ -108,30 +116,14 @@ class Run:
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
-    generators: dict[str, torch.Generator]  # "augment" and "weights", seeded from (seed, 2) and (seed, 3)
+    generators: dict[str, torch.Generator]  # "augment" and "weights" on the device, seeded from (seed, 2), (seed, 3)
     state: TrainState
     prior: Prior
     bayesian: bool  # the model has Bayesian layers: its loss gains KL/N after the means-only epochs
     autocast: AbstractContextManager[Any]  # bf16 autocast, or nothing (fp32)
     probe: tuple[torch.Tensor, torch.Tensor]  # the fixed batch of the gradient-SD probe: normalised x, y
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """What one optimiser step measured on its batch."""
-
-    nll: float  # mean NLL over the batch and the draws
-    kl: float  # KL(q || p) of the whole network; 0 in the means-only epochs
-    correct: float  # images whose mean logit is on the side of their label
-    n: float  # images in the batch
-
-    def add_to(self, sums: dict[str, float]) -> None:
-        """Accumulate into the epoch's running sums (``TrainState.epoch_sums``)."""
-        sums["nll"] += self.nll * self.n
-        sums["kl"] += self.kl
-        sums["correct"] += self.correct
-        sums["n"] += self.n
-        sums["steps"] += 1
+    resident: ResidentPixels | None = None  # the training pixels on the GPU (CUDA with cached or packed pixels)
+    last_checkpoint: float = 0.0  # time.monotonic() of the last checkpoint this call wrote (or of its start)
 
 
 @dataclass
@@ -160,9 +152,12 @@ class Trainer:
         use_deterministic_cudnn(self.device)
         # "auto" is resolved once, here, so config.json, the resume check and the card name what ran
         self.config = replace(config, precision=cast(Precision, self.runtime.precision))  # auto/fp32/bf16 asked
+        if self.device.type == "cuda" and config.checkpoint_minutes is None:  # by time there, not by steps
+            self.config = replace(self.config, checkpoint_minutes=CUDA_CHECKPOINT_MINUTES)
         self.run_dir = Path(config.out)
         self.progress = progress
         self.rho_origin: float | dict[str, torch.Tensor] = config.rho_init  # where Δρ is measured from
+        self.closing = False  # the epoch in progress is the last one a deadline allows (fit)
 
     def _check_resume(self, ckpt: dict[str, Any]) -> None:
         saved = TrainConfig.from_dict(ckpt["config"]).resume_key()
@@ -172,11 +167,14 @@ class Trainer:
             raise ValueError(f"{self.run_dir}: the checkpoint was made with different settings {diff}; "
                              "use a new --out directory or --restart.")
 
-    def fit(self, data: PreparedData | None = None, *, stop_after_steps: int | None = None) -> TrainState:
+    def fit(self, data: PreparedData | None = None, *, stop_after_steps: int | None = None,
+            deadline: float | None = None) -> TrainState:
         """Train to ``config.epochs`` (resuming from the run directory's checkpoint if present).
 
         ``stop_after_steps`` ends the call after that many optimiser steps with a checkpoint written — a
         step budget for preemptible or time-sliced machines; calling ``fit`` again continues exactly.
+        ``deadline`` (``time.monotonic()``) ends it at the end of an epoch when another epoch as long as the
+        last would pass it (a lease's time budget), with a checkpoint written.
         """
         self.run_dir.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(self.config.seed)
@@ -186,8 +184,16 @@ class Trainer:
             self._validate_starting_point(run, data)
         budget = StepBudget(stop_after_steps)
         while run.state.epoch < self.config.epochs:
+            last = float(run.state.history[-1]["seconds"]) if run.state.history else 0.0
+            # the epoch the deadline will end on is validated whatever val_every says: it may be the best
+            self.closing = deadline is not None and time.monotonic() + 2 * last > deadline
             if not self._train_epoch(run, data, budget):
                 break  # the step budget ran out mid-epoch: a checkpoint holds the place
+            last = float(run.state.history[-1]["seconds"])
+            if deadline is not None and run.state.epoch < self.config.epochs and time.monotonic() + last > deadline:
+                self._checkpoint(run)
+                log.warning("time budget: stopping after epoch %d of %d", run.state.epoch, self.config.epochs)
+                break
         return run.state
 
     def _start(self, data: PreparedData) -> Run:
@@ -197,8 +203,11 @@ class Trainer:
         bayesian = bool(bayesian_layers(model))
         prior = prior_from_config(cfg.prior)
         optimizer = build_optimizer(model, cfg)
-        gens = {"augment": torch.Generator().manual_seed(derived_seed(cfg.seed, 2)),
-                "weights": torch.Generator().manual_seed(derived_seed(cfg.seed, 3))}
+        # on the training device: noise drawn on a CPU generator costs a copy (and ~90 ms at 512 px) each step
+        gens = {"augment": torch.Generator(self.device).manual_seed(derived_seed(cfg.seed, 2)),
+                "weights": torch.Generator(self.device).manual_seed(derived_seed(cfg.seed, 3))}
+        if self.device.type != "cpu":  # the draws the host must read (the blur's sizes) stay on the host
+            gens["augment_host"] = torch.Generator().manual_seed(derived_seed(cfg.seed, 6))
         ckpt = load_checkpoint(self.run_dir)
         if ckpt is not None:
             self._check_resume(ckpt)
@@ -220,7 +229,9 @@ class Trainer:
                  "mean": data.mean, "std": data.std}, indent=2))
         autocast = self.runtime.autocast()  # bf16 autocast, or nothing (fp32)
         probe = _probe_batch(data, cfg, self.device)
-        return Run(model, optimizer, gens, state, prior, bayesian, autocast, probe)
+        resident = (ResidentPixels(data.train, self.device)
+                    if self.device.type == "cuda" and data.train.pixels is not None else None)
+        return Run(model, optimizer, gens, state, prior, bayesian, autocast, probe, resident, time.monotonic())
 
     def _validate_starting_point(self, run: Run, data: PreparedData) -> None:
         """Epoch 0 of a warm start: the artifact as loaded, validated like every epoch. It competes for
@@ -241,33 +252,47 @@ class Trainer:
         means_only = state.epoch < cfg.nll_epochs
         apply_schedule(run.optimizer, cfg, state.epoch)
         batches = _batches(len(data.train), cfg, state.epoch)
-        loader = DataLoader(data.train, batch_sampler=batches[state.step_in_epoch:], num_workers=cfg.workers)
-        sums = state.epoch_sums or {"nll": 0.0, "kl": 0.0, "correct": 0.0, "n": 0.0, "steps": 0.0}
+        sums = DeviceSums(state.epoch_sums or {"nll": 0.0, "kl": 0.0, "correct": 0.0, "n": 0.0, "steps": 0.0},
+                          self.device)
         # an epoch resumed mid-way counts the time its earlier calls spent on the steps they checkpointed
-        started = time.monotonic() - sums.get("seconds", 0.0)
-        bar = tqdm(loader, total=len(batches), initial=state.step_in_epoch, disable=not self.progress,
+        started = time.monotonic() - sums.sums.get("seconds", 0.0)
+        bar = tqdm(epoch_batches(run.resident, data.train, batches[state.step_in_epoch:], self.device,
+                                 loader_workers(cfg.workers, self.device)), total=len(batches),
+                   initial=state.step_in_epoch, disable=not self.progress,
                    desc=f"epoch {state.epoch + 1}/{cfg.epochs} {'nll(means)' if means_only else 'elbo'}")
         run.model.train()
-        for x, y, _ in bar:
-            step = self.train_step(run, x.to(self.device), y.to(self.device), data, means_only=means_only)
+        for x, y in bar:
+            step = self.train_step(run, x, y, data, means_only=means_only)
             step.add_to(sums)
-            sums["seconds"] = time.monotonic() - started
+            sums.sums["seconds"] = time.monotonic() - started
             state.step_in_epoch += 1
             state.global_step += 1
-            state.epoch_sums = sums
-            bar.set_postfix(nll=f"{sums['nll'] / sums['n']:.3f}", kl=f"{step.kl:.3g}")
+            state.epoch_sums = sums.sums
+            if self.progress and state.global_step % LOG_EVERY == 0:  # the one read of the sums (a sync)
+                read = sums.read()
+                bar.set_postfix(nll=f"{read['nll'] / read['n']:.3f}", kl=f"{read['kl'] / read['steps']:.3g}")
             spent, mid_epoch = budget.take(), state.step_in_epoch < len(batches)
-            if mid_epoch and (spent or state.global_step % cfg.checkpoint_every == 0):
+            if mid_epoch and (spent or self._checkpoint_due(run)):
+                sums.read()
                 self._checkpoint(run)
             if mid_epoch and spent:
                 bar.close()
                 return False
-        self._close_epoch(self._epoch_row(run, data, sums, means_only), started, run)
+        self._close_epoch(self._epoch_row(run, data, sums.read(), means_only), started, run)
         state.epoch += 1
         state.step_in_epoch = 0
         state.epoch_sums = {}
-        self._checkpoint(run)
+        if state.epoch == cfg.epochs or cfg.checkpoint_minutes is None or self._checkpoint_due(run):
+            self._checkpoint(run)
         return True
+
+    def _checkpoint_due(self, run: Run) -> bool:
+        """A mid-run checkpoint: ``checkpoint_minutes`` since the last one when set, else every
+        ``checkpoint_every`` steps (None: none mid-epoch)."""
+        cfg = self.config
+        if cfg.checkpoint_minutes is not None:
+            return time.monotonic() - run.last_checkpoint >= cfg.checkpoint_minutes * 60
+        return cfg.checkpoint_every is not None and run.state.global_step % cfg.checkpoint_every == 0
 
     def train_step(self, run: Run, x: torch.Tensor, y: torch.Tensor, data: PreparedData, *,
                    means_only: bool) -> StepResult:
@@ -281,13 +306,14 @@ class Trainer:
             fill = 0.5 if cfg.preprocessing == FOV_LOCAL_MEAN else 0.0  # the surround's value
             x = augment_batch(x, generator=gens["augment"], fill=fill)
             if cfg.color_jitter:
-                x = color_jitter(x, generator=gens["augment"], centre=fill or 0.5)
+                x = color_jitter(x, generator=gens["augment"], centre=fill or 0.5,
+                                 host_generator=gens.get("augment_host"))
         x = normalise(x, data.mean, data.std).contiguous(memory_format=torch.channels_last)
         with sampling_generator(model, gens["weights"]), use_means(model, means_only), run.autocast:
             logits = mc_logits(model, x, cfg.train_samples)[..., 0].float()  # [S, B]
         nll = F.binary_cross_entropy_with_logits(logits, y.expand_as(logits))
         elbo = run.bayesian and not means_only
-        kl = kl_divergence(model, run.prior) if elbo else torch.zeros(())
+        kl = kl_divergence(model, run.prior) if elbo else torch.zeros((), device=nll.device)
         loss = elbo_loss(nll, kl, len(data.train)) if elbo else nll
         run.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -295,8 +321,8 @@ class Trainer:
         run.optimizer.step()
         if elbo:  # the most any ρ can have moved with Adam: Σ lr over ELBO steps
             run.state.rho_budget += group_lr(run.optimizer, RHO_GROUP)
-        correct = float(((logits.mean(0) > 0) == (y > 0.5)).sum().item())
-        return StepResult(nll=nll.item(), kl=kl.item(), correct=correct, n=float(len(y)))
+        correct = ((logits.mean(0) > 0) == (y > 0.5)).sum()
+        return StepResult(nll=nll.detach(), kl=kl.detach(), correct=correct, n=len(y))
 
     def _epoch_row(self, run: Run, data: PreparedData, sums: dict[str, float], means_only: bool) -> dict[str, Any]:
         """The history row of the epoch just trained: its schedule, training sums, validation and diagnostics."""
@@ -311,6 +337,7 @@ class Trainer:
         }
 
     def _checkpoint(self, run: Run) -> None:
+        run.last_checkpoint = time.monotonic()
         save_checkpoint(self.run_dir, model=run.model, optimizer=run.optimizer, state=run.state,
                         generators=run.generators, config=self.config.to_dict())
 
@@ -318,9 +345,16 @@ class Trainer:
         """Validation metrics (the serving draws) and the posterior diagnostics at the end of 0-based ``epoch``
         (None: before the first step of a warm start)."""
         cfg = self.config
-        probs, labels = mc_probabilities(run.model, data.val, mean=data.mean, std=data.std,
-                                         draws=ServingDraws(cfg.eval_samples, cfg.draw_seed))
-        row = {**validation_metrics(probs, labels), **self._posterior_diagnostics(run, len(data.train), epoch)}
+        last = epoch is None or epoch + 1 >= cfg.epochs or self.closing
+        if last or (epoch is not None and (epoch + 1) % cfg.val_every == 0):
+            with run.autocast:  # the serving draws in the training precision (bf16 on a GPU that has it)
+                probs, labels = mc_probabilities(run.model, data.val, mean=data.mean, std=data.std,
+                                                 draws=ServingDraws(cfg.eval_samples, cfg.draw_seed),
+                                                 workers=loader_workers(cfg.workers, self.device))
+            metrics = validation_metrics(probs, labels)
+        else:  # not validated this epoch (val_every): no score, so it cannot be chosen as the best
+            metrics = {"val_nll": float("nan"), "val_accuracy": float("nan"), "val_auc": float("nan")}
+        row = {**metrics, **self._posterior_diagnostics(run, len(data.train), epoch)}
         row["val_elbo"] = row["val_nll"] + row["kl_per_example"]
         return row
 
@@ -349,7 +383,7 @@ class Trainer:
             out.update({"grad_sd_mu": float("nan"), "grad_sd_rho": float("nan")})
         kl_n = 0.0
         if bayesian_layers(model):
-            with torch.no_grad(), sampling_generator(model, torch.Generator().manual_seed(seed)):
+            with torch.no_grad(), sampling_generator(model, torch.Generator(x.device).manual_seed(seed)):
                 mc_logits(model, x, 1)  # one seeded draw: the KL's cross-entropy term uses the last sample
                 kl_n = float(kl_divergence(model, run.prior)) / n_train
         shift = rho_shift(model, self.rho_origin)

@@ -1,10 +1,14 @@
 """The ``gpu`` tests: marked ``gpu`` and skipped, with the reason, where torch sees no CUDA device.
 
-Run them on a GPU machine with ``pytest -m gpu`` (or ``make gpu-check``, which also runs the benchmarks and
-writes a report). Apply to a whole module with ``pytestmark = GPU``.
+Run them on a GPU machine with ``pytest -m gpu tests/gpu`` (or ``scripts/gpu_lease.sh``, which also runs the
+benchmarks and a training run and writes a report); the folder collects without the web stack.
+Apply to a whole module with ``pytestmark = GPU``.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,3 +20,19 @@ def no_cuda_reason() -> str:
 
 
 GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason=no_cuda_reason())]
+
+
+PARITY_ARTIFACT_ENV = "RADSCREEN_PARITY_ARTIFACT"
+
+
+def parity_artifact() -> Path:
+    """The artifact the CUDA parity tests score: ``$RADSCREEN_PARITY_ARTIFACT`` (the lease script points it at
+    the model it has just trained), else the embedded model; a skip naming both when neither has weights (a
+    lease sends the tree without the embedded weights)."""
+    from models.artifact import DEFAULT_ARTIFACT_DIR
+
+    chosen = Path(os.environ.get(PARITY_ARTIFACT_ENV) or DEFAULT_ARTIFACT_DIR)
+    if not (chosen / "weights.safetensors").is_file():
+        pytest.skip(f"no weights at {chosen}: the embedded weights were left out of this tree; set "
+                    f"{PARITY_ARTIFACT_ENV} to a trained artifact (scripts/gpu_lease.sh does)")
+    return chosen

@@ -204,7 +204,7 @@ def test_mc_probabilities_refuses_head_draws_for_a_baseline() -> None:
 
 def test_the_cpu_suite_trains_on_the_cpu_on_a_gpu_machine_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The exact-resume comparisons are bitwise CPU facts; on a GPU machine these tests must not drift to
-    cuda (tests/training/test_training_cuda.py covers the CUDA side)."""
+    cuda (tests/gpu/test_training_cuda.py covers the CUDA side)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert Trainer(_config(tmp_path, tmp_path / "run"), progress=False).device == torch.device("cpu")
 

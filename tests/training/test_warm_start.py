@@ -23,7 +23,7 @@ from training.warm_start import load_into
 
 pytestmark = pytest.mark.training
 
-BASE = dict(width=2, input_size=32, batch_size=8, eval_samples=2, mc_samples=4, head_draws=2,
+BASE = dict(device="cpu", width=2, input_size=32, batch_size=8, eval_samples=2, mc_samples=4, head_draws=2,
             checkpoint_every=100, n_bootstrap=5, rho_init=-3.0)
 
 

@@ -149,22 +149,32 @@ class JitterConfig:
 
 
 def color_jitter(x: Tensor, *, generator: torch.Generator, config: JitterConfig = JitterConfig(),
-                 centre: float = 0.5) -> Tensor:
-    """Random photometric changes per image of ``x`` ``[B, C, H, W]`` in [0, 1] (see ``JitterConfig``)."""
-    b, c, h, w = x.shape
-    gdev = generator.device
+                 centre: float = 0.5, host_generator: torch.Generator | None = None) -> Tensor:
+    """Random photometric changes per image of ``x`` ``[B, C, H, W]`` in [0, 1] (see ``JitterConfig``).
 
-    def uniform(lo: float, hi: float, *shape: int) -> Tensor:
-        return (lo + (hi - lo) * torch.rand(*shape, generator=generator, device=gdev)).to(x.device, x.dtype)
+    The resolution loss resizes each chosen image to its own size, which the host must know: with a CPU
+    ``host_generator`` (a CUDA run) those draws come from it and no step waits for the GPU; without one
+    they come from ``generator`` (on the CPU, the same stream as ever).
+    """
+    b, c, h, w = x.shape
+
+    def uniform(lo: float, hi: float, *shape: int, gen: torch.Generator = generator) -> Tensor:
+        """On ``x``'s device, except the draws of a host generator: they stay on the host, to be read there."""
+        device = x.device if gen is generator else gen.device
+        return (lo + (hi - lo) * torch.rand(*shape, generator=gen, device=gen.device)).to(device, x.dtype)
 
     lo, hi = config.contrast
     contrast = torch.exp(uniform(math.log(lo), math.log(hi), b, 1, 1, 1))
     gain = uniform(1 - config.channel_gain, 1 + config.channel_gain, b, c, 1, 1)
     shift = uniform(-config.shift, config.shift, b, c, 1, 1)
     out = (x - centre) * contrast * gain + centre + shift
-    blur = uniform(0.0, 1.0, b) < config.blur_prob
-    scale = uniform(*config.blur_scale, b)
-    for i in torch.nonzero(blur).flatten().tolist():  # resolution loss: per image, its own factor
+    if host_generator is not None:  # drawn and read on the host
+        chosen = [i for i, yes in enumerate((uniform(0.0, 1.0, b, gen=host_generator) < config.blur_prob).tolist())
+                  if yes]
+    else:
+        chosen = torch.nonzero(uniform(0.0, 1.0, b) < config.blur_prob).flatten().tolist()
+    scale = uniform(*config.blur_scale, b, gen=host_generator or generator).tolist()  # after the blur draw
+    for i in chosen:  # resolution loss: per image, its own factor
         side = (max(8, round(h * float(scale[i]))), max(8, round(w * float(scale[i]))))
         small = F.interpolate(out[i:i + 1], size=side, mode="bilinear", antialias=True, align_corners=False)
         out[i:i + 1] = F.interpolate(small, size=(h, w), mode="bilinear", align_corners=False)
@@ -173,10 +183,11 @@ def color_jitter(x: Tensor, *, generator: torch.Generator, config: JitterConfig 
 
 def normalise(x: Tensor, mean: Sequence[float] | Tensor, std: Sequence[float] | Tensor) -> Tensor:
     """Per-channel ``(x - mean) / std`` for ``x`` ``[B, C, H, W]`` with training-set statistics ``[C]``."""
+    # checked on the host, before std reaches the device: a check there would wait for the GPU every step
+    if any(float(v) <= 0 for v in (std.detach().cpu().tolist() if isinstance(std, Tensor) else std)):
+        raise ValueError("std must be positive in every channel")
     m = torch.as_tensor(mean, dtype=x.dtype, device=x.device).reshape(1, -1, 1, 1)
     s = torch.as_tensor(std, dtype=x.dtype, device=x.device).reshape(1, -1, 1, 1)
     if m.shape[1] != x.shape[1] or s.shape[1] != x.shape[1]:
         raise ValueError(f"mean/std have {m.shape[1]}/{s.shape[1]} channels, the batch has {x.shape[1]}")
-    if (s <= 0).any():
-        raise ValueError("std must be positive in every channel")
     return (x - m) / s

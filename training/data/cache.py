@@ -4,10 +4,11 @@ Decoding a 512-px JPEG and running the FOV fit and local-mean filter costs ~70 m
 at 256 px, more than a training step spends per image on the network; every epoch would pay it again.
 The preprocessing is deterministic (augmentation runs afterwards, on the batch), so the result is
 computed once per (images, size, preprocessing) and memory-mapped: ``[N, size, size, 3]`` uint8, 1.2 GB
-for 6,340 images at 256 px. The key covers each file's path, size and modification time and the decoding
-and preprocessing code, so a changed image, manifest or preprocessing builds a new cache; the array is
-written under a temporary name and renamed only when complete, so a killed build leaves nothing that
-could be mistaken for a finished one.
+for 6,340 images at 256 px. The key is the content: the sha256 of every file's bytes, in order, with the size,
+the preprocessing and the decoding and preprocessing code, so a changed image, manifest or preprocessing
+builds a new cache, while the same images elsewhere (another machine, another folder) find it: a cache can be
+built ahead and copied. The array is written under a temporary name and renamed only when complete, so a
+killed build leaves nothing that could be mistaken for a finished one.
 
 Example::
 
@@ -29,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from models.atomic import atomic_write_bytes
+from models.atomic import atomic_write_bytes, file_sha256
 from models.transform import ImageTransform
 from training.data.images import read_square
 from training.data.manifest import ManifestRow
@@ -38,7 +39,12 @@ log = logging.getLogger(__name__)
 CHUNK = 64  # images per worker task
 
 
-def _code_digest() -> bytes:
+def code_digest() -> str:
+    """sha256 of the code that turns a file into pixels (recorded with packed shards, too)."""
+    return hashlib.sha256(_code_source()).hexdigest()
+
+
+def _code_source() -> bytes:
     """The source of the code that turns a file into pixels: a change to it is a new cache."""
     import models.decode
     import models.fov
@@ -51,13 +57,12 @@ def _code_digest() -> bytes:
 
 
 def cache_key(paths: Sequence[Path], size: int, preprocessing: str) -> str:
-    """sha256 over the decoding and preprocessing code, the contract, the size and every file's path, byte
-    size and mtime (ns)."""
-    h = hashlib.sha256(_code_digest())
+    """sha256 over the decoding and preprocessing code, the contract, the size and the sha256 of every file's
+    bytes in order: the content, not where it lies or when it was touched."""
+    h = hashlib.sha256(_code_source())
     h.update(f"{preprocessing}\n{size}\n".encode())
     for path in paths:
-        st = path.stat()
-        h.update(f"{path.resolve()}\t{st.st_size}\t{st.st_mtime_ns}\n".encode())
+        h.update(f"{file_sha256(path)}\n".encode())
     return h.hexdigest()[:32]
 
 

@@ -1,6 +1,7 @@
 """A run's data: the manifest its config names, split by patient into datasets, and the input statistics.
 
-``read_rows`` reads the labels of any supported layout (synthetic, EyePACS, APTOS, ODIR-5K, a generic CSV);
+``read_rows`` reads the labels of any supported layout (synthetic, EyePACS, APTOS, ODIR-5K, a generic CSV; packed
+shards, whose pixels come with them: ``training.data.shards``);
 ``prepare_data`` splits them by patient, builds the three ``ManifestDataset``s (optionally preprocessed once
 into the run's cache) and fixes the channel mean/std the model is trained and served with: measured on the
 training split, or, for a warm start, the parent artifact's own.
@@ -20,6 +21,7 @@ from pathlib import Path
 from training.config import TrainConfig
 from training.data.dataset import ManifestDataset, channel_stats
 from training.data.manifest import Manifest, read_aptos, read_eyepacs, read_manifest, read_odir, read_synthetic
+from training.data.shards import read_shards
 from training.data.splits import DataSplit, split_by_patient
 from training.warm_start import input_statistics
 
@@ -47,6 +49,8 @@ def read_rows(config: TrainConfig) -> Manifest:
     if config.layout == "odir":
         return read_odir(root / "labels.csv" if root.is_dir() else root,
                          include_other_disease=config.include_other_disease)
+    if config.layout == "shards":
+        raise ValueError(f"{root}: packed shards carry their pixels; read them with prepare_data")
     return read_manifest(root)
 
 
@@ -65,7 +69,9 @@ class PreparedData:
 def prepare_data(config: TrainConfig, *, progress: bool = True) -> PreparedData:
     """Read, split by patient and (with ``cache_images``) preprocess once; see the module docstring.
     ``progress``: the preprocessing bars on stderr (``fit --no-progress`` hides them)."""
-    rows = read_rows(config)
+    packed = (read_shards(Path(config.data), size=config.input_size, preprocessing=config.preprocessing,
+                          gradable_only=config.gradable_only) if config.layout == "shards" else None)
+    rows = packed.rows if packed is not None else read_rows(config)
     if rows.skipped:
         log.warning("%d manifest rows skipped: %s", len(rows.skipped), rows.skipped[:3])
     split = split_by_patient(rows, config.split, seed=config.effective_split_seed)
@@ -73,9 +79,13 @@ def prepare_data(config: TrainConfig, *, progress: bool = True) -> PreparedData:
         raise ValueError(f"{config.data}: too few images for a train/validation split ({len(rows)} rows).")
     transform = config.image_transform()  # the artifact-to-be's: every image of the run goes through it
     train, val, test = (ManifestDataset(part, transform=transform) for part in split)
-    if config.cache_images:  # preprocess once: decoding + FOV fit + local mean cost more than a step per image
+    if packed is not None:  # the pixels came packed, in the manifest's order
+        position = {id(row): i for i, row in enumerate(rows)}
         for dataset in (train, val, test):
-            dataset.use_cache(Path(config.out) / "cache", workers=max(config.workers, 2), progress=progress)
+            dataset.pixels = packed.pixels[[position[id(row)] for row in dataset.rows]]
+    elif config.cache_images:  # preprocess once: decoding + FOV fit + local mean cost more than a step per image
+        for dataset in (train, val, test):
+            dataset.use_cache(Path(config.out) / "cache", workers=max(config.workers or 0, 2), progress=progress)
     if config.init_from:  # a warm start keeps the input normalisation its weights were trained with
         mean, std = input_statistics(config.init_from, preprocessing=config.preprocessing)
     else:

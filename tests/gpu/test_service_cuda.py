@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pytest
 
 from service.inference.spec import BackendSetting
 from support.images import synthetic_jpegs
-from support.live_server import live_server, settings_for
 from tests.helpers.gpu import GPU
+
+pytest.importorskip("uvicorn", reason="the web stack (uvicorn, FastAPI) is not installed: the live-server test "
+                                      "needs it; the other gpu tests run without it")
+import httpx
+
+from support.live_server import live_server, settings_for
 
 pytestmark = GPU
 

@@ -1,4 +1,5 @@
-"""CUDA against the CPU reference on the embedded model (``gpu``: skipped without a CUDA device).
+"""CUDA against the CPU reference on the embedded model, or the artifact ``$RADSCREEN_PARITY_ARTIFACT`` names
+(``gpu``: skipped without a CUDA device).
 
 The reference is torch fp32 on the CPU. On CUDA, fp32 is IEEE fp32 (TF32 off, models.cuda), so it differs
 from the CPU only by summation order: probabilities agree to 1e-4 and no screening outcome flips. bf16 and
@@ -17,7 +18,7 @@ from service.inference.prepare import PreparedImage, prepare_image
 from service.inference.scoring import ImageScore
 from service.inference.spec import PrecisionSetting, ScorerSpec
 from support.images import synthetic_jpegs
-from tests.helpers.gpu import GPU
+from tests.helpers.gpu import GPU, parity_artifact
 
 pytestmark = GPU
 
@@ -26,7 +27,8 @@ BOUNDS = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 5e-3}  # max |Δp| against the CPU
 
 @pytest.fixture(scope="module")
 def reference() -> tuple[list[PreparedImage], list[ImageScore]]:
-    scorer = load_scorer(ScorerSpec(backend="torch", device="cpu", precision="fp32", strategy="loop"))
+    scorer = load_scorer(ScorerSpec(model_dir=parity_artifact(), backend="torch", device="cpu", precision="fp32",
+                                    strategy="loop"))
     prepared = [prepare_image(b, scorer.pipeline) for b in synthetic_jpegs(16, 512, seed=2026)]
     return prepared, scorer.score_batch(prepared)
 
@@ -39,7 +41,8 @@ def test_cuda_scores_agree_with_the_cpu_reference(precision: PrecisionSetting, r
     if precision == "bf16" and not cuda_native_bf16():
         pytest.skip("this GPU has no native bf16")
     prepared, ref = reference
-    scorer = load_scorer(ScorerSpec(backend="torch", device="cuda", precision=precision, strategy="grouped"))
+    scorer = load_scorer(ScorerSpec(model_dir=parity_artifact(), backend="torch", device="cuda", precision=precision,
+                                    strategy="grouped"))
     assert (scorer.backend.device, scorer.backend.precision) == ("cuda", precision)
     assert ieee_fp32_in_force()
     got = scorer.score_batch(prepared)
@@ -60,7 +63,8 @@ def test_onnxruntime_on_cuda_runs_on_cuda_or_refuses(reference: tuple[list[Prepa
 
     prepared, ref = reference
     try:
-        scorer = load_scorer(ScorerSpec(backend="onnxruntime", device="cuda", precision="fp32", strategy="grouped"))
+        scorer = load_scorer(ScorerSpec(model_dir=parity_artifact(), backend="onnxruntime", device="cuda",
+                                        precision="fp32", strategy="grouped"))
     except ProviderFallbackError as exc:
         pytest.skip(f"onnxruntime's CUDA provider does not load here: {exc}")
     got = scorer.score_batch(prepared)

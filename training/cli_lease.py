@@ -1,0 +1,112 @@
+"""The ``radscreen-train`` commands of a GPU lease: ``pack`` the training set into shards that travel,
+``split-artifact`` a finished artifact into parts that come back, and ``reassemble`` them here (docs/deploy.md,
+"GPU lease").
+
+Examples::
+
+    radscreen-train pack --data /data/odir-5k --layout odir --out .lease/shards --input-size 512
+    radscreen-train split-artifact --artifact runs/lease/artifact --out $OUT
+    radscreen-train reassemble --parts /work/.device/<call>/files --out models/lease-512
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from models.preprocessing import BY_NAME as PREPROCESSING_BY_NAME
+from models.preprocessing import FOV_LOCAL_MEAN
+from training.config import LAYOUTS, TrainConfig
+
+MIB = 2**20
+
+
+def add_lease_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+                       formatter: type[argparse.HelpFormatter]) -> None:
+    d = TrainConfig(data="", out="")
+    p = sub.add_parser("pack", help="pack a training set, preprocessed at the training size, into shards",
+                       description="Decode and preprocess every image once at the training size and write the "
+                                   "uint8 pixels (lossless), labels, patient ids and source into shards of at most "
+                                   "--shard-mib each, with index.json; train on them with --layout shards.",
+                       formatter_class=formatter)
+    p.add_argument("--data", required=True, help="dataset folder or manifest CSV (as for fit)")
+    p.add_argument("--layout", choices=[x for x in LAYOUTS if x != "shards"], default=d.layout,
+                   help="how --data is organised")
+    p.add_argument("--out", required=True, help="an empty or new folder for the shards")
+    p.add_argument("--input-size", type=int, default=d.input_size, help="the training size in pixels")
+    p.add_argument("--preprocessing", choices=sorted(PREPROCESSING_BY_NAME), default=FOV_LOCAL_MEAN,
+                   help="image preprocessing contract (models/preprocessing.py)")
+    p.add_argument("--include-ungradable", action="store_true", help="pack the ungradable images too")
+    p.add_argument("--exclude-other-disease", action="store_true",
+                   help="odir layout: leave out the eyes with another eye disease and no DR")
+    p.add_argument("--codec", choices=("png", "webp"), default="png",
+                   help="lossless image codec: webp is about a quarter smaller and several times slower to write")
+    p.add_argument("--shard-mib", type=float, default=16.0, help="largest shard in MiB")
+    p.add_argument("--cache-dir", default=None,
+                   help="the preprocessed-image cache to use or fill (content-keyed; default: a temporary one)")
+    p.add_argument("--workers", type=int, default=2, help="processes decoding, threads encoding")
+    s = sub.add_parser("split-artifact", help="write an artifact as parts of at most 16 MiB with a manifest",
+                       description="Cut an artifact directory into parts of at most --part-mib with a manifest of "
+                                   "their sha256 (training.parts), for a machine that returns small files.",
+                       formatter_class=formatter)
+    s.add_argument("--artifact", required=True, help="artifact directory")
+    s.add_argument("--out", required=True, help="folder for the parts and their manifest")
+    s.add_argument("--name", default="artifact", help="file name stem of the parts")
+    s.add_argument("--part-mib", type=float, default=16.0, help="largest part in MiB")
+    r = sub.add_parser("reassemble", help="check an artifact's parts against their sha256 and unpack it",
+                       description="Check every part and the whole against the parts manifest, unpack, check the "
+                                   "artifact loads with the recorded sha256, and only then put it at --out.",
+                       formatter_class=formatter)
+    r.add_argument("--parts", required=True, help="the *.parts.json manifest, or the folder holding it")
+    r.add_argument("--out", required=True, help="artifact directory to create (must not exist)")
+
+
+def pack(args: argparse.Namespace) -> int:
+    from training.data.cache import code_digest, preprocessed_array
+    from training.data.prepare import read_rows
+    from training.data.shards import pack_shards
+
+    preprocessing = PREPROCESSING_BY_NAME[args.preprocessing]
+    config = TrainConfig(data=args.data, out=args.out, layout=args.layout, input_size=args.input_size,
+                         preprocessing=preprocessing, gradable_only=not args.include_ungradable,
+                         include_other_disease=not args.exclude_other_disease)
+    rows = read_rows(config)
+    info = Path(args.data) / "dataset.json"
+    settings = {"layout": args.layout, "name": Path(args.data).name, "gradable_only": config.gradable_only,
+                "include_other_disease": config.include_other_disease,
+                "dataset": json.loads(info.read_text()) if info.is_file() else None}
+    with tempfile.TemporaryDirectory() as tmp:
+        pixels = preprocessed_array(rows, transform=config.image_transform(),
+                                    cache_dir=Path(args.cache_dir or tmp), workers=args.workers, progress=True)
+        index = pack_shards(rows, pixels, Path(args.out), preprocessing=preprocessing, code=code_digest(),
+                            source=Path(args.data).name, codec=args.codec, max_bytes=int(args.shard_mib * MIB),
+                            workers=args.workers, settings=settings)
+    largest = max((s["bytes"] for s in index["shards"]), default=0)
+    sources = ", ".join(f"{k}: {v}" for k, v in index["sources"].items())
+    print(f"packed {index['images']} images at {index['size']} px ({sources}) "
+          f"into {len(index['shards'])} shards: {index['total_bytes'] / MIB:.1f} MiB "
+          f"(raw uint8 {index['raw_bytes'] / MIB:.1f} MiB), largest {largest / MIB:.1f} MiB -> {args.out}")
+    return 0
+
+
+def split(args: argparse.Namespace) -> int:
+    from training.parts import split_artifact
+
+    manifest = split_artifact(Path(args.artifact), Path(args.out), name=args.name,
+                              part_bytes=int(args.part_mib * MIB))
+    parts = json.loads(manifest.read_text())["parts"]
+    print(f"wrote {len(parts)} parts of at most {max(p['bytes'] for p in parts) / MIB:.1f} MiB and {manifest}")
+    return 0
+
+
+def reassemble(args: argparse.Namespace) -> int:
+    from training.parts import reassemble as join
+
+    sha = join(Path(args.parts), Path(args.out))
+    print(f"reassembled {args.out}: every part and the whole match their sha256; artifact sha256 {sha}")
+    return 0
+
+
+HANDLERS = {"pack": pack, "split-artifact": split, "reassemble": reassemble}
