@@ -56,6 +56,9 @@ logger = logging.getLogger(__name__)
 
 State = Literal["loading", "ready", "failed"]
 ScorerFactory = Callable[[ScorerSpec], Scorer]  # default: load_scorer; tests wrap it
+# an image's bytes, or how to read them (called in the decode worker, so a spooled upload is read into memory
+# only when a worker is about to decode it)
+ImageSource = bytes | Callable[[], bytes]
 
 
 class NotReady(RetryLater):
@@ -148,12 +151,13 @@ class ModelHost:
             raise NotReady(f"The model failed to load ({self.error}); fix the artifact and restart.", 30)
         raise NotReady("The model is loading and warming up; retry shortly.")
 
-    async def prepare(self, data: bytes) -> PreparedImage:
-        """Decode/validate/quality-check off the event loop; raises ImageRejected.
+    async def prepare(self, source: ImageSource) -> PreparedImage:
+        """Read (when ``source`` is a reader), decode/validate/quality-check off the event loop; raises
+        ImageRejected.
 
-        The decode has ``decode_timeout_s`` from the moment a worker starts it; when the request is
-        cancelled (the client went away) a queued decode never starts and a running one stops at its
-        next read chunk (``service.inference.decode_deadline``).
+        The decode, a DICOM header's parse included, has ``decode_timeout_s`` from the moment a worker starts
+        it; when the request is cancelled (the client went away) a queued decode never starts and a running
+        one stops at its next read chunk (``service.inference.decode_deadline``).
         """
         scorer = self.require_ready()
         loop = asyncio.get_running_loop()
@@ -161,7 +165,8 @@ class ModelHost:
         seconds = self.settings.decode_timeout_s
 
         def work() -> PreparedImage:
-            return prepare_image(data, scorer.pipeline, DecodeDeadline(seconds, cancelled))
+            deadline = DecodeDeadline(seconds, cancelled)
+            return prepare_image(source() if callable(source) else source, scorer.pipeline, deadline)
 
         try:
             prepared = await loop.run_in_executor(self._decode_pool, work)
@@ -191,18 +196,24 @@ class ModelHost:
             scored = await self.batcher.submit(prepared)
         return Prediction(scored, prepared.decode_ms)
 
-    async def predict_many(self, images: Sequence[bytes]) -> list[Prediction | ImageRejected]:
+    async def predict_many(self, images: Sequence[ImageSource]) -> list[Prediction | ImageRejected]:
         """Several images in order; a rejected image becomes its ImageRejected, the others are scored
         together (``service.inference.partition``). Admitted (or refused) as a whole before decoding."""
         with self.admit(len(images)):
-            return await self._predict_many(images)
+            return await self.score_prepared(await self.prepare_many(images))
 
-    async def _predict_many(self, images: Sequence[bytes]) -> list[Prediction | ImageRejected]:
+    async def prepare_many(self, images: Sequence[ImageSource]) -> list[PreparedImage | ImageRejected]:
+        """:meth:`prepare` of each image, in order; a rejected one becomes its ImageRejected. Call it admitted
+        (:meth:`admit`): this is the work admission holds places for."""
         outcomes = await asyncio.gather(*(self.prepare(d) for d in images), return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException) and not isinstance(outcome, ImageRejected):
                 raise outcome
-        checked = cast("list[PreparedImage | ImageRejected]", outcomes)  # any other exception was raised above
+        return cast("list[PreparedImage | ImageRejected]", outcomes)  # any other exception was raised above
+
+    async def score_prepared(self, checked: Sequence[PreparedImage | ImageRejected]
+                             ) -> list[Prediction | ImageRejected]:
+        """Score the prepared images of :meth:`prepare_many` in one batch submission; rejections stay in place."""
         assert self.batcher is not None
         scored = await self.batcher.submit_many(accepted(checked, PreparedImage))
         return [

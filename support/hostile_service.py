@@ -134,11 +134,21 @@ def disconnect_mid_body(svc: Service, request_id: str, *, multipart: bool = Fals
         time.sleep(0.2)
 
 
-def disconnect_while_processing(svc: Service, request_id: str, image: bytes, wait_s: float = 0.3) -> None:
-    """Send a whole valid image, then close before the answer (the server's batch wait is longer)."""
+def disconnect_while_processing(svc: Service, request_id: str, image: bytes, wait_s: float = 0.3, *,
+                                path: str = "/v1/predict", content_type: str = "image/png") -> None:
+    """Send a whole body (a valid image by default), then close before the answer (the server's batch wait is
+    longer)."""
     with socket.create_connection(("127.0.0.1", svc.port), timeout=10) as sock:
-        sock.sendall(request_head(svc.port, "/v1/predict", "image/png", len(image), request_id) + image)
+        sock.sendall(request_head(svc.port, path, content_type, len(image), request_id) + image)
         time.sleep(wait_s)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` so far (``/proc/<pid>/stat``), in seconds."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def stalled_upload(svc: Service, request_id: str) -> tuple[int, dict[str, str], bytes]:

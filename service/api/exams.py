@@ -11,12 +11,19 @@ Every photograph goes through the same path as ``/v1/predict`` (decode, quality 
 forward); the exam outcome comes from the one rule in ``models.decision``. A photograph the service refuses
 fails the whole exam with that photograph's problem (status and type as on ``/v1/predict``), its detail
 naming the eye and part: an exam is never answered from some of its photographs silently.
+
+Admission before work: the form is parsed (parts above 1 MiB spool to disk) and its fields checked, then the
+exam is admitted as a whole (``ModelHost.admit``) before any part is read into memory or any DICOM header is
+parsed. Each part is read by the decode worker that decodes it (a part over the upload limit is refused by its
+size, unread), and a DICOM header is parsed once, in that worker, under the decode deadline; its laterality,
+study and patient come back with the decoded image (``PreparedImage.dicom``), and the eye and identity rules are
+checked before the batched forward.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +39,8 @@ from service.errors import ServiceProblem, request_id_of
 from service.exam_identity import ExamIdentityError, PartIdentity, check_exam_identity, content_hash
 from service.exams import exam_fields
 from service.identifiers import OPAQUE_ID_MAX, OPAQUE_ID_PATTERN, normalised_uid
-from service.inference.dicom import is_dicom, read_dicom_tags
 from service.inference.imaging import ImageRejected
+from service.inference.prepare import PreparedImage
 from service.schemas import ExamResponse, problem_responses
 
 router = APIRouter(tags=["exams"], dependencies=[ApiKeyDep])
@@ -52,23 +59,37 @@ _EXAM_BODY = request_body({
 })
 
 
+@dataclass
+class ExamPart:
+    """One file part of the form, not yet read: the bytes stay in the spooled upload until a worker reads them."""
+
+    index: int
+    key: str  # right | left | image
+    upload: UploadFile
+    max_bytes: int  # RADSCREEN_MAX_UPLOAD_BYTES: a larger part is refused unread
+    sha256: str | None = None  # of the bytes, once read (the same photograph as both eyes is refused)
+
+    def read(self) -> bytes:
+        """The part's bytes (blocking: called in the decode worker); at most ``max_bytes`` are ever held."""
+        size = self.upload.size
+        if size is not None and size > self.max_bytes:
+            raise ImageRejected("payload-too-large", f"The image is {size} bytes; the limit is {self.max_bytes} bytes.")
+        self.upload.file.seek(0)
+        data = self.upload.file.read(self.max_bytes + 1)  # prepare_image refuses one byte more
+        self.sha256 = content_hash(data)
+        return data
+
+    def where(self) -> str:
+        eye = "" if self.key == "image" else f"{self.key}-eye "
+        return f"{eye}photograph (part {self.index + 1})"
+
+
 @dataclass(frozen=True)
 class Photograph:
     index: int
     eye: Eye
-    data: bytes
     filename: str | None
     dicom: bool
-
-    def where(self) -> str:
-        return f"{self.eye.value}-eye photograph (part {self.index + 1})"
-
-
-async def _dicom_tags(data: bytes, part: int) -> Any:
-    try:
-        return await asyncio.to_thread(read_dicom_tags, data)
-    except ImageRejected as exc:
-        raise ImageRejected(exc.problem_type, f"Photograph (part {part + 1}): {exc.detail}") from exc
 
 
 def _check_fields(form: FormData) -> None:
@@ -82,12 +103,9 @@ def _check_fields(form: FormData) -> None:
             raise _field_error(key, "must be a text field, not a file part")
 
 
-async def read_exam(request: Request, max_images: int) -> tuple[list[Photograph], dict[str, str | None], str | None]:
-    """The tagged photographs, the opaque fields, and the DICOM study UID shared by the DICOM files (if any).
-
-    The parts must pass the exam identity rules (``service.exam_identity``): one study, one patient, no
-    photograph outside the DICOM study, no photograph as both eyes; a breach is a 422 naming the parts.
-    """
+async def read_exam(request: Request, max_images: int, max_bytes: int
+                    ) -> tuple[list[ExamPart], dict[str, str | None]]:
+    """The file parts (unread) and the opaque fields of an exam form."""
     if _media_type(request) != "multipart/form-data":
         raise ServiceProblem(
             "unsupported-media-type", 415,
@@ -108,32 +126,42 @@ async def read_exam(request: Request, max_images: int) -> tuple[list[Photograph]
         raise _field_error("right", "an exam needs at least one photograph: send 'right' and 'left' file parts")
     fields = {name: check_opaque_id(name, v if isinstance(v := form.get(name), str) else None)
               for name in TEXT_FIELDS}
+    return [ExamPart(index, key, part, max_bytes) for index, (key, part) in enumerate(parts)], fields
+
+
+def exam_photographs(parts: Sequence[ExamPart], prepared: Sequence[PreparedImage | ImageRejected]
+                     ) -> tuple[list[Photograph], str | None]:
+    """Each part's eye (its field, or its DICOM laterality), then the exam identity rules
+    (``service.exam_identity``: one study, one patient, no photograph outside the DICOM study, no photograph as
+    both eyes; a breach is a 422 naming the parts); returns the photographs and the exam's DICOM study UID (if
+    any). A refused photograph fails the exam, naming its part."""
     photographs: list[Photograph] = []
     identities: list[PartIdentity] = []
-    for index, (key, part) in enumerate(parts):
-        data = await part.read()
-        dicom = is_dicom(data)
-        eye = Eye(key) if key != "image" else None
+    for part, image in zip(parts, prepared, strict=True):
+        if isinstance(image, ImageRejected):
+            raise ImageRejected(image.problem_type, f"The {part.where()} was refused: {image.detail}")
+        tags = image.dicom
+        eye = Eye(part.key) if part.key != "image" else None
         study_uid = patient_id = None
-        if dicom:
-            tags = await _dicom_tags(data, index)
+        if tags is not None:
             study_uid, patient_id = normalised_uid(tags.study_uid), tags.patient_id
             if eye is not None and tags.laterality is not None and tags.laterality is not eye:
-                raise _field_error(key, f"part {index + 1} was sent as the {eye.value} eye but its DICOM header says "
-                                   f"{tags.laterality.value}")
+                raise _field_error(part.key, f"part {part.index + 1} was sent as the {eye.value} eye but its DICOM "
+                                   f"header says {tags.laterality.value}")
             eye = eye or tags.laterality
         if eye is None:
             raise _field_error(
-                "image", f"part {index + 1}: the eye is unknown (no DICOM ImageLaterality/Laterality R or L); "
+                "image", f"part {part.index + 1}: the eye is unknown (no DICOM ImageLaterality/Laterality R or L); "
                 "send it as a 'right' or 'left' part",
             )
-        photographs.append(Photograph(index, eye, data, part.filename, dicom))
-        identities.append(PartIdentity(index + 1, eye, content_hash(data), dicom, study_uid, patient_id))
+        assert part.sha256 is not None  # set when the decode worker read the part
+        photographs.append(Photograph(part.index, eye, part.upload.filename, tags is not None))
+        identities.append(PartIdentity(part.index + 1, eye, part.sha256, tags is not None, study_uid, patient_id))
     try:
         study_uid = check_exam_identity(identities)
     except ExamIdentityError as exc:
-        raise _field_error("image" if any(k == "image" for k, _ in parts) else "right", str(exc)) from None
-    return photographs, fields, study_uid
+        raise _field_error("image" if any(p.key == "image" for p in parts) else "right", str(exc)) from None
+    return photographs, study_uid
 
 
 @router.post(
@@ -153,12 +181,14 @@ async def read_exam(request: Request, max_images: int) -> tuple[list[Photograph]
 )
 async def score_exam(request: Request, host: ModelHostDep, settings: SettingsDep, format: FormatQuery = None) -> Any:
     scorer = host.require_ready()
-    photographs, fields, study_uid = await read_exam(request, settings.max_exam_images)
-    predictions = await host.predict_many([p.data for p in photographs])
+    parts, fields = await read_exam(request, settings.max_exam_images, settings.max_upload_bytes)
+    with host.admit(len(parts)):  # nothing of a part is read, parsed or decoded before this
+        prepared = await host.prepare_many([part.read for part in parts])
+        photographs, study_uid = exam_photographs(parts, prepared)
+        predictions = await host.score_prepared(prepared)
     images: list[dict[str, Any]] = []
     for photo, pred in zip(photographs, predictions, strict=True):
-        if isinstance(pred, ImageRejected):
-            raise ImageRejected(pred.problem_type, f"The {photo.where()} was refused: {pred.detail}")
+        assert not isinstance(pred, ImageRejected)  # exam_photographs raised for every refused part
         images.append({"index": photo.index, "eye": photo.eye.value, "filename": photo.filename,
                        "format": "dicom" if photo.dicom else "image", "result": _result(pred, scorer, None)})
     exam = exam_fields([(Eye(im["eye"]), ScreeningOutcome(im["result"]["outcome"])) for im in images])

@@ -38,7 +38,7 @@ from typing import Any, Literal
 from models.atomic import atomic_write
 from models.csv_cells import write_csv
 from models.decision import EXAM_PRECEDENCE, Eye, ScreeningOutcome
-from service.batch.inputs import InputError, InputItem, InputSource
+from service.batch.inputs import InputError, InputItem, InputSource, RowError
 from service.batch.manifest import read_manifest
 from service.batch.rows import Row, error_kind
 from service.exam_identity import content_hash, cross_eye_duplicate, distinct
@@ -129,17 +129,20 @@ def from_filenames(items: Sequence[InputItem], root: Path | None = None) -> dict
     return out
 
 
-def from_dicom_studies(items: Sequence[InputItem]) -> dict[int, Membership]:
-    """``--group-by study``: StudyInstanceUID and laterality from each DICOM header."""
+def from_dicom_studies(items: Sequence[InputItem], max_bytes: int) -> dict[int, Membership]:
+    """``--group-by study``: StudyInstanceUID and laterality from each DICOM header, read through the job's one
+    reader (``service.batch.reading``: regular files only, ``max_bytes`` by ``stat``, the header's bytes only)."""
+    from service.batch.reading import read_input_file
     from service.inference.dicom import is_dicom, read_dicom_tags
+    from service.inference.dicom_header import HEADER_READ_BYTES
     from service.inference.imaging import ImageRejected
 
     out: dict[int, Membership] = {}
     for item in items:
-        try:
-            data = item.file.read_bytes() if item.file is not None else b""
-        except OSError:
-            data = b""
+        data = read_input_file(str(item.file), max_bytes, head=HEADER_READ_BYTES) if item.file is not None else b""
+        if isinstance(data, RowError):
+            out[item.index] = Membership(None, None, data.text())
+            continue
         if not is_dicom(data):
             out[item.index] = Membership(None, None, "not a DICOM file: no StudyInstanceUID to group by")
             continue
@@ -159,16 +162,17 @@ def from_dicom_studies(items: Sequence[InputItem]) -> dict[int, Membership]:
 
 
 def memberships(source: InputSource, input_path: Path, group_by: GroupBy, *, patient_column: str = "patient",
-                eye_column: str = "eye", image_root: Path | None = None) -> dict[int, Membership]:
+                eye_column: str = "eye", image_root: Path | None = None, max_bytes: int) -> dict[int, Membership]:
     """Each input row's exam and eye, by row index (module docstring). ``image_root``: a manifest's image root
-    (default: its folder), which the folders of ``filename`` exams are named from."""
+    (default: its folder), which the folders of ``filename`` exams are named from; ``max_bytes``: the job's upload
+    limit (``study`` reads each file's header through the one reader)."""
     if group_by == "patient":
         return from_manifest(input_path, source.items, patient_column=patient_column, eye_column=eye_column)
     if group_by == "filename":
         root = input_path if input_path.is_dir() else (image_root or input_path.parent)
         return from_filenames(source.items, root)
     if group_by == "study":
-        return from_dicom_studies(source.items)
+        return from_dicom_studies(source.items, max_bytes)
     raise ValueError(f"unknown --group-by {group_by!r}; expected one of: {', '.join(GROUP_BY_CHOICES)}")
 
 

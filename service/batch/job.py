@@ -170,7 +170,7 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
     source = discover(cfg.input, path_column=cfg.path_column, id_column=cfg.id_column,
                       image_root=cfg.image_root)
     groups = (memberships(source, cfg.input, cfg.group_by, patient_column=cfg.patient_column,
-                          eye_column=cfg.eye_column, image_root=cfg.image_root)
+                          eye_column=cfg.eye_column, image_root=cfg.image_root, max_bytes=cfg.spec.max_upload_bytes)
               if cfg.group_by else None)  # an unusable manifest fails now
     from service.inference.loading import load_scorer
 

@@ -5,7 +5,9 @@ blocks until a writer comes, i.e. forever), a device, a symlink loop (``stat`` f
 a sparse 4 GiB file (reading it whole costs 4 GiB of memory before any size check). So the file is
 ``stat``-ed first: not a regular file, or larger than the upload limit, becomes an error row without
 being opened. It is then opened non-blocking (a file swapped for a FIFO after the ``stat`` cannot
-block either), checked again on the open descriptor, and at most ``max_bytes + 1`` bytes are read.
+block either), checked again on the open descriptor, and at most ``max_bytes + 1`` bytes are read (or the
+first ``head`` bytes, for a reader that needs only a file's header, e.g. grouping DICOM files by study).
+Every read of an input file, for scoring or for grouping, goes through :func:`read_input_file`.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ def _checked(st: os.stat_result, max_bytes: int) -> RowError | None:
     return None
 
 
-def read_input_file(file: str, max_bytes: int) -> bytes | RowError:
-    """The bytes of ``file``, or why it is not read (missing, not a regular file, too large, unreadable)."""
+def read_input_file(file: str, max_bytes: int, *, head: int | None = None) -> bytes | RowError:
+    """The bytes of ``file`` (its first ``head`` bytes, when given), or why it is not read (missing, not a
+    regular file, too large, unreadable). The size limit applies to the whole file either way."""
     try:
         refusal = _checked(os.stat(file), max_bytes)
         if refusal is not None:
@@ -52,7 +55,7 @@ def read_input_file(file: str, max_bytes: int) -> bytes | RowError:
         if refusal is not None:
             return refusal
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(max_bytes + 1)
+            data = fh.read(max_bytes + 1 if head is None else min(head, max_bytes + 1))
     except OSError as exc:
         return RowError(UNREADABLE_FILE, f"the file cannot be read ({type(exc).__name__}: {exc.strerror})")
     finally:

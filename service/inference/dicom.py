@@ -1,38 +1,41 @@
 """DICOM photographs in: Ophthalmic Photography (and VL Photographic / Secondary Capture) files as 8-bit RGB.
 
 Fundus cameras in clinics send DICOM. This module reads one DICOM Part-10 file (128-byte preamble +
-``DICM``) with pydicom and hands back the same uint8 [H, W, 3] array :func:`service.inference.imaging.decode_rgb`
+``DICM``) and hands back the same uint8 [H, W, 3] array :func:`service.inference.imaging.decode_rgb`
 gives for a JPEG/PNG, so everything after decoding (quality gate, preprocessing, the model) is shared.
 
-Rules, in the order they are applied, all from the header before any pixel is decoded:
+Rules, in the order they are applied, all from the header before any pixel is decoded; the header is read once
+per file, with bounded work (``service.inference.dicom_header``):
 
-1. Byte limit (``max_bytes``) as for any upload; a file that pydicom cannot parse -> 400.
-2. SOP class: Ophthalmic Photography 8/16 bit, VL Photographic or Secondary Capture (:data:`PHOTO_SOP_CLASSES`);
+1. Byte limit (``max_bytes``) as for any upload; a file that cannot be parsed -> 400.
+2. Transfer syntax, from the file meta before the dataset is read: uncompressed (Explicit/Implicit VR Little
+   Endian) or JPEG Baseline (1.2.840.10008.1.2.4.50), what fundus cameras write; anything else (JPEG 2000,
+   JPEG-LS, RLE, big endian, and Deflated Explicit VR Little Endian, which is refused rather than inflated)
+   -> 415 naming it.
+3. Header size: at most ``MAX_HEADER_BYTES`` (1 MiB) of elements before the pixel data, else 422
+   ``image-too-complex``.
+4. SOP class: Ophthalmic Photography 8/16 bit, VL Photographic or Secondary Capture (:data:`PHOTO_SOP_CLASSES`);
    any other (a CT slice, an OCT volume, a structured report) -> 415 ``unsupported-media-type``.
-3. Pixel data present, else 415; ``NumberOfFrames`` > 1 -> 415 ``multi-frame-image`` (one photograph per image).
-4. Transfer syntax: uncompressed (Explicit/Implicit VR Little Endian) or JPEG Baseline (1.2.840.10008.1.2.4.50),
-   what fundus cameras write; anything else (JPEG 2000, JPEG-LS, RLE, deflate, big endian) -> 415 naming it.
-5. Geometry: ``Rows`` x ``Columns`` go through the same :func:`~service.inference.imaging.check_geometry` as a
+5. Pixel data present, else 415; ``NumberOfFrames`` > 1 -> 415 ``multi-frame-image`` (one photograph per image).
+6. Geometry: ``Rows`` x ``Columns`` go through the same :func:`~service.inference.imaging.check_geometry` as a
    JPEG's header (pixel budget, padded square, minimum side, aspect ratio), so a declared 65535 x 65535 frame is
    refused (413) before a single pixel buffer is built.
-6. Uncompressed pixel data: 8 or 16 bits allocated, 1 (MONOCHROME1/2) or 3 (RGB, YBR_FULL) samples, either
+7. Uncompressed pixel data: 8 or 16 bits allocated, 1 (MONOCHROME1/2) or 3 (RGB, YBR_FULL) samples, either
    planar configuration; fewer bytes than the header declares -> 400 ``undecodable-image`` (truncated).
-   JPEG Baseline: the one encapsulated frame goes through ``decode_rgb`` itself (every JPEG rule applies,
-   truncation included) and its size must match the header's.
+   JPEG Baseline: the one encapsulated frame goes through ``decode_rgb`` itself (every JPEG rule applies:
+   scans counted, truncation, the decode deadline) and must be a sequential (not progressive) JPEG of the
+   header's size.
+
+With a decode deadline (the service's), reading the header and decoding the pixels both stop when it passes or
+the request is abandoned (422 ``image-too-complex``), as for any other image.
 
 Identifiers: :func:`read_dicom_tags` returns the laterality and the StudyInstanceUID for grouping eyes into an
-exam; this module never logs them (nor any other tag), and pydicom's own value validation, whose warnings and
-log lines quote the values, is switched off and its logger silenced before the first read (``_quiet_pydicom``).
+exam (:func:`read_dicom` returns them with the header it decodes from); this module never logs them (nor any
+other tag), and pydicom's own value validation, whose warnings and log lines quote the values, is switched off.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import io
-import logging
-import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,16 +44,26 @@ from PIL import Image
 
 from models.decision import Eye
 from service.inference.decode_deadline import DecodeDeadline
+from service.inference.dicom_header import (
+    IMPLICIT_VR_LITTLE_ENDIAN,
+    MAX_HEADER_BYTES,
+    DicomHeader,
+    corrupt_is_rejected,
+    is_dicom,
+    pixel_value,
+    read_header,
+)
 from service.inference.imaging import ImageRejected, check_geometry, decode_rgb, open_image
 
-DICOM_MAGIC_OFFSET = 128
-DICOM_MAGIC = b"DICM"
+__all__ = ["MAX_HEADER_BYTES", "DicomPhoto", "DicomTags", "decode_dicom_rgb",
+           "decode_photograph", "dicom_rgb", "is_dicom", "read_dicom", "read_dicom_tags"]
 
 EXPLICIT_VR_LITTLE_ENDIAN = "1.2.840.10008.1.2.1"
-IMPLICIT_VR_LITTLE_ENDIAN = "1.2.840.10008.1.2"
 JPEG_BASELINE = "1.2.840.10008.1.2.4.50"
 UNCOMPRESSED_SYNTAXES = frozenset({EXPLICIT_VR_LITTLE_ENDIAN, IMPLICIT_VR_LITTLE_ENDIAN})
 ACCEPTED_SYNTAXES = UNCOMPRESSED_SYNTAXES | {JPEG_BASELINE}
+_SYNTAX_HINT = (f"uncompressed (Explicit VR Little Endian {EXPLICIT_VR_LITTLE_ENDIAN}) or JPEG Baseline "
+                f"({JPEG_BASELINE}) pixel data")
 
 OPHTHALMIC_PHOTOGRAPHY_8BIT = "1.2.840.10008.5.1.4.1.1.77.1.5.1"
 PHOTO_SOP_CLASSES: dict[str, str] = {
@@ -62,11 +75,6 @@ PHOTO_SOP_CLASSES: dict[str, str] = {
 _LATERALITY = {"R": Eye.RIGHT, "L": Eye.LEFT}
 
 
-def is_dicom(data: bytes) -> bool:
-    """True for a DICOM Part-10 file (``DICM`` after the 128-byte preamble)."""
-    return data[DICOM_MAGIC_OFFSET:DICOM_MAGIC_OFFSET + 4] == DICOM_MAGIC
-
-
 @dataclass(frozen=True)
 class DicomTags:
     """What the service reads from a DICOM header besides the pixels. Never logged."""
@@ -76,43 +84,14 @@ class DicomTags:
     patient_id: str | None = None  # PatientID (0010,0020): whose visit (compared, never shown)
 
 
-@functools.cache
-def _quiet_pydicom() -> None:
-    """Once per process, before the first read: pydicom neither validates values it reads (this module checks
-    what it uses) nor logs. Its validation messages quote the offending value, e.g. a malformed
-    StudyInstanceUID, and it logs them as well as warning: identifiers must never reach the logs."""
-    from pydicom import config
+@dataclass(frozen=True)
+class DicomPhoto:
+    """A DICOM photograph whose header passed rules 1-6: what to decode, and its tags."""
 
-    config.settings.reading_validation_mode = config.IGNORE
-    pydicom_logger = logging.getLogger("pydicom")
-    pydicom_logger.propagate = False
-    pydicom_logger.handlers[:] = [logging.NullHandler()]
-
-
-@contextlib.contextmanager
-def _corrupt_is_rejected() -> Iterator[None]:
-    """Any failure while parsing hostile bytes -> 400 ``undecodable-image``.
-
-    pydicom parses lazily and raises many types on malformed data (its own errors, ``struct.error``,
-    ``ValueError``, ``KeyError``, ``UnicodeDecodeError``, ...), at read time or when an element is first
-    accessed; every one of them means the file is corrupt, never a server error.
-    """
-    try:
-        with warnings.catch_warnings():  # pydicom's value warnings can quote identifiers
-            warnings.simplefilter("ignore")
-            yield
-    except ImageRejected:
-        raise
-    except Exception as exc:  # the parser's failure modes are open-ended (docstring); none is a server error
-        raise ImageRejected("undecodable-image", "The DICOM file is corrupt or truncated and cannot be read.") from exc
-
-
-def _read(data: bytes, *, pixels: bool) -> Any:
-    """pydicom's Dataset of the file (call inside ``_corrupt_is_rejected``)."""
-    import pydicom
-
-    _quiet_pydicom()
-    return pydicom.dcmread(io.BytesIO(data), stop_before_pixels=not pixels)
+    header: DicomHeader
+    tags: DicomTags
+    rows: int
+    columns: int
 
 
 def _text(ds: Any, keyword: str) -> str:
@@ -120,15 +99,18 @@ def _text(ds: Any, keyword: str) -> str:
     return str(value).strip().upper() if value is not None else ""
 
 
-def read_dicom_tags(data: bytes) -> DicomTags:
-    """Laterality and study UID from the header (the pixel data is not read)."""
-    with _corrupt_is_rejected():
-        ds = _read(data, pixels=False)
-        side = _text(ds, "ImageLaterality") or _text(ds, "Laterality")
-        uid = ds.get("StudyInstanceUID")
-        patient = ds.get("PatientID")
-        return DicomTags(laterality=_LATERALITY.get(side), study_uid=str(uid).strip() or None if uid else None,
-                         patient_id=str(patient).strip() or None if patient else None)
+def _tags(ds: Any) -> DicomTags:
+    side = _text(ds, "ImageLaterality") or _text(ds, "Laterality")
+    uid = ds.get("StudyInstanceUID")
+    patient = ds.get("PatientID")
+    return DicomTags(laterality=_LATERALITY.get(side), study_uid=str(uid).strip() or None if uid else None,
+                     patient_id=str(patient).strip() or None if patient else None)
+
+
+def read_dicom_tags(data: bytes, deadline: DecodeDeadline | None = None) -> DicomTags:
+    """Laterality, study UID and PatientID from the header (bounded as for decoding; the pixel data is not read)."""
+    with corrupt_is_rejected():
+        return _tags(read_header(data, accepted=ACCEPTED_SYNTAXES, hint=_SYNTAX_HINT, deadline=deadline).dataset)
 
 
 def _int(ds: Any, keyword: str, default: int | None = None) -> int:
@@ -141,36 +123,40 @@ def _int(ds: Any, keyword: str, default: int | None = None) -> int:
         raise ImageRejected("undecodable-image", f"The DICOM header's {keyword} is not a number.") from exc
 
 
-def _check_header(ds: Any, *, max_pixels: int) -> tuple[str, int, int]:
-    """Rules 2-5 of the module docstring; returns (transfer syntax, rows, columns)."""
-    sop = str(ds.get("SOPClassUID") or ds.file_meta.get("MediaStorageSOPClassUID") or "")
+def _check_header(header: DicomHeader, *, max_pixels: int) -> tuple[int, int]:
+    """Rules 4-6 of the module docstring; returns (rows, columns)."""
+    ds = header.dataset
+    sop = str(ds.get("SOPClassUID") or header.meta.get("MediaStorageSOPClassUID") or "")
     if sop not in PHOTO_SOP_CLASSES:
         raise ImageRejected(
             "unsupported-media-type",
             f"The DICOM object is not a photograph (SOP class {sop or 'missing'}); send an Ophthalmic "
             "Photography, VL Photographic or Secondary Capture image.",
         )
-    if "PixelData" not in ds:
+    if header.pixel_at is None:
         raise ImageRejected("unsupported-media-type", "The DICOM file has no pixel data: there is no image to grade.")
     frames = _int(ds, "NumberOfFrames", 1)
     if frames != 1:
         raise ImageRejected(
             "multi-frame-image", f"The DICOM file holds {frames} frames; send one photograph per file."
         )
-    syntax = str(ds.file_meta.get("TransferSyntaxUID") or "")
-    if syntax not in ACCEPTED_SYNTAXES:
-        raise ImageRejected(
-            "unsupported-media-type",
-            f"DICOM transfer syntax {syntax or 'missing'} is not accepted; send uncompressed (Explicit VR Little "
-            f"Endian {EXPLICIT_VR_LITTLE_ENDIAN}) or JPEG Baseline ({JPEG_BASELINE}) pixel data.",
-        )
     rows, columns = _int(ds, "Rows"), _int(ds, "Columns")
     check_geometry(columns, rows, max_pixels=max_pixels)
-    return syntax, rows, columns
+    return rows, columns
 
 
-def _uncompressed_rgb(ds: Any, pixel_data: bytes, rows: int, columns: int) -> np.ndarray:
-    """Rule 6 for uncompressed pixel data -> uint8 [rows, columns, 3]."""
+def read_dicom(data: bytes, *, max_pixels: int, max_bytes: int, deadline: DecodeDeadline | None = None) -> DicomPhoto:
+    """Rules 1-6: the header read once, checked, and its tags (module docstring)."""
+    if len(data) > max_bytes:
+        raise ImageRejected("payload-too-large", f"The image is {len(data)} bytes; the limit is {max_bytes} bytes.")
+    with corrupt_is_rejected():
+        header = read_header(data, accepted=ACCEPTED_SYNTAXES, hint=_SYNTAX_HINT, deadline=deadline)
+        rows, columns = _check_header(header, max_pixels=max_pixels)
+        return DicomPhoto(header, _tags(header.dataset), rows, columns)
+
+
+def _uncompressed_rgb(ds: Any, pixel_data: memoryview, rows: int, columns: int) -> np.ndarray:
+    """Rule 7 for uncompressed pixel data -> uint8 [rows, columns, 3]."""
     bits = _int(ds, "BitsAllocated")
     samples = _int(ds, "SamplesPerPixel", 1)
     photometric = _text(ds, "PhotometricInterpretation")
@@ -206,12 +192,12 @@ def _uncompressed_rgb(ds: Any, pixel_data: bytes, rows: int, columns: int) -> np
     return arr
 
 
-def _jpeg_frame(pixel_data: bytes) -> bytes:
+def _jpeg_frame(pixel_data: memoryview) -> bytes:
     """The one encapsulated frame of JPEG Baseline pixel data (its fragments joined)."""
     from pydicom.encaps import generate_frames
 
     try:
-        frames = list(generate_frames(pixel_data, number_of_frames=1))
+        frames = list(generate_frames(bytes(pixel_data), number_of_frames=1))
     except (ValueError, KeyError, IndexError, TypeError, EOFError) as exc:
         raise ImageRejected("undecodable-image", "The DICOM encapsulated pixel data is corrupt or truncated.") from exc
     if len(frames) != 1 or not frames[0]:
@@ -219,19 +205,21 @@ def _jpeg_frame(pixel_data: bytes) -> bytes:
     return frames[0]
 
 
-def decode_dicom_rgb(data: bytes, *, max_pixels: int, max_bytes: int, size: int | None = None) -> np.ndarray:
-    """Validate a DICOM photograph from its header, then decode it to uint8 [H, W, 3] (module docstring)."""
-    if len(data) > max_bytes:
-        raise ImageRejected("payload-too-large", f"The image is {len(data)} bytes; the limit is {max_bytes} bytes.")
-    with _corrupt_is_rejected():
-        ds = _read(data, pixels=True)  # the raw element bytes only (at most max_bytes): nothing is decoded yet
-        syntax, rows, columns = _check_header(ds, max_pixels=max_pixels)
-        pixel_data = ds.get("PixelData")
-        if not isinstance(pixel_data, bytes | bytearray) or not pixel_data:
-            raise ImageRejected("undecodable-image", "The DICOM pixel data is empty or truncated.")
-        if syntax in UNCOMPRESSED_SYNTAXES:
-            return _uncompressed_rgb(ds, bytes(pixel_data), rows, columns)
-        frame = _jpeg_frame(bytes(pixel_data))
+def dicom_rgb(data: bytes, photo: DicomPhoto, *, max_pixels: int, max_bytes: int, size: int | None = None,
+              deadline: DecodeDeadline | None = None) -> np.ndarray:
+    """Rule 7: the pixels of a photograph :func:`read_dicom` accepted (``data``: the same file) -> uint8 [H, W, 3]."""
+    header, rows, columns = photo.header, photo.rows, photo.columns
+    with corrupt_is_rejected():
+        pixel_data, encapsulated = pixel_value(data, header)
+        if header.syntax in UNCOMPRESSED_SYNTAXES:
+            if encapsulated or not pixel_data:
+                raise ImageRejected("undecodable-image", "The DICOM pixel data is empty or of undefined length.")
+            if deadline is not None:
+                deadline.check()
+            return _uncompressed_rgb(header.dataset, pixel_data, rows, columns)
+        if not encapsulated:
+            raise ImageRejected("undecodable-image", "The DICOM JPEG pixel data is not encapsulated.")
+        frame = _jpeg_frame(pixel_data)
     inner = open_image(frame, max_pixels=max_pixels, max_bytes=max_bytes)
     if inner.format != "JPEG" or inner.size != (columns, rows):
         raise ImageRejected(
@@ -239,13 +227,25 @@ def decode_dicom_rgb(data: bytes, *, max_pixels: int, max_bytes: int, size: int 
             f"The DICOM frame is a {inner.format} of {inner.size[0]}x{inner.size[1]} px where the header declares "
             f"a JPEG of {columns}x{rows} px.",
         )
-    return decode_rgb(frame, max_pixels=max_pixels, max_bytes=max_bytes, size=size)
+    if inner.info.get("progressive") or inner.info.get("progression"):
+        raise ImageRejected(
+            "unsupported-media-type",
+            f"The DICOM frame is a progressive JPEG where its transfer syntax ({JPEG_BASELINE}) says JPEG Baseline.",
+        )
+    return decode_rgb(frame, max_pixels=max_pixels, max_bytes=max_bytes, size=size, deadline=deadline)
+
+
+def decode_dicom_rgb(data: bytes, *, max_pixels: int, max_bytes: int, size: int | None = None,
+                     deadline: DecodeDeadline | None = None) -> np.ndarray:
+    """Validate a DICOM photograph from its header, then decode it to uint8 [H, W, 3] (module docstring)."""
+    photo = read_dicom(data, max_pixels=max_pixels, max_bytes=max_bytes, deadline=deadline)
+    return dicom_rgb(data, photo, max_pixels=max_pixels, max_bytes=max_bytes, size=size, deadline=deadline)
 
 
 def decode_photograph(data: bytes, *, max_pixels: int, max_bytes: int, size: int | None = None,
                       deadline: DecodeDeadline | None = None) -> np.ndarray:
-    """Any accepted upload -> uint8 [H, W, 3]: a DICOM file here, every other format by ``decode_rgb``
-    (within ``deadline``, when given)."""
+    """Any accepted upload -> uint8 [H, W, 3]: a DICOM file here, every other format by ``decode_rgb``; both
+    within ``deadline``, when given."""
     if is_dicom(data):
-        return decode_dicom_rgb(data, max_pixels=max_pixels, max_bytes=max_bytes, size=size)
+        return decode_dicom_rgb(data, max_pixels=max_pixels, max_bytes=max_bytes, size=size, deadline=deadline)
     return decode_rgb(data, max_pixels=max_pixels, max_bytes=max_bytes, size=size, deadline=deadline)

@@ -4,7 +4,9 @@ Decoding a progressive JPEG costs about (number of scans) x (number of 8x8 block
 every block of its components, even a scan of a few bytes that says "nothing changes here" (an
 end-of-band run). A 256 KB file of 2,400 such scans over a large frame is a minute of CPU. So the
 scans are counted from the markers before anything is decoded, and both their number and
-``scans x pixels`` are bounded.
+``scans x pixels`` are bounded. The count reads the stream as libjpeg does: bytes where a marker
+should be are skipped up to the next marker (libjpeg warns "extraneous bytes before marker" and
+goes on decoding), so a garbage byte before a scan cannot hide the scans after it.
 
 A baseline JPEG cut short and given an end-of-image marker decodes without error: libjpeg fills the
 missing blocks with zero coefficients, i.e. exact mid-grey (128 in every channel), from the cut to the
@@ -29,6 +31,8 @@ GREY_BLOCK = 8  # a missing tail is at least one 8x8 block (one MCU) at full sca
 # inside entropy-coded data 0xFF is followed by 0x00 (stuffing) or a restart marker (D0-D7): any other
 # byte after 0xFF starts a marker
 _MARKER_IN_SCAN = re.compile(rb"\xff[^\x00\xd0-\xd7]")
+# between segments libjpeg's next_marker skips anything up to 0xFF, any 0xFF fill, and an 0xFF00 pair
+_NEXT_MARKER = re.compile(rb"\xff+[^\x00\xff]")
 _SOS, _EOI = 0xDA, 0xD9
 _STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
 
@@ -37,16 +41,17 @@ def count_scans(data: bytes, *, stop_after: int = MAX_JPEG_SCANS + 1) -> int:
     """Walk the marker segments of the first JPEG in ``data`` (an MPO's primary frame), counting scans.
 
     Stops early after ``stop_after`` scans (enough to refuse). Linear in the size: segment lengths
-    are skipped, entropy-coded data is searched for its next marker by one regular expression.
+    are skipped, entropy-coded data is searched for its next marker by one regular expression, and so
+    are stray bytes between segments (libjpeg skips them with a warning and decodes on).
     """
     pos, scans, size = 2, 0, len(data)
     while pos + 1 < size:
-        if data[pos] != 0xFF:
-            return scans  # garbage between segments: the decoder will refuse it
+        if data[pos] != 0xFF or data[pos + 1] in (0x00, 0xFF):  # garbage or fill where a marker belongs
+            found = _NEXT_MARKER.search(data, pos)
+            if found is None:
+                break
+            pos = found.end() - 2
         marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
         if marker == _EOI:
             return scans
         if marker in _STANDALONE:

@@ -21,8 +21,8 @@ import numpy as np
 
 from models.fov import fit_fov_circle
 from service.inference.decode_deadline import DecodeDeadline
-from service.inference.dicom import decode_photograph
-from service.inference.imaging import ImagePipeline
+from service.inference.dicom import DicomTags, dicom_rgb, is_dicom, read_dicom
+from service.inference.imaging import ImagePipeline, decode_rgb
 from service.inference.quality import QualityReport, assess_quality
 
 
@@ -33,6 +33,7 @@ class PreparedImage:
     pixels: np.ndarray  # float32 [C, H, W], normalised with the artifact's mean/std
     quality: QualityReport
     decode_ms: float
+    dicom: DicomTags | None = None  # a DICOM file's laterality, study and patient, from the header it was decoded by
 
 
 def prepare_image(data: bytes, pipeline: ImagePipeline, deadline: DecodeDeadline | None = None) -> PreparedImage:
@@ -42,13 +43,18 @@ def prepare_image(data: bytes, pipeline: ImagePipeline, deadline: DecodeDeadline
     ``service.inference.dicom``; both end in the same uint8 RGB array, decoded by ``models.decode``'s rule
     for the model's input size. The FOV circle is fitted once on that frame and used by both the quality
     gate and the artifact's transform (``pipeline.transform``, the ``models.transform.ImageTransform``
-    training ran on the same file).
+    training ran on the same file). A DICOM header is read once, and its tags come back with the image.
     """
     start = time.perf_counter()
     transform = pipeline.transform
-    rgb = decode_photograph(data, max_pixels=pipeline.max_pixels, max_bytes=pipeline.max_bytes, size=transform.size,
-                            deadline=deadline)
+    limits = {"max_pixels": pipeline.max_pixels, "max_bytes": pipeline.max_bytes}
+    tags = None
+    if is_dicom(data):
+        photo = read_dicom(data, **limits, deadline=deadline)
+        rgb, tags = dicom_rgb(data, photo, **limits, size=transform.size, deadline=deadline), photo.tags
+    else:
+        rgb = decode_rgb(data, **limits, size=transform.size, deadline=deadline)
     circle = fit_fov_circle(rgb)
     quality = assess_quality(rgb, circle)
     pixels = transform.normalise(transform.square(rgb, circle))  # [3, size, size]
-    return PreparedImage(pixels=pixels, quality=quality, decode_ms=(time.perf_counter() - start) * 1e3)
+    return PreparedImage(pixels=pixels, quality=quality, decode_ms=(time.perf_counter() - start) * 1e3, dicom=tags)

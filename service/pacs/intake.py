@@ -11,12 +11,15 @@ Failure Reason (PS3.18 §10.5.3) and the C-STORE SCP returns (PS3.4 Annex B.2.3)
 | a transfer syntax the decoder does not read                | 0xC122 Transfer Syntax not supported |
 | no StudyInstanceUID / SOPInstanceUID, no or B/U laterality | 0xA900 Data Set does not match SOP Class |
 | not a parsable DICOM data set, or one pydicom had to repair | 0xC000 Cannot understand |
+| more than 1 MiB of header before the pixel data             | 0xC000 Cannot understand |
 
 Image Laterality is Type 1 in the Ophthalmic Photography Image module, so its absence is a data set that does not
 match its class; an image of both eyes (``B``) cannot be graded per eye and is refused the same way. "Repair": pydicom
 reads past corrupt bytes by guessing (another VR, a missing delimiter, an unknown character set) and warns; a data
 set it had to guess at, or whose SOP Class UID is not a UID, is not understood rather than graded on guesses. The
 pixels are decoded when the study is graded (a photograph that fails then is answered ``retake_ungradable``).
+The header is read with the service's bounds (``service.inference.dicom_header``): the transfer syntax from the file
+meta first (a deflated data set is refused, never inflated), at most 1 MiB of elements before the pixel data.
 """
 
 from __future__ import annotations
@@ -91,7 +94,9 @@ def check_instance(data: bytes) -> Accepted | Refused:
         sop_class = _uid(header.get("SOPClassUID") or header.file_meta.get("MediaStorageSOPClassUID"))
         sop_instance = _uid(header.get("SOPInstanceUID"))
         syntax = _uid(header.file_meta.get("TransferSyntaxUID"))
-    except ImageRejected:
+    except ImageRejected as exc:
+        if exc.problem_type == "unsupported-media-type":  # the file meta's syntax, refused before the data set is read
+            return Refused(TRANSFER_SYNTAX_NOT_SUPPORTED, "transfer syntax not decoded by this service")
         return Refused(CANNOT_UNDERSTAND, "not a readable DICOM data set")
     except Exception:  # pydicom's failure modes on hostile bytes are open-ended (see service.inference.dicom)
         return Refused(CANNOT_UNDERSTAND, "not a readable DICOM data set")

@@ -293,7 +293,7 @@ def test_refused_upload_is_explained_in_plain_words(page: Any, tmp_path: Path) -
 
 
 def test_a_costly_encoding_is_explained_in_plain_words(page: Any) -> None:
-    from tests.helpers.hostile_decode import jpeg_many_scans
+    from support.hostile_decode import jpeg_many_scans
 
     enter_api_key(page)
     bomb = jpeg_many_scans(64, 2000)  # far more progressive scans than any camera writes

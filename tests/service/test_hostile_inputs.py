@@ -27,6 +27,7 @@ import pytest
 
 from support.artifacts import edit_config
 from support.hostile import hostile_bodies, png_black, png_claiming
+from support.hostile_decode import jpeg_many_scans, tiff_tile_bomb, truncated_jpeg
 from support.hostile_service import (
     Service,
     disconnect_mid_body,
@@ -43,7 +44,6 @@ from support.hostile_service import (
 from support.images import encode, fundus_like
 from support.overload import drive, summary
 from support.processes import ROOT, free_port
-from tests.helpers.hostile_decode import jpeg_many_scans, tiff_tile_bomb, truncated_jpeg
 
 PROBLEM = "application/problem+json"
 MAX_PIXELS = 4_000_000
