@@ -76,6 +76,19 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g.add_argument("--preprocessing", choices=sorted(PREPROCESSING_BY_NAME), default=FOV_LOCAL_MEAN,
                    help="image preprocessing contract (models/preprocessing.py); stored in the artifact")
     g.add_argument("--workers", type=int, default=d.workers, help="DataLoader worker processes")
+    g.add_argument("--cache-dir", default=None,
+                   help="where the preprocessed images are kept (default: <out>/cache); runs on the same images "
+                        "can share one")
+    g.add_argument("--source-weight", action="append", default=[], metavar="SOURCE=WEIGHT",
+                   help="a manifest with a source column: that source's share of the training draws (give one per "
+                        "source, e.g. --source-weight odir=0.5 --source-weight eyepacs=0.5; normalised to sum to "
+                        "1); without it every training image is drawn once an epoch")
+    g.add_argument("--exclude-copy", action="append", default=[], metavar="COPY",
+                   help="leave the images of this copy (the manifest's copy column, e.g. stretched-256) out of "
+                        "every split")
+    g.add_argument("--train-only-copy", action="append", default=[], metavar="COPY",
+                   help="train on the images of this copy but leave them out of validation and test (the patient "
+                        "split is made first, so validation and test patients do not change)")
     g.add_argument("--weights-dtype", choices=("fp32", "fp16"), default=d.weights_dtype,
                    help="artifact storage of μ and ρ (fp16: calibrated after the cast, rounding/sd ratio in the card)")
     m = p.add_argument_group("model")
@@ -155,6 +168,34 @@ def _parse_prior(text: str) -> dict[str, object]:
     raise SystemExit(f"--prior: unknown prior {text!r}; expected unit_gaussian or scale_mixture:PI,SIGMA1,SIGMA2")
 
 
+def _parse_weights(items: list[str]) -> dict[str, float] | None:
+    """``["odir=0.5", "eyepacs=0.5"]`` -> ``{"odir": 0.5, "eyepacs": 0.5}``; None when none are given."""
+    weights: dict[str, float] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            weights[name.strip()] = float(value)
+        except ValueError:
+            raise SystemExit(f"--source-weight: expected SOURCE=WEIGHT, got {item!r}") from None
+        if not name.strip() or not weights[name.strip()] > 0:
+            raise SystemExit(f"--source-weight: expected SOURCE=WEIGHT with a positive weight, got {item!r}")
+    return weights or None
+
+
+def _add_manifest(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    m = sub.add_parser("manifest", help="write one manifest CSV of several sources (ODIR-5K, EyePACS)",
+                       description="Write a --layout manifest CSV holding the eyes of several sources, each row "
+                                   "naming its source (and, for EyePACS, its copy): training.data.sources. Every "
+                                   "copy is written; a recipe leaves one out with --exclude-copy or keeps it for "
+                                   "training only with --train-only-copy.",
+                       formatter_class=_HelpFormatter)
+    m.add_argument("--odir", default=None, help="the ODIR-5K folder holding labels.csv and images/")
+    m.add_argument("--eyepacs", default=None, help="the EyePACS folder holding labels.csv and images/")
+    m.add_argument("--exclude-other-disease", action="store_true",
+                   help="ODIR: leave out the eyes with another eye disease and no DR")
+    m.add_argument("--out", required=True, help="the CSV to write (image paths are stored relative to it)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="radscreen-train", description=__doc__, formatter_class=_HelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -172,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ungradable-fraction", type=float, default=0.08, help="share of deliberately ungradable images")
     s.add_argument("--workers", type=int, default=2, help="worker processes")
     _add_fit(sub)
+    _add_manifest(sub)
     e = sub.add_parser("evaluate", help="evaluate an artifact's serving draws on a labelled data set",
                        description="Score a labelled data set with the artifact's fixed serving draws and write "
                                    "evaluation.json and PNG plots (referral curves, reliability, MI histogram).",
@@ -217,7 +259,9 @@ def _fit(args: argparse.Namespace) -> int:
         lr_schedule=args.lr_schedule, lr_step_epochs=args.lr_step_epochs, lr_gamma=args.lr_gamma,
         lr_warmup_steps=args.lr_warmup_steps,
         select_by=args.select_by, grad_sd_samples=args.grad_sd_samples, weights_dtype=args.weights_dtype,
-        preprocessing=PREPROCESSING_BY_NAME[args.preprocessing], init_from=args.init_from)
+        preprocessing=PREPROCESSING_BY_NAME[args.preprocessing], init_from=args.init_from,
+        source_weights=_parse_weights(args.source_weight), exclude_copies=tuple(args.exclude_copy),
+        train_only_copies=tuple(args.train_only_copy), cache_dir=args.cache_dir)
     # before any data is read: a precision this machine cannot run natively stops here
     trainer = Trainer(config, progress=not args.no_progress, cpu=detect_cpu(override=args.native_bf16))
     config = trainer.config  # precision 'auto' resolved: the card names what ran
@@ -315,13 +359,25 @@ def _synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _manifest(args: argparse.Namespace) -> int:
+    from training.data.sources import build_sources_manifest, source_counts, write_sources_manifest
+
+    rows = build_sources_manifest(odir=Path(args.odir) if args.odir else None,
+                                  eyepacs=Path(args.eyepacs) if args.eyepacs else None,
+                                  include_other_disease=not args.exclude_other_disease)
+    path = write_sources_manifest(rows, Path(args.out))
+    print(json.dumps(source_counts(rows), indent=2))
+    print(f"wrote {path} ({len(rows)} eyes)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # the model card records the command that was actually run
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handlers = {"synth": _synth, "fit": _fit, "evaluate": _evaluate, "export": _export}
+    handlers = {"synth": _synth, "fit": _fit, "evaluate": _evaluate, "export": _export, "manifest": _manifest}
     try:
         return handlers[args.command](args)
     except (ValueError, OSError) as exc:  # settings, manifests, artifacts, unreadable images, this machine

@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,8 +51,10 @@ from training.checkpoint import TrainState, load_checkpoint, restore, save_check
 from training.config import TrainConfig
 from training.data.augment import augment_batch, color_jitter, normalise
 from training.data.prepare import PreparedData, prepare_data
-from training.diagnostics import budget_ratio, nll_gradient_sd, rho_shift, sigma_stats
+from training.data.sampler import weighted_order
+from training.diagnostics import budget_ratio, layer_budget_ratios, nll_gradient_sd, rho_shift, sigma_stats
 from training.elbo import elbo_loss
+from training.evaluation.by_source import per_source_metrics
 from training.history import write_history
 from training.optim import RHO_GROUP, apply_schedule, build_optimizer, group_lr
 from training.predict import mc_probabilities
@@ -100,8 +103,12 @@ def build_model(config: TrainConfig) -> nn.Module:
     return create_model(config.model, width=config.width, input_size=config.input_size, rho_init=config.rho_init)
 
 
-def _batches(n: int, config: TrainConfig, epoch: int) -> list[list[int]]:
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(derived_seed(config.seed, epoch, 1)))
+def _batches(n: int, config: TrainConfig, epoch: int, sources: Sequence[str | None] = ()) -> list[list[int]]:
+    """The epoch's batches of training indices: a permutation, or with ``source_weights`` each source's share
+    of the draws set by its weight (``training.data.sampler``); a pure function of (seed, epoch)."""
+    generator = torch.Generator().manual_seed(derived_seed(config.seed, epoch, 1))
+    order = (weighted_order(sources, config.source_weights, generator) if config.source_weights
+             else torch.randperm(n, generator=generator))
     batches = [order[i:i + config.batch_size].tolist() for i in range(0, n, config.batch_size)]
     return batches[: config.max_steps_per_epoch] if config.max_steps_per_epoch else batches
 
@@ -252,7 +259,7 @@ class Trainer:
         cfg, state = self.config, run.state
         means_only = state.epoch < cfg.nll_epochs
         apply_schedule(run.optimizer, cfg, state.epoch)
-        batches = _batches(len(data.train), cfg, state.epoch)
+        batches = _batches(len(data.train), cfg, state.epoch, [row.source for row in data.train.rows])
         loader = DataLoader(data.train, batch_sampler=batches[state.step_in_epoch:], num_workers=cfg.workers)
         sums = state.epoch_sums or {"nll": 0.0, "kl": 0.0, "correct": 0.0, "n": 0.0, "steps": 0.0}
         # an epoch resumed mid-way counts the time its earlier calls spent on the steps they checkpointed
@@ -332,7 +339,8 @@ class Trainer:
         cfg = self.config
         probs, labels = mc_probabilities(run.model, data.val, mean=data.mean, std=data.std, samples=cfg.eval_samples,
                                          seed=cfg.draw_seed)
-        row = {**validation_metrics(probs, labels), **self._posterior_diagnostics(run, len(data.train), epoch)}
+        row = {**validation_metrics(probs, labels), **per_source_metrics(probs, labels, data.val.rows),
+               **self._posterior_diagnostics(run, len(data.train), epoch)}
         row["val_elbo"] = row["val_nll"] + row["kl_per_example"]
         return row
 
@@ -367,6 +375,7 @@ class Trainer:
         shift = rho_shift(model, self.rho_origin)
         out.update({"kl_per_example": kl_n, "rho_budget": rho_budget, **shift,
                     "rho_budget_ratio": budget_ratio(shift.get("rho_shift_mean"), rho_budget),
+                    **layer_budget_ratios(shift, rho_budget),
                     **sigma_stats(model)})
         return out
 

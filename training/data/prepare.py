@@ -20,7 +20,8 @@ from pathlib import Path
 from training.config import TrainConfig
 from training.data.dataset import ManifestDataset, channel_stats
 from training.data.manifest import Manifest, read_aptos, read_eyepacs, read_manifest, read_odir, read_synthetic
-from training.data.splits import DataSplit, split_by_patient
+from training.data.sources import keep_copies
+from training.data.splits import DataSplit, split_by_source
 from training.warm_start import input_statistics
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,16 @@ def read_rows(config: TrainConfig) -> Manifest:
     return read_manifest(root)
 
 
+def source_split(rows: Manifest, config: TrainConfig) -> DataSplit:
+    """The patient split within each source (``split_by_source``), then the recipe's image copies: those in
+    ``exclude_copies`` leave every split, those in ``train_only_copies`` leave validation and test. The split is
+    made before the filters, so recipes that differ only in them share their validation and test patients."""
+    split = split_by_source(rows, config.split, seed=config.effective_split_seed)
+    evaluated = (*config.exclude_copies, *config.train_only_copies)
+    return DataSplit(keep_copies(split.train, config.exclude_copies), keep_copies(split.val, evaluated),
+                     keep_copies(split.test, evaluated))
+
+
 @dataclass
 class PreparedData:
     """The patient split, its three datasets (items in [0, 1]) and the channel statistics to normalise with."""
@@ -67,14 +78,15 @@ def prepare_data(config: TrainConfig) -> PreparedData:
     rows = read_rows(config)
     if rows.skipped:
         log.warning("%d manifest rows skipped: %s", len(rows.skipped), rows.skipped[:3])
-    split = split_by_patient(rows, config.split, seed=config.effective_split_seed)
+    split = source_split(rows, config)
     if not split.train or not split.val:
         raise ValueError(f"{config.data}: too few images for a train/validation split ({len(rows)} rows).")
     pre = config.preprocessing
     train, val, test = (ManifestDataset(part, size=config.input_size, preprocessing=pre) for part in split)
     if config.cache_images:  # preprocess once: decoding + FOV fit + local mean cost more than a step per image
         for dataset in (train, val, test):
-            dataset.use_cache(Path(config.out) / "cache", workers=max(config.workers, 2), progress=True)
+            dataset.use_cache(Path(config.cache_dir or Path(config.out) / "cache"), workers=max(config.workers, 2),
+                              progress=True)
     if config.init_from:  # a warm start keeps the input normalisation its weights were trained with
         mean, std = input_statistics(config.init_from, preprocessing=pre)
     else:
