@@ -70,31 +70,33 @@ def evaluate_by_source(probs: np.ndarray, labels: np.ndarray, rows: Sequence[Man
                        decision_threshold: float, referral_threshold_mi: float, n_bootstrap: int = 200,
                        seed: int = 0, target_referral_rate: float = 0.2) -> dict[str, EvaluationReport]:
     """``evaluate_predictions`` of the pooled images and of each group of :func:`source_groups`, every one at
-    the given thresholds (set on the pooled validation images); ``probs`` ``[S, N]`` in ``rows``' order."""
+    the given thresholds (set on the pooled validation images); ``probs`` ``[S, N]`` in ``rows``' order. A group
+    holding one class only has no AUC and no report here (:func:`by_source_summary` still counts it)."""
     probs, labels = np.asarray(probs), np.asarray(labels)
     groups = {POOLED: np.arange(len(rows)), **source_groups(rows)}
     return {name: evaluate_predictions(probs[:, idx], labels[idx], n_bootstrap=n_bootstrap, seed=seed,
                                        decision_threshold=decision_threshold,
                                        target_referral_rate=target_referral_rate,
                                        referral_threshold_mi=referral_threshold_mi)
-            for name, idx in groups.items() if len(idx) > 1}
+            for name, idx in groups.items() if 0 < labels[idx].sum() < len(idx)}
 
 
 def by_source_summary(reports: dict[str, EvaluationReport], probs: np.ndarray, labels: np.ndarray,
-                      rows: Sequence[ManifestRow]) -> dict[str, dict[str, Any]]:
-    """Per group: the metrics ``calibration.json`` keeps (``n_images``, AUC, accuracy, ECE, referral curves),
-    the referable count, and the screening outcome shares at the report's thresholds."""
+                      rows: Sequence[ManifestRow], *, decision_threshold: float,
+                      referral_threshold_mi: float) -> dict[str, dict[str, Any]]:
+    """Per group (pooled first): the metrics ``calibration.json`` keeps (``n_images``, AUC, accuracy, ECE,
+    referral curves; only ``n_images`` for a one-class group), the referable count, and the screening outcome
+    shares at the given thresholds."""
     unc = mc_uncertainty(np.asarray(probs))
     y = np.asarray(labels).ravel()
     groups = {POOLED: np.arange(len(rows)), **source_groups(rows)}
     out: dict[str, dict[str, Any]] = {}
-    for name, report in reports.items():
-        idx = groups[name]
-        summary = report.calibration_summary()
+    for name, idx in groups.items():
+        report = reports.get(name)
+        metrics = report.calibration_summary()["validation"] if report is not None else {"n_images": len(idx)}
         shares = outcome_shares(unc.probability[idx], unc.mutual_information[idx], y[idx],
-                                decision_threshold=report.decision_threshold,
-                                referral_threshold_mi=float(summary["referral_threshold_mi"]))
-        out[name] = {**summary["validation"], "n_referable": int(y[idx].sum()), "outcomes": shares}
+                                decision_threshold=decision_threshold, referral_threshold_mi=referral_threshold_mi)
+        out[name] = {**metrics, "n_referable": int(y[idx].sum()), "outcomes": shares}
     return out
 
 
