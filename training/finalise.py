@@ -19,8 +19,8 @@ from models.vgg import count_parameters
 from training.config import TrainConfig
 from training.data.manifest import ManifestRow
 from training.data.prepare import PreparedData, prepare_data
-from training.evaluation import EvaluationReport, evaluate_predictions, write_report
 from training.data.sources import EYEPACS, ODIR
+from training.evaluation import EvaluationReport, evaluate_predictions, write_report
 from training.evaluation.by_source import by_source_summary, evaluate_by_source, source_groups, write_by_source
 from training.evaluation.ensemble import DRAWS_FILENAME, save_draws
 from training.evaluation.operating_point import OperatingPoint, outcome_shares, screening_operating_point
