@@ -237,13 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _fit(args: argparse.Namespace) -> int:
-    from models.cpu import detect_cpu
-    from training.data.prepare import prepare_data
-    from training.finalise import finalise_run, summary_lines
-    from training.loop import Trainer
-
-    config = TrainConfig(
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The ``TrainConfig`` of parsed ``fit`` arguments."""
+    return TrainConfig(
         data=args.data, layout=args.layout, out=args.out, artifact=args.artifact, name=args.name,
         version=args.version, model=args.model, width=args.width, input_size=args.input_size,
         rho_init=args.rho_init, prior=_parse_prior(args.prior), epochs=args.epochs, nll_epochs=args.nll_epochs,
@@ -262,6 +258,15 @@ def _fit(args: argparse.Namespace) -> int:
         preprocessing=PREPROCESSING_BY_NAME[args.preprocessing], init_from=args.init_from,
         source_weights=_parse_weights(args.source_weight), exclude_copies=tuple(args.exclude_copy),
         train_only_copies=tuple(args.train_only_copy), cache_dir=args.cache_dir)
+
+
+def _fit(args: argparse.Namespace) -> int:
+    from models.cpu import detect_cpu
+    from training.data.prepare import prepare_data
+    from training.finalise import finalise_run, summary_lines
+    from training.loop import Trainer
+
+    config = config_from_args(args)
     # before any data is read: a precision this machine cannot run natively stops here
     trainer = Trainer(config, progress=not args.no_progress, cpu=detect_cpu(override=args.native_bf16))
     config = trainer.config  # precision 'auto' resolved: the card names what ran
