@@ -33,7 +33,8 @@ def _config(data: Path, out: Path, **kw: object) -> TrainConfig:
     base: dict[str, object] = dict(data=str(data), out=str(out), layout="manifest", device="cpu", width=2,
                                    input_size=32, epochs=2, nll_epochs=1, batch_size=8, eval_samples=2, mc_samples=4,
                                    checkpoint_every=100, n_bootstrap=10, rho_init=-3.0, lr=1e-3, rho_lr=1e-2,
-                                   source_weights={"odir": 0.25, "eyepacs": 0.75}, split=(0.5, 0.25, 0.25))
+                                   source_weights={"odir": 0.25, "eyepacs": 0.75}, split=(0.5, 0.25, 0.25),
+                                   lr_schedule="cosine", lr_warmup_steps=3)  # the 2.0.0 recipe's schedule
     base.update(kw)
     return TrainConfig(**base)  # type: ignore[arg-type]
 
@@ -43,6 +44,7 @@ def test_a_weighted_two_source_run_resumes_exactly(two_source_manifest: Path, tm
     full_cfg = _config(two_source_manifest, tmp_path / "full")
     data = prepare_data(full_cfg)
     assert {r.source for r in data.val.rows} == {"odir", "eyepacs"}
+    assert {r.copy for r in data.val.rows} == {None, NATURAL_COPY, STRETCHED_COPY}
     Trainer(full_cfg, progress=False).fit(data)
     cut_cfg = _config(two_source_manifest, tmp_path / "cut")
     state = Trainer(cut_cfg, progress=False).fit(data, stop_after_steps=4)
@@ -75,6 +77,18 @@ def test_a_weighted_two_source_run_resumes_exactly(two_source_manifest: Path, tm
     assert "Sampling weights by source: eyepacs 0.75, odir 0.25" in card
     assert "Referable = grade >= 2 (moderate NPDR or worse)" in card
     assert "| head |" in card and "Δρ/(lr·steps) (σ set by the optimiser above 0.9)" in card
+
+
+@pytest.mark.training
+def test_a_train_only_copy_trains_and_is_never_evaluated(two_source_manifest: Path, tmp_path: Path) -> None:
+    cfg = _config(two_source_manifest, tmp_path / "run", train_only_copies=(STRETCHED_COPY,), epochs=1,
+                  nll_epochs=0, max_steps_per_epoch=1)
+    data = prepare_data(cfg)
+    assert STRETCHED_COPY in {r.copy for r in data.train.rows}
+    assert STRETCHED_COPY not in {r.copy for r in [*data.val.rows, *data.test.rows]}
+    Trainer(cfg, progress=False).fit(data)
+    row = json.loads((tmp_path / "run" / "history.json").read_text())[-1]
+    assert f"val_n/eyepacs/{STRETCHED_COPY}" not in row and "val_n/eyepacs" in row
 
 
 @pytest.mark.training
