@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from training.evaluation.by_source import (
 )
 
 
-def _rows(sources: list[tuple[str | None, str | None]], labels: np.ndarray) -> list[ManifestRow]:
+def _rows(sources: Sequence[tuple[str | None, str | None]], labels: np.ndarray) -> list[ManifestRow]:
     return [ManifestRow(Path(f"/{i}.jpg"), 3 if y else 0, str(i), None, i + 2, source=s, copy=c)
             for i, ((s, c), y) in enumerate(zip(sources, labels, strict=True))]
 
@@ -74,6 +75,6 @@ def test_per_epoch_metrics_name_each_group() -> None:
     assert metrics["val_n/odir"] == 400 and metrics["val_auc/odir"] is not None and metrics["val_auc/odir"] > 0.999
     p = probs.mean(axis=0)[:400].clip(1e-7, 1 - 1e-7)
     nll = -(y[:400] * np.log(p) + (1 - y[:400]) * np.log(1 - p)).mean()
-    assert np.isclose(metrics["val_nll/odir"], nll)
+    assert metrics["val_nll/odir"] is not None and np.isclose(metrics["val_nll/odir"], nll)
     one_class = _rows([("odir", None), ("eyepacs", None), ("eyepacs", None)], np.array([1, 0, 0]))
     assert per_source_metrics(np.full((2, 3), 0.5), np.array([1, 0, 0]), one_class)["val_auc/odir"] is None

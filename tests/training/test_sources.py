@@ -88,7 +88,7 @@ def test_the_builder_can_leave_out_other_diseases_and_refuses_an_unknown_copy(tw
 def _rows(n_patients: int, source: str | None, seed: int,
           copies: tuple[str | None, ...] = (None,)) -> list[ManifestRow]:
     rng = np.random.default_rng(seed)
-    rows = []
+    rows: list[ManifestRow] = []
     for p in range(n_patients):
         copy = copies[p % len(copies)]
         for eye in ("left", "right")[: 1 + int(rng.random() < 0.8)]:

@@ -173,9 +173,10 @@ def _read(
             category = None
             if layout.category_column is not None:
                 category = record[layout.category_column].strip() or None
-            extra = {"category": category}
-            extra.update({column: (record.get(column) or "").strip() or None for column in layout.optional})
-            rows.append(ManifestRow(path=path, grade=grade, patient_id=patient, eye=eye, row_no=line, **extra))
+            extra = {column: (record.get(column) or "").strip() or None for column in layout.optional}
+            rows.append(ManifestRow(path=path, grade=grade, patient_id=patient, eye=eye, row_no=line,
+                                    category=extra.get("category", category), source=extra.get("source"),
+                                    copy=extra.get("copy")))
     if skipped:
         reasons = Counter(s.reason for s in skipped)
         logger.warning(
