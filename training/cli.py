@@ -294,6 +294,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from training.data.dataset import ManifestDataset
     from training.data.prepare import read_rows
     from training.evaluation import evaluate_predictions, write_report
+    from training.evaluation.by_source import report_by_source
     from training.predict import mc_probabilities
 
     artifact = load_artifact(args.artifact)
@@ -310,6 +311,11 @@ def _evaluate(args: argparse.Namespace) -> int:
                                   decision_threshold=artifact.calibration.decision_threshold,
                                   referral_threshold_mi=artifact.calibration.referral_threshold_mi)
     paths = write_report(report, args.out)
+    by_source = Path(args.out) / "by_source.json"
+    if report_by_source(probs, labels, rows, by_source, n_bootstrap=args.n_bootstrap,
+                        decision_threshold=artifact.calibration.decision_threshold,
+                        referral_threshold_mi=artifact.calibration.referral_threshold_mi) is not None:
+        paths["by_source"] = by_source  # a manifest with a source column: the figures per source as well
     print(json.dumps(_evaluation_summary(report.calibration_summary(), data=args.data, images=len(rows),
                                          listed=listed), indent=2))
     print("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -21,7 +21,7 @@ from training.data.manifest import ManifestRow
 from training.data.prepare import PreparedData, prepare_data
 from training.data.sources import EYEPACS, ODIR
 from training.evaluation import EvaluationReport, evaluate_predictions, write_report
-from training.evaluation.by_source import by_source_summary, evaluate_by_source, source_groups, write_by_source
+from training.evaluation.by_source import report_by_source
 from training.evaluation.ensemble import DRAWS_FILENAME, save_draws
 from training.evaluation.operating_point import OperatingPoint, outcome_shares, screening_operating_point
 from training.evaluation.uncertainty import mc_uncertainty
@@ -149,16 +149,11 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
 
     def per_source(split: str, probs: Any, labels: Any, report: EvaluationReport) -> dict[str, Any] | None:
         """The split's figures per source (and per copy) beside the pooled ones, at the pooled thresholds."""
-        rows = (data.val if split == "val" else data.test).rows
-        if not source_groups(rows):
-            return None
-        thresholds = {"decision_threshold": report.decision_threshold,
-                      "referral_threshold_mi": float(report.referral_threshold.threshold)}
-        reports = evaluate_by_source(probs, labels, rows, n_bootstrap=config.n_bootstrap, seed=config.seed,
-                                     target_referral_rate=config.target_referral_rate, **thresholds)
-        summary = by_source_summary(reports, probs, labels, rows, **thresholds)
-        write_by_source(summary, run_dir / f"eval_{split}" / "by_source.json")
-        return summary
+        return report_by_source(probs, labels, (data.val if split == "val" else data.test).rows,
+                                run_dir / f"eval_{split}" / "by_source.json", n_bootstrap=config.n_bootstrap,
+                                seed=config.seed, target_referral_rate=config.target_referral_rate,
+                                decision_threshold=report.decision_threshold,
+                                referral_threshold_mi=float(report.referral_threshold.threshold))
 
     val_probs, val_labels = score("val")
     operating: OperatingPoint | None = None

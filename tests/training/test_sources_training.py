@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from training.cli import main as train_main
 from training.config import TrainConfig
 from training.data import read_synthetic
 from training.data.prepare import prepare_data
@@ -77,6 +78,15 @@ def test_a_weighted_two_source_run_resumes_exactly(two_source_manifest: Path, tm
     assert "Sampling weights by source: eyepacs 0.75, odir 0.25" in card
     assert "Referable = grade >= 2 (moderate NPDR or worse)" in card
     assert "| head |" in card and "Δρ/(lr·steps) (σ set by the optimiser above 0.9)" in card
+
+    # evaluate on the whole manifest: the figures per source and per copy as well as pooled
+    out = tmp_path / "eval"
+    assert train_main(["evaluate", "--artifact", str(result.artifact_dir), "--layout", "manifest", "--data",
+                       str(two_source_manifest), "--out", str(out), "--n-bootstrap", "5", "--no-progress"]) == 0
+    evaluated = json.loads((out / "by_source.json").read_text())
+    assert evaluated["pooled"]["n_images"] == 48
+    assert evaluated[f"eyepacs/{NATURAL_COPY}"]["n_images"] + evaluated[f"eyepacs/{STRETCHED_COPY}"]["n_images"] \
+        == evaluated["eyepacs"]["n_images"]
 
 
 @pytest.mark.training

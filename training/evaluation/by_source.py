@@ -8,8 +8,8 @@ validation images. A source with one class only (no referable eye, say) has no A
 
 Example::
 
-    reports = evaluate_by_source(probs, labels, rows, decision_threshold=0.07, referral_threshold_mi=1e-3)
-    write_by_source(reports, Path("runs/x/eval_test/by_source.json"))
+    summary = report_by_source(probs, labels, rows, Path("runs/x/eval_test/by_source.json"),
+                               decision_threshold=0.07, referral_threshold_mi=1e-3)
 """
 
 from __future__ import annotations
@@ -105,3 +105,18 @@ def write_by_source(summary: dict[str, dict[str, Any]], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, (json.dumps(summary, indent=2) + "\n").encode())
     return path
+
+
+def report_by_source(probs: np.ndarray, labels: np.ndarray, rows: Sequence[ManifestRow], path: Path, *,
+                     decision_threshold: float, referral_threshold_mi: float, n_bootstrap: int = 200, seed: int = 0,
+                     target_referral_rate: float = 0.2) -> dict[str, dict[str, Any]] | None:
+    """:func:`evaluate_by_source` and :func:`by_source_summary` at the given thresholds, written to ``path``;
+    None (nothing written) when ``rows`` hold one source and one copy."""
+    if not source_groups(rows):
+        return None
+    thresholds = {"decision_threshold": decision_threshold, "referral_threshold_mi": referral_threshold_mi}
+    reports = evaluate_by_source(probs, labels, rows, n_bootstrap=n_bootstrap, seed=seed,
+                                 target_referral_rate=target_referral_rate, **thresholds)
+    summary = by_source_summary(reports, probs, labels, rows, **thresholds)
+    write_by_source(summary, path)
+    return summary
