@@ -89,7 +89,8 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         f"- Source: {dataset.get('description', config.data)}",
         *([f"- Regenerate: `{dataset['command']}`"] if dataset.get("command") else []),
         f"- Images: train {dataset.get('n_train')}, validation {dataset.get('n_val')}, test {dataset.get('n_test')} "
-        f"(patient-level split {list(config.split)}, split seed {config.effective_split_seed}, "
+        f"(patient-level split {list(config.split)}{' within each source' if by_source else ''}, "
+        f"split seed {config.effective_split_seed}, "
         f"weight seed {config.seed}; ungradable images "
         f"{'excluded' if config.gradable_only else 'included'}).",
         "",
