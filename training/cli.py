@@ -65,8 +65,9 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g.add_argument("--include-ungradable", action="store_true",
                    help="train on ungradable images too (by default they are the quality gate's job)")
     g.add_argument("--exclude-other-disease", action="store_true",
-                   help="odir layout: leave out the eyes with another eye disease and no DR (kept by default as "
-                        "non-referable: they are part of a real screening population)")
+                   help="odir layout, or a manifest with a category column: leave out the eyes with another eye "
+                        "disease and no DR (kept by default as non-referable: they are part of a real screening "
+                        "population)")
     g.add_argument("--no-augment", action="store_true", help="switch off the geometric/photometric augmentation")
     g.add_argument("--no-color-jitter", action="store_true",
                    help="keep the geometric augmentation but switch off the photometric one (contrast, colour "

@@ -71,6 +71,8 @@ def test_the_manifest_names_each_eyes_source_and_reads_back_unchanged(two_source
     assert [r.path.resolve() for r in back] == [r.path.resolve() for r in rows]
     assert "odir/images/1_left.jpg" in path.read_text()  # under the CSV's folder: stored relative to it
     assert source_counts(back)["eyepacs"] == {"eyes": 4, "patients": 2, "referable": 2}
+    config = TrainConfig(data=str(path), out=str(tmp_path / "run"), layout="manifest", include_other_disease=False)
+    assert [r.category for r in read_rows(config) if r.source == "odir"] == ["normal_fundus", "dr_keyword"]
 
 
 def test_the_builder_can_leave_out_other_diseases_and_refuses_an_unknown_copy(two_sources: tuple[Path, Path]) -> None:

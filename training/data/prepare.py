@@ -19,7 +19,15 @@ from pathlib import Path
 
 from training.config import TrainConfig
 from training.data.dataset import ManifestDataset, channel_stats
-from training.data.manifest import Manifest, read_aptos, read_eyepacs, read_manifest, read_odir, read_synthetic
+from training.data.manifest import (
+    OTHER_DISEASE,
+    Manifest,
+    read_aptos,
+    read_eyepacs,
+    read_manifest,
+    read_odir,
+    read_synthetic,
+)
 from training.data.sources import keep_copies
 from training.data.splits import DataSplit, split_by_source
 from training.warm_start import input_statistics
@@ -48,7 +56,11 @@ def read_rows(config: TrainConfig) -> Manifest:
     if config.layout == "odir":
         return read_odir(root / "labels.csv" if root.is_dir() else root,
                          include_other_disease=config.include_other_disease)
-    return read_manifest(root)
+    rows = read_manifest(root)
+    if config.include_other_disease:
+        return rows
+    kept = [row for row in rows if row.category != OTHER_DISEASE]  # a multi-source manifest keeps ODIR's category
+    return Manifest(kept, source=rows.source, skipped=rows.skipped)
 
 
 def source_split(rows: Manifest, config: TrainConfig) -> DataSplit:
