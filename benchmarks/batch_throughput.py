@@ -37,7 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.batch.job import BatchJobConfig, run_job
 from service.batch.local import PoolKind, load_prepared, make_executor
-from service.inference.scoring import PreparedImage, Scorer
+from service.inference.loading import load_scorer
+from service.inference.prepare import PreparedImage
+from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
 
 
@@ -129,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="radscreen-batch-bench-") as tmp:
         root = Path(tmp)
         model_dir = args.model_dir or tiny_artifact(root / "artifact", args.width, args.input_size)
-        scorer = Scorer.from_artifact(model_dir, device="cpu")
+        scorer = load_scorer(ScorerSpec(model_dir=model_dir, device="cpu"))
         paths = make_images(root / "images", args.images, args.image_size)
         figures: dict[str, Any] = {
             "model": scorer.model_identity.name, "input_size": scorer.pipeline.size,

@@ -43,10 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import load_artifact
 from models.cpu import detect_cpu
-from models.draws import materialise_draws
 from models.int8 import INT8_RANGES_FILE
 from service.inference.backends import make_backend
-from service.inference.scoring import ImagePipeline, Scorer, prepare_image
+from service.inference.imaging import ImagePipeline
+from service.inference.loading import load_scorer
+from service.inference.prepare import prepare_image
+from service.inference.spec import ScorerSpec
 from support.shared_data import IDRID
 
 DATA = IDRID  # $RADSCREEN_SHARED_DATA/idrid-lesion-54
@@ -106,7 +108,7 @@ def peer_runner(k: int, seed: int) -> Runner:
 def ours_runners(paths: list[str], model_dir: Path | None, threads: int,
                  int8_ranges: Path | None = None) -> dict[str, Runner]:
     """Each served path built as the service builds it (``make_backend``) over the default artifact, plus
-    ``auto``: the backend ``Scorer.from_artifact`` picks on this machine (with its guard band, if any)."""
+    ``auto``: the backend ``load_scorer`` picks on this machine (with its guard band, if any)."""
     artifact = load_artifact(model_dir)
     model = artifact.build_model()
     cpu = detect_cpu()
@@ -114,7 +116,7 @@ def ours_runners(paths: list[str], model_dir: Path | None, threads: int,
     out: dict[str, Runner] = {}
     for name in paths:
         if name == "auto":
-            scorer = Scorer.from_artifact(model_dir, device="cpu", threads=threads, cpu=cpu)
+            scorer = load_scorer(ScorerSpec(model_dir=model_dir, device="cpu", threads=threads), cpu=cpu)
             print(f"auto = {scorer.backend.name} {scorer.precision}: {scorer.runtime['precision_reason']}")
             out[name] = scorer.backend.run
             continue
@@ -125,8 +127,7 @@ def ours_runners(paths: list[str], model_dir: Path | None, threads: int,
         if precision == "int8" and ranges is None:
             print(f"{name}: skipped, the artifact carries no {INT8_RANGES_FILE} (give one with --int8-ranges)")
             continue
-        net = materialise_draws(model, k=artifact.config.mc_samples, seed=artifact.config.draw_seed,
-                                head_draws=artifact.config.head_draws)
+        net = artifact.serving_draws().materialise(model)
         draws_backend = make_backend(net, backend=backend, device="cpu", precision=precision, strategy=strategy,
                                      intra_op_threads=threads, int8_ranges=ranges)
         out[name] = draws_backend.run

@@ -31,9 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import load_artifact
 from models.cpu import detect_cpu
-from models.draws import DrawnNetwork, materialise_draws
+from models.draws import DrawnNetwork
 from service.inference.imaging import ImagePipeline
-from service.inference.scoring import Scorer, prepare_image
+from service.inference.loading import load_scorer
+from service.inference.prepare import prepare_image
+from service.inference.spec import ScorerSpec
 from support.shared_data import IDRID, missing_reason
 
 
@@ -97,8 +99,7 @@ def main() -> None:
     pipe = ImagePipeline.of(art.image_transform())
     x = torch.from_numpy(prepare_image((IDRID / "IDRiD_01.jpg").read_bytes(), pipe).pixels[None])
     x = x.contiguous(memory_format=torch.channels_last)  # [1, 3, S, S]
-    net = materialise_draws(art.build_model(), k=art.config.mc_samples, seed=art.config.draw_seed,
-                            head_draws=art.config.head_draws)
+    net = art.serving_network()
     net.strategy = "loop"
     net = net.to(memory_format=torch.channels_last).eval()  # type: ignore[call-overload]
 
@@ -125,7 +126,7 @@ def main() -> None:
             print(f"{name:<9} p50 {statistics.median(times[name]):.3f} s/img, "
                   f"max |Δ logit| vs fp32 {float((fn(x).float() - ref).abs().max()):.2e}")
 
-    scorer = Scorer.from_artifact(args.model_dir, device="cpu", threads=1, cpu=cpu)
+    scorer = load_scorer(ScorerSpec(model_dir=args.model_dir, device="cpu", threads=1), cpu=cpu)
     images = [prepare_image(f.read_bytes(), scorer.pipeline) for f in sorted(IDRID.glob("*.jpg"))[: args.images]]
     together = scorer.score_batch(images)
     alone = [scorer.score_batch([im])[0] for im in images]

@@ -61,7 +61,7 @@ def _kib(field: str) -> int:
 def measure(path: Path) -> float:
     """Peak bytes per pixel of ``prepare_image`` on the image file ``path`` (run in a fresh process)."""
     from service.inference.imaging import ImagePipeline
-    from service.inference.scoring import prepare_image
+    from service.inference.prepare import prepare_image
 
     data = path.read_bytes()
     with Image.open(io.BytesIO(data)) as img:

@@ -45,7 +45,9 @@ from models.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
 from models.decision import is_referable, is_uncertain
 from models.draws import materialise_draws
 from models.uncertainty import binary_uncertainty_from_logits
-from service.inference.scoring import Scorer, prepare_image
+from service.inference.loading import load_scorer
+from service.inference.prepare import prepare_image
+from service.inference.spec import ScorerSpec
 from support.images import synthetic_jpegs
 
 
@@ -98,7 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     artifact = load_artifact(args.model_dir)
     model = artifact.build_model().eval()
     cal = artifact.calibration
-    scorer = Scorer.from_artifact(args.model_dir, backend="torch", device="cpu")  # for its preprocessing contract
+    # for its preprocessing contract
+    scorer = load_scorer(ScorerSpec(model_dir=args.model_dir, backend="torch", device="cpu"))
     if args.photos is not None:  # real photographs, e.g. ../shared/data/idrid-lesion-54
         images = [f.read_bytes() for f in sorted(args.photos.glob("*.jpg"))[: args.images]]
         if not images:

@@ -51,11 +51,12 @@ from models.artifact import (
 )
 from models.cpu import detect_cpu
 from models.decision import is_referable, is_uncertain, screening_outcome
-from models.draws import materialise_draws
 from models.int8 import INT8_RANGES_FILE, Int8DrawnSession, calibrate_ranges
 from models.uncertainty import binary_uncertainty_from_logits
-from service.inference.imaging import ImageRejected
-from service.inference.scoring import ImagePipeline, PreparedImage, Scorer, prepare_image
+from service.inference.imaging import ImagePipeline, ImageRejected
+from service.inference.loading import load_scorer
+from service.inference.prepare import PreparedImage, prepare_image
+from service.inference.spec import ScorerSpec
 from support.shared_data import IDRID, ODIR, missing_reason
 from training.data.manifest import ManifestRow, read_odir
 from training.data.splits import split_by_patient
@@ -233,8 +234,8 @@ def main() -> None:
 
     cpu = detect_cpu()
     print(f"CPU: {cpu.summary()}")
-    ref_scorer = Scorer.from_artifact(args.model_dir, backend="torch", device="cpu", precision="fp32",
-                                      strategy="loop", threads=args.threads)
+    ref_scorer = load_scorer(ScorerSpec(model_dir=args.model_dir, backend="torch", device="cpu", precision="fp32",
+                                        strategy="loop", threads=args.threads))
     art = load_artifact(args.model_dir)
     cal = art.calibration
     dec, thr = cal.decision_threshold, cal.referral_threshold_mi
@@ -259,8 +260,7 @@ def main() -> None:
     results: dict[str, Scored] = {"torch-fp32": ref}
     records: dict[str, dict[str, Any]] = {}
     ranges_file: Path | None = None
-    net = materialise_draws(art.build_model(), k=art.config.mc_samples, seed=art.config.draw_seed,
-                            head_draws=art.config.head_draws)
+    net = art.serving_network()
     for path in args.paths:
         backend, precision = path.split("-")
         if precision == "bf16" and not cpu.native_bf16:
@@ -282,8 +282,8 @@ def main() -> None:
                   f"in {time.perf_counter() - start:.0f} s")
             forward = session.run
         else:
-            scorer = Scorer.from_artifact(args.model_dir, backend=backend, device="cpu", precision=precision,
-                                          strategy="loop", threads=args.threads, cpu=cpu)
+            scorer = load_scorer(ScorerSpec(model_dir=args.model_dir, backend=backend, device="cpu",
+                                            precision=precision, strategy="loop", threads=args.threads), cpu=cpu)
             forward = scorer.backend.run
         results[path] = got = run_path(forward, pixels, args.batch)
         records[precision] = record(path, ref, got, gradable, names, dec, thr, args.guard_factor, photographs)

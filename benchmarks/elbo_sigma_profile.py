@@ -39,6 +39,7 @@ from torch.utils.data import Subset
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import load_artifact
+from models.artifact.schema import ServingDraws
 from models.kl import kl_divergence
 from models.priors import prior_from_config
 from models.sampling import sampling_generator
@@ -98,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
             with sampling_generator(model, torch.Generator().manual_seed(args.seed)):
                 mc_logits(model, probe, 1)  # one posterior draw for the KL's cross-entropy term
                 kl_n = float(kl_divergence(model, prior)) / n_train
-        probs, labels = mc_probabilities(model, val, mean=data.mean, std=data.std, samples=args.draws, seed=args.seed)
+        probs, labels = mc_probabilities(model, val, mean=data.mean, std=data.std,
+                                         draws=ServingDraws(args.draws, args.seed))
         ps = probs.clip(1e-7, 1 - 1e-7)
         expected_nll = float(-(labels * np.log(ps) + (1 - labels) * np.log(1 - ps)).mean())
         unc = mc_uncertainty(probs)

@@ -51,7 +51,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import DEFAULT_ARTIFACT_DIR
 from models.decision import EXAM_PRECEDENCE, Eye, ScreeningOutcome, exam_decision
-from service.inference.scoring import ImageRejected, Scorer, prepare_image
+from service.inference.imaging import ImageRejected
+from service.inference.loading import load_scorer
+from service.inference.prepare import prepare_image
+from service.inference.spec import ScorerSpec
 
 OUTCOMES = [o.value for o in EXAM_PRECEDENCE]
 CLEAR = ScreeningOutcome.NO_REFERABLE_DR.value
@@ -180,7 +183,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         selected = [selected[i] for i in sorted(order[: args.limit].tolist())]
     eyes = [r for pt in selected for r in by_patient[pt]]
 
-    scorer = Scorer.from_artifact(args.model_dir, backend=args.backend, device=args.device)
+    scorer = load_scorer(ScorerSpec(model_dir=args.model_dir, backend=args.backend, device=args.device))
     ident, cal = scorer.model_identity, scorer.calibration
     t0 = time.perf_counter()
     outcome_of: dict[tuple[str, Eye, Path], str] = {}

@@ -40,7 +40,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from service.inference.scoring import Scorer, prepare_image
+from service.inference.loading import load_scorer
+from service.inference.prepare import prepare_image
+from service.inference.spec import ScorerSpec
 from service.settings import Settings
 from support.artifacts import build_tiny_artifact
 from support.images import encode, fundus_like
@@ -58,7 +60,7 @@ def model_alone(model_dir: Path, images: list[bytes], batch: int, repeats: int, 
     """Images/s of ``Scorer.score_batch`` at ``batch``, and a line naming what ran (and its GPU memory)."""
     import torch
 
-    scorer = Scorer.from_artifact(model_dir, device=device)
+    scorer = load_scorer(ScorerSpec(model_dir=model_dir, device=device))
     prepared = [prepare_image(d, scorer.pipeline) for d in images[:batch]]
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()

@@ -33,7 +33,10 @@ from models.cpu import detect_cpu
 from models.cuda import cuda_native_bf16
 from models.decision import is_uncertain
 from models.onnx_backend import ProviderFallbackError
-from service.inference.scoring import ImageScore, PreparedImage, Scorer, prepare_image
+from service.inference.loading import load_scorer
+from service.inference.prepare import PreparedImage, prepare_image
+from service.inference.scoring import ImageScore, Scorer
+from service.inference.spec import ScorerSpec
 from support.images import synthetic_jpegs
 
 
@@ -45,7 +48,7 @@ def score_all(scorer: Scorer, prepared: list[PreparedImage], batch: int) -> tupl
 
 
 def modes_for(device: str) -> list[tuple[str, dict[str, str]]]:
-    """The compared serving modes on ``device`` (name, Scorer.from_artifact keyword arguments)."""
+    """The compared serving modes on ``device`` (name, ScorerSpec keyword arguments)."""
     if device == "cuda":
         return [("torch fp32 cuda grouped", dict(backend="torch", precision="fp32", strategy="grouped")),
                 ("torch bf16 cuda grouped", dict(backend="torch", precision="bf16", strategy="grouped")),
@@ -79,8 +82,8 @@ def main() -> None:
 
     cpu = detect_cpu(override="yes" if args.emulated_bf16 else "detect")
     print(f"CPU: {cpu.summary()}")
-    reference = Scorer.from_artifact(args.model_dir, backend="torch", device="cpu", precision="fp32",
-                                     strategy="loop")
+    reference = load_scorer(ScorerSpec(model_dir=args.model_dir, backend="torch", device="cpu", precision="fp32",
+                                       strategy="loop"))
     prepared = [prepare_image(b, reference.pipeline) for b in synthetic_jpegs(args.images, args.image_size, args.seed)]
     ref, ref_s = score_all(reference, prepared, args.batch)
     thr = reference.calibration.referral_threshold_mi
@@ -100,7 +103,7 @@ def main() -> None:
             print(f"{name:<28}skipped: this GPU has no native bf16")
             continue
         try:
-            scorer = Scorer.from_artifact(args.model_dir, cpu=cpu, device=args.device, **kwargs)  # type: ignore[arg-type]
+            scorer = load_scorer(ScorerSpec(model_dir=args.model_dir, device=args.device, **kwargs), cpu=cpu)  # type: ignore[arg-type]
         except ProviderFallbackError as exc:
             print(f"{name:<28}skipped: {exc}")
             continue

@@ -36,7 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import DEFAULT_ARTIFACT_DIR
 from models.decision import is_uncertain
-from service.inference.scoring import Scorer, prepare_image
+from service.inference.loading import load_scorer
+from service.inference.prepare import prepare_image
+from service.inference.spec import ScorerSpec
 from training.data.photos import list_photos
 from training.evaluation.ensemble import load_draws
 from training.evaluation.ood import ood_auroc
@@ -52,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch", type=int, default=4)
     args = p.parse_args(argv)
 
-    scorer = Scorer.from_artifact(args.model_dir, backend="torch", device="cpu", precision="fp32")
+    scorer = load_scorer(ScorerSpec(model_dir=args.model_dir, backend="torch", device="cpu", precision="fp32"))
     cal, ident = scorer.calibration, scorer.model_identity
     test_mi = mc_uncertainty(load_draws(args.test_draws).probs).mutual_information  # [N_test]
     paths = list_photos(args.photos)

@@ -76,10 +76,10 @@ def odir_rows(run: Path, which: str) -> list[ManifestRow]:
 
 def score(artifact: Artifact, rows: Sequence[ManifestRow], cache: Path) -> np.ndarray:
     cfg = artifact.config
-    dataset = ManifestDataset(rows, size=cfg.input_size, preprocessing=cfg.preprocessing)
+    dataset = ManifestDataset(rows, transform=artifact.image_transform())
     dataset.use_cache(cache, workers=2, progress=True)
-    probs, _ = mc_probabilities(artifact.build_model(), dataset, mean=cfg.mean, std=cfg.std, samples=cfg.mc_samples,
-                                seed=cfg.draw_seed, head_draws=cfg.head_draws, progress=True)
+    probs, _ = mc_probabilities(artifact.build_model(), dataset, mean=cfg.mean, std=cfg.std,
+                                draws=artifact.serving_draws(), progress=True)
     return probs  # [S, N]
 
 

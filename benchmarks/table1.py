@@ -144,8 +144,8 @@ def score_photos(run_dir: Path, photos: PhotoDataset) -> SavedDraws:
     stats = json.loads((run_dir / "data.json").read_text())
     model = build_model(cfg)
     model.load_state_dict(load_file(str(run_dir / BEST_WEIGHTS)))
-    probs, _ = mc_probabilities(model, photos, mean=stats["mean"], std=stats["std"], samples=cfg.mc_samples,
-                                seed=cfg.draw_seed, head_draws=cfg.head_draws if is_bayesian(model) else 1)  # [S, 54]
+    draws = cfg.serving_draws() if is_bayesian(model) else replace(cfg.serving_draws(), head_draws=1)
+    probs, _ = mc_probabilities(model, photos, mean=stats["mean"], std=stats["std"], draws=draws)  # [S, 54]
     path = save_draws(run_dir / "ood_idrid" / DRAWS_FILENAME, probs, np.zeros(probs.shape[1], np.int64),
                       [p.name for p in photos.paths])
     return load_draws(path)

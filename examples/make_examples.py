@@ -26,7 +26,10 @@ import numpy as np
 from PIL import Image
 
 from models.decision import ScreeningOutcome
-from service.inference.scoring import PreparedImage, Scorer, prepare_image
+from service.inference.loading import load_scorer
+from service.inference.prepare import PreparedImage, prepare_image
+from service.inference.scoring import Scorer
+from service.inference.spec import ScorerSpec
 from training.synthetic.camera import UNGRADABLE_KINDS
 from training.synthetic.render import render_fundus
 
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", type=Path, default=None, help="artifact (default: the embedded model)")
     args = parser.parse_args(argv)
 
-    scorer = Scorer.from_artifact(args.model_dir, device="cpu")
+    scorer = load_scorer(ScorerSpec(model_dir=args.model_dir, device="cpu"))
     threshold = scorer.calibration.referral_threshold_mi
 
     def referable_and_confident(im: PreparedImage) -> str | None:

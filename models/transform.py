@@ -3,7 +3,7 @@
 Like torchvision's ``weights.transforms()``, the preprocessing is taken from the model, never re-declared:
 ``ArtifactConfig.image_transform()`` (or ``Artifact.image_transform()``) returns the ``ImageTransform`` of
 the contract the artifact names. Training (``training.data.dataset.ManifestDataset``, photographs,
-synthetic renders), the service and the batch job (``service.inference.scoring.prepare_image``) all run it,
+synthetic renders), the service and the batch job (``service.inference.prepare.prepare_image``) all run it,
 so one file gives one tensor whichever of them reads it (tests/training/test_one_image_path.py).
 
 Its three steps are also available separately, because two callers stop or start in between: training

@@ -49,10 +49,12 @@ def example_image() -> bytes:
 
 def real_response() -> dict[str, Any]:
     """Score :func:`example_image` with the embedded model; the ``POST /v1/predict`` body with placeholders."""
-    from service.inference.scoring import Scorer, prepare_image
+    from service.inference.loading import load_scorer
+    from service.inference.prepare import prepare_image
+    from service.inference.spec import ScorerSpec
     from service.payload import score_payload
 
-    scorer = Scorer.from_artifact(None, backend="torch", device="cpu", precision="fp32")  # the same on every CPU
+    scorer = load_scorer(ScorerSpec(backend="torch", device="cpu", precision="fp32"))  # the same on every CPU
     prepared = prepare_image(example_image(), scorer.pipeline)
     [score] = scorer.score_batch([prepared])
     body = score_payload(score, scorer)

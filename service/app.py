@@ -55,7 +55,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def create_app(settings: Settings | None = None, *, scorer_factory: ScorerFactory | None = None) -> FastAPI:
-    """Build the app. ``scorer_factory`` replaces ``ScorerSpec.load`` (tests, benchmarks): it gets
+    """Build the app. ``scorer_factory`` replaces ``load_scorer`` (tests, benchmarks): it gets
     ``settings.scorer_spec()`` and returns the scorer."""
     settings = settings if settings is not None else Settings()
     logging.getLogger("service").setLevel(settings.log_level.upper())

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from service.inference.scoring import ImageScore, PreparedImage, Scorer
+from service.inference.prepare import PreparedImage
+from service.inference.scoring import ImageScore, Scorer
 from service.metrics import ServiceMetrics
 
 logger = logging.getLogger(__name__)

@@ -7,6 +7,7 @@ fixed per type, the ``status``, a human ``detail`` and the request id (also as `
 | type slug               | status | raised by                                            |
 | ----------------------- | ------ | ---------------------------------------------------- |
 | undecodable-image       | 400    | empty, truncated or corrupt image                    |
+| bad-request             | 400    | ambiguous framing (Content-Length with Transfer-Encoding, an obs-folded header) |
 | image-too-small         | 400    | a side below 16 px                                   |
 | extreme-aspect-ratio    | 400    | long side > 4x the short one (not a fundus frame)    |
 | unauthorized            | 401    | missing/wrong X-API-Key when a key is configured     |
@@ -47,6 +48,7 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 
 TITLES: dict[str, str] = {
     "undecodable-image": "Image cannot be decoded",
+    "bad-request": "Bad request",
     "image-too-small": "Image too small",
     "extreme-aspect-ratio": "Image aspect ratio not accepted",
     "image-too-complex": "Image too costly to decode",

@@ -1,5 +1,6 @@
 """ASGI middleware: request ids, access logs, request metrics, the request-body size and time limits,
-and client disconnects.
+client disconnects, the security headers of every answer and the refusal of ambiguous framing
+(``service.security_headers``: a request with both Content-Length and Transfer-Encoding is answered 400).
 
 Pure ASGI (not ``BaseHTTPMiddleware``) so the body is streamed, never buffered here.
 
@@ -39,6 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.errors import PROBLEM_MEDIA_TYPE, ServiceProblem, problem_body
 from service.metrics import ServiceMetrics
+from service.security_headers import framing_problem, response_headers
 from service.settings import Settings
 
 logger = logging.getLogger("service.access")
@@ -105,6 +107,7 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        security = response_headers(scope["path"])
         incoming = headers.get("x-request-id", "")
         request_id = incoming if _SAFE_REQUEST_ID.match(incoming) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
@@ -115,8 +118,9 @@ class RequestContextMiddleware:
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 ex.status, ex.response_started = message["status"], True
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
+                present = {bytes(k).lower() for k, _ in message.get("headers", [])}
+                added = [(k, v) for k, v in security if k not in present]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode()), *added]
             await send(message)
 
         async def guarded_receive() -> Message:
@@ -139,7 +143,10 @@ class RequestContextMiddleware:
         app_task: asyncio.Task[None] | None = None
         try:
             declared = headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > limit:
+            framing = framing_problem(headers, [k.decode("latin-1").lower() for k, _ in scope["headers"]])
+            if framing is not None:
+                await self._reject(send_with_id, request_id, ServiceProblem("bad-request", 400, framing))
+            elif declared is not None and declared.isdigit() and int(declared) > limit:
                 await self._reject(send_with_id, request_id, _body_too_large(limit))
             else:
                 app_task = asyncio.ensure_future(self.app(scope, guarded_receive, send_with_id))

@@ -25,8 +25,11 @@ from typing import Literal, cast
 from service.admission import Admission
 from service.batcher import MicroBatcher, RetryLater, Scored
 from service.inference.decode_deadline import DecodeDeadline
+from service.inference.imaging import ImageRejected
+from service.inference.loading import load_scorer
 from service.inference.partition import accepted, merge_in_order
-from service.inference.scoring import ImageRejected, PreparedImage, Scorer, prepare_image
+from service.inference.prepare import PreparedImage, prepare_image
+from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
 from service.metrics import ServiceMetrics
 from service.settings import Settings
@@ -34,7 +37,7 @@ from service.settings import Settings
 logger = logging.getLogger(__name__)
 
 State = Literal["loading", "ready", "failed"]
-ScorerFactory = Callable[[ScorerSpec], Scorer]  # default: ScorerSpec.load; tests wrap it
+ScorerFactory = Callable[[ScorerSpec], Scorer]  # default: load_scorer; tests wrap it
 
 
 class NotReady(RetryLater):
@@ -63,7 +66,7 @@ class ModelHost:
         self.settings = settings
         self.metrics = metrics
         self.spec = settings.scorer_spec()
-        self.factory: ScorerFactory = factory or ScorerSpec.load
+        self.factory: ScorerFactory = factory or load_scorer
         self.state: State = "loading"
         self.error: str | None = None
         self.scorer: Scorer | None = None

@@ -304,10 +304,9 @@ def _evaluate(args: argparse.Namespace) -> int:
                                  gradable_only=not args.include_ungradable))
     listed = len(rows) if args.include_ungradable else len(read_rows(TrainConfig(
         data=args.data, out=args.out, layout=args.layout, gradable_only=False)))
-    dataset = ManifestDataset(list(rows), size=cfg.input_size, preprocessing=cfg.preprocessing)
+    dataset = ManifestDataset(list(rows), transform=artifact.image_transform())
     probs, labels = mc_probabilities(artifact.build_model(), dataset, mean=cfg.mean, std=cfg.std,
-                                     samples=cfg.mc_samples, seed=cfg.draw_seed, head_draws=cfg.head_draws,
-                                     progress=not args.no_progress)
+                                     draws=artifact.serving_draws(), progress=not args.no_progress)
     report = evaluate_predictions(probs, labels, n_bootstrap=args.n_bootstrap,
                                   decision_threshold=artifact.calibration.decision_threshold,
                                   referral_threshold_mi=artifact.calibration.referral_threshold_mi)
@@ -341,12 +340,9 @@ def _evaluation_summary(calibration: dict[str, object], *, data: str, images: in
 
 def _export(args: argparse.Namespace) -> int:
     from models.artifact import load_artifact
-    from models.draws import materialise_draws
     from models.onnx_backend import export_graph
 
-    artifact = load_artifact(args.artifact)
-    cfg = artifact.config
-    net = materialise_draws(artifact.build_model(), k=cfg.mc_samples, seed=cfg.draw_seed, head_draws=cfg.head_draws)
+    net = load_artifact(args.artifact).serving_network()
     path = export_graph(net, Path(args.out))
     print(f"wrote {path} ({Path(path).stat().st_size} bytes; weights are injected at load, not stored)")
     return 0

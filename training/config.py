@@ -7,8 +7,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from models.artifact.schema import MAX_MC_SAMPLES
+from models.artifact.schema import MAX_MC_SAMPLES, ServingDraws
 from models.preprocessing import FOV_LOCAL_MEAN
+from models.transform import ImageTransform
 
 Layout = Literal["synthetic", "eyepacs", "aptos", "odir", "manifest"]
 LAYOUTS: tuple[str, ...] = ("synthetic", "eyepacs", "aptos", "odir", "manifest")
@@ -113,6 +114,17 @@ class TrainConfig:
             raise ValueError(f"source weights must be positive, got {self.source_weights}")
         if self.grad_sd_samples == 1 or self.grad_sd_samples < 0:
             raise ValueError(f"grad_sd_samples must be 0 (off) or >= 2, got {self.grad_sd_samples}.")
+
+    def serving_draws(self) -> ServingDraws:
+        """The serving form the run's artifact will carry (``config.json``'s ``serving``): what calibration and
+        the test evaluation score with, before the artifact exists."""
+        return ServingDraws(self.mc_samples, self.draw_seed, self.head_draws)
+
+    def image_transform(self) -> ImageTransform:
+        """The artifact-to-be's decode and preprocessing contract: the one transform every training image goes
+        through. Its channel mean/std are measured later, on the training split, and applied after
+        augmentation (``training.data.augment.normalise``), so they are left at the identity here."""
+        return ImageTransform(size=self.input_size, preprocessing=self.preprocessing)
 
     @property
     def effective_split_seed(self) -> int:

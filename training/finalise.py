@@ -7,7 +7,7 @@ import logging
 import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -130,12 +130,11 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
                 p.copy_(p.to(DTYPES[config.weights_dtype]).float())
 
     bayesian = is_bayesian(model)  # baselines (MC dropout, deterministic) have no posterior to draw
+    draws = config.serving_draws() if bayesian else replace(config.serving_draws(), head_draws=1)
 
     def score(split: str) -> tuple[Any, Any]:
         dataset = data.val if split == "val" else data.test
-        probs, labels = mc_probabilities(model, dataset, mean=data.mean, std=data.std,
-                                         samples=config.mc_samples, seed=config.draw_seed,
-                                         head_draws=config.head_draws if bayesian else 1)
+        probs, labels = mc_probabilities(model, dataset, mean=data.mean, std=data.std, draws=draws)
         # the per-draw probabilities, so ensembles and method − method comparisons need no re-scoring
         save_draws(run_dir / f"eval_{split}" / DRAWS_FILENAME, probs, labels, image_ids(dataset.rows))
         return probs, labels

@@ -24,10 +24,10 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -39,7 +39,8 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from models import compute
-from models.cpu import CpuCapability, detect_cpu
+from models.artifact.schema import ServingDraws
+from models.cpu import CpuCapability
 from models.cuda import use_deterministic_cudnn, use_ieee_fp32
 from models.kl import bayesian_layers, kl_divergence
 from models.preprocessing import FOV_LOCAL_MEAN
@@ -48,7 +49,7 @@ from models.registry import create_model
 from models.sampling import sampling_generator, use_means
 from models.vgg import mc_logits
 from training.checkpoint import TrainState, load_checkpoint, restore, save_checkpoint
-from training.config import TrainConfig
+from training.config import Precision, TrainConfig
 from training.data.augment import augment_batch, color_jitter, normalise
 from training.data.prepare import PreparedData, prepare_data
 from training.data.sampler import weighted_order
@@ -64,35 +65,22 @@ log = logging.getLogger(__name__)
 BEST_WEIGHTS = "best.safetensors"
 
 
-def resolve_device(device: str) -> torch.device:
-    """``auto`` → cuda when available, else cpu (``models.compute``, the service's rule too)."""
-    try:
-        return torch.device(compute.resolve_device(device))
-    except RuntimeError as exc:
-        raise ValueError(f"--device {device}: {exc}") from exc
-
-
 TRAIN_FIX = "Use --precision fp32, or auto to take bf16 only where it is native."
 
 
-def resolve_precision(requested: str, device: torch.device, *,
-                      cpu: CpuCapability | None = None) -> Literal["fp32", "bf16"]:
-    """The autocast precision a run trains in: ``fp32``, or ``bf16`` only where ``device`` runs it natively
-    (``models.compute.is_native``: a CUDA device with bf16, or a CPU with AVX-512-BF16/AMX).
+def training_runtime(config: TrainConfig, *, cpu: CpuCapability | None = None) -> compute.Runtime:
+    """Where and in which arithmetic a run trains: ``models.compute.resolve``, the service's rule too.
 
-    An explicit ``bf16`` where it would be emulated is refused: oneDNN's emulation on an AVX2-only CPU ran
-    the network ~70x slower than fp32 (docs/benchmarks.md), which turns an hour's run into days with no
-    message. ``cpu`` is injected by tests; default: this machine.
+    ``--device auto`` -> cuda when available, else cpu; ``--precision auto`` -> bf16 only where the device runs
+    it natively (a CUDA device with native bf16, or a CPU with AVX-512-BF16/AMX), else fp32. An explicit
+    ``bf16`` where it would be emulated is refused: oneDNN's emulation on an AVX2-only CPU ran the network ~70x
+    slower than fp32 (docs/benchmarks.md), which turns an hour's run into days with no message. ``cpu`` is
+    injected by tests; default: this machine.
     """
-    if requested == "fp32":
-        return "fp32"
-    capability = cpu or detect_cpu()
-    if compute.is_native("bf16", device=device.type, cpu=capability):
-        return "bf16"
-    if requested == "auto":
-        return "fp32"
-    compute.require_native("bf16", device=device.type, cpu=capability, fix=TRAIN_FIX)
-    raise AssertionError("unreachable: require_native raises for a precision that is not native")
+    try:
+        return compute.resolve(device=config.device, precision=config.precision, cpu=cpu, fix=TRAIN_FIX)
+    except RuntimeError as exc:
+        raise ValueError(f"--device {config.device}: {exc}") from exc
 
 
 def derived_seed(*parts: int) -> int:
@@ -171,13 +159,14 @@ class Trainer:
     """Fits one model into ``config.out``; ``fit()`` resumes from the checkpoint there if one exists."""
 
     def __init__(self, config: TrainConfig, *, progress: bool = True, cpu: CpuCapability | None = None) -> None:
-        self.device = resolve_device(config.device)
+        self.runtime = training_runtime(config, cpu=cpu)
+        self.device = torch.device(self.runtime.device)
         # On CUDA: fp32 is IEEE fp32 (not TF32), and cuDNN picks fixed deterministic kernels so that a
         # resumed run repeats an uninterrupted one on the same GPU and library versions (models.cuda).
         use_ieee_fp32(self.device)
         use_deterministic_cudnn(self.device)
         # "auto" is resolved once, here, so config.json, the resume check and the card name what ran
-        self.config = replace(config, precision=resolve_precision(config.precision, self.device, cpu=cpu))
+        self.config = replace(config, precision=cast(Precision, self.runtime.precision))  # auto/fp32/bf16 asked
         self.run_dir = Path(config.out)
         self.progress = progress
         self.rho_origin: float | dict[str, torch.Tensor] = config.rho_init  # where Δρ is measured from
@@ -236,8 +225,7 @@ class Trainer:
             (self.run_dir / "data.json").write_text(json.dumps(
                 {"n_train": len(data.train), "n_val": len(data.val), "n_test": len(data.test),
                  "mean": data.mean, "std": data.std}, indent=2))
-        autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if cfg.precision == "bf16"
-                    else nullcontext())
+        autocast = self.runtime.autocast()  # bf16 autocast, or nothing (fp32)
         probe = _probe_batch(data, cfg, self.device)
         return Run(model, optimizer, gens, state, prior, bayesian, autocast, probe)
 
@@ -337,8 +325,8 @@ class Trainer:
         """Validation metrics (the serving draws) and the posterior diagnostics at the end of 0-based ``epoch``
         (None: before the first step of a warm start)."""
         cfg = self.config
-        probs, labels = mc_probabilities(run.model, data.val, mean=data.mean, std=data.std, samples=cfg.eval_samples,
-                                         seed=cfg.draw_seed)
+        probs, labels = mc_probabilities(run.model, data.val, mean=data.mean, std=data.std,
+                                         draws=ServingDraws(cfg.eval_samples, cfg.draw_seed))
         row = {**validation_metrics(probs, labels), **per_source_metrics(probs, labels, data.val.rows),
                **self._posterior_diagnostics(run, len(data.train), epoch)}
         row["val_elbo"] = row["val_nll"] + row["kl_per_example"]

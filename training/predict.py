@@ -1,9 +1,10 @@
 """Monte Carlo predictions over a dataset: ``[S, N]`` probabilities of referable DR.
 
-Bayesian models are evaluated through their **serving form** — the K fixed posterior draws of
-``models.draws`` with the artifact's seed, each with its ``head_draws`` draws of the last layer — so
-validation numbers, the calibrated MI threshold and the service's answers come from the same networks.
-MC-dropout and deterministic baselines use seeded stochastic passes.
+Bayesian models are evaluated through their **serving form** — ``models.draws.ServingDraws``: the K fixed
+posterior draws with the artifact's seed, each with its ``head_draws`` draws of the last layer, as
+``Artifact.serving_draws()`` or, before the artifact exists, ``TrainConfig.serving_draws()`` hands them
+out — so validation numbers, the calibrated MI threshold and the service's answers come from the same
+networks. MC-dropout and deterministic baselines use seeded stochastic passes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from models.draws import materialise_draws
+from models.artifact.schema import ServingDraws
+from models.compute import resolve_strategy
 from models.sampling import seeded
 from models.vgg import VGGStar, mc_logits
 from training.data.augment import normalise
@@ -35,35 +37,34 @@ def mc_probabilities(
     *,
     mean: Sequence[float],
     std: Sequence[float],
-    samples: int,
-    seed: int,
-    head_draws: int = 1,
+    draws: ServingDraws,
     batch_size: int = 16,
     workers: int = 0,
     progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(probabilities ``[S, N]``, labels ``[N]``) in dataset order; ``progress`` shows a bar on stderr.
 
-    Bayesian models: S = ``samples`` · ``head_draws`` (draw-major, as :class:`models.draws.DrawnNetwork`).
-    MC-dropout and deterministic baselines have no head posterior: ``head_draws`` must be 1 for them.
+    Bayesian models: S = K · M of ``draws`` (draw-major, as :class:`models.draws.DrawnNetwork`).
+    MC-dropout and deterministic baselines run K seeded stochastic passes and have no head posterior:
+    ``draws.head_draws`` must be 1 for them.
     """
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    if head_draws != 1 and not is_bayesian(model):
-        raise ValueError(f"head_draws={head_draws}: only a Bayesian model's last layer has a posterior to draw")
-    drawn = (materialise_draws(model, k=samples, seed=seed, strategy="loop" if device.type == "cpu" else "grouped",
-                               head_draws=head_draws).to(device) if is_bayesian(model) else None)
+    if draws.head_draws != 1 and not is_bayesian(model):
+        raise ValueError(f"head_draws={draws.head_draws}: only a Bayesian model's last layer has a posterior to draw")
+    strategy, _ = resolve_strategy("auto", device=device.type)  # as the service: a loop on CPU, grouped on GPU
+    drawn = draws.materialise(model, strategy=strategy).to(device) if is_bayesian(model) else None
     if drawn is not None:
         drawn = drawn.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # as the service
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers)
     probs: list[torch.Tensor] = []
     labels: list[torch.Tensor] = []
-    with seeded(model, seed):
-        for x, y, _ in tqdm(loader, desc=f"scoring {len(loader.dataset)} images x {samples} draws",  # type: ignore[arg-type]
+    with seeded(model, draws.draw_seed):
+        for x, y, _ in tqdm(loader, desc=f"scoring {len(loader.dataset)} images x {draws.mc_samples} draws",  # type: ignore[arg-type]
                             unit="batch", disable=not progress):
             x = normalise(x.to(device), mean, std).contiguous(memory_format=torch.channels_last)  # as the service
-            logits = drawn(x) if drawn is not None else mc_logits(model, x, samples)  # [S, B, 1]
+            logits = drawn(x) if drawn is not None else mc_logits(model, x, draws.mc_samples)  # [S, B, 1]
             probs.append(torch.sigmoid(logits[..., 0].double()).cpu())
             labels.append(y.cpu())
     model.train(was_training)

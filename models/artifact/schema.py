@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models.decision import DiagnosisLabel, ScreeningOutcome, diagnosis_label, is_uncertain, screening_outcome
+from models.draws import DrawnNetwork, materialise_draws
 from models.posteriors import POSTERIOR_FAMILIES
 from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
 from models.preprocessing import PREPROCESSINGS
 from models.registry import DEFAULT_ARCHITECTURE, check_architecture
 from models.transform import ImageTransform
-from models.vgg import ConfigFieldError, VGGConfig
+from models.vgg import ConfigFieldError, VGGConfig, VGGStar
 
 CONFIG_FORMAT_VERSION = 1
 WEIGHTS_FILE = "weights.safetensors"
@@ -115,7 +116,7 @@ def _architecture_from_dict(arch: JsonFields) -> tuple[str, VGGConfig]:
 # value (K = 100000 draws, a 100000 px input) is refused at start-up, naming the field, instead of
 # failing later trying to allocate gigabytes. Generous against every real model (default: 512 px,
 # K = 16, width 46, blocks of 2-3 layers).
-MAX_MC_SAMPLES = 256  # also the bound of RADSCREEN_MC_SAMPLES
+MAX_MC_SAMPLES = 256  # also the bound of the service's K setting (ScorerSpec.mc_samples)
 MAX_HEAD_DRAWS = 4096
 MAX_INPUT_SIZE = 1024
 MAX_WIDTH = 256  # channels of the first block (the last blocks have 8x)
@@ -133,6 +134,27 @@ def _check_serving_shape(arch: VGGConfig, f: str) -> None:
            f"must be in [1, {MAX_OUTPUTS}], got {arch.num_outputs}")
     _check(1 <= arch.first_stride <= MAX_FIRST_STRIDE, f, "architecture.first_stride",
            f"must be in [1, {MAX_FIRST_STRIDE}], got {arch.first_stride}")
+
+
+@dataclass(frozen=True)
+class ServingDraws:
+    """An artifact's serving form as one value: ``mc_samples`` (K) network draws made with ``draw_seed``, each
+    carrying ``head_draws`` (M) draws of the last layer; the names are ``config.json``'s ``serving`` section.
+
+    The artifact hands it out (``Artifact.serving_draws()``, like torchvision's ``weights.transforms()``),
+    and so does a training config for the artifact it will write (``TrainConfig.serving_draws()``):
+    the service, evaluation, calibration, export and the benchmarks take K, the seed and M from it rather
+    than unpacking them one by one.
+    """
+
+    mc_samples: int
+    draw_seed: int
+    head_draws: int = 1
+
+    def materialise(self, model: VGGStar, *, strategy: str = "grouped") -> DrawnNetwork:
+        """The fixed network of these draws of ``model``'s posterior (:func:`materialise_draws`)."""
+        return materialise_draws(model, k=self.mc_samples, seed=self.draw_seed, strategy=strategy,
+                                 head_draws=self.head_draws)
 
 
 @dataclass(frozen=True)
@@ -237,6 +259,10 @@ class ArtifactConfig:
     def image_transform(self) -> ImageTransform:
         """The callable that turns an image file or bytes into this model's input (its declared preprocessing)."""
         return ImageTransform(size=self.input_size, preprocessing=self.preprocessing, mean=self.mean, std=self.std)
+
+    def serving_draws(self, mc_samples: int | None = None) -> ServingDraws:
+        """The serving form: K draws with the artifact's seed and head draws; ``mc_samples`` replaces its K."""
+        return ServingDraws(self.mc_samples if mc_samples is None else mc_samples, self.draw_seed, self.head_draws)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``config.json`` layout (nested sections, JSON types only)."""

@@ -37,8 +37,10 @@ from models.artifact.schema import (
     ArtifactError,
     Calibration,
     JsonFields,
+    ServingDraws,
 )
 from models.atomic import atomic_write_bytes, fsync_dir, fsync_file
+from models.draws import DrawnNetwork
 from models.registry import build_architecture
 from models.transform import ImageTransform
 from models.vgg import VGGStar
@@ -179,6 +181,14 @@ class Artifact:
         """Image file or bytes -> this model's input: the preprocessing its config declares (``models.transform``)."""
         return self.config.image_transform()
 
+    def serving_draws(self, mc_samples: int | None = None) -> ServingDraws:
+        """The serving form (K, seed, head draws) of ``config.json``; ``mc_samples`` replaces its K."""
+        return self.config.serving_draws(mc_samples)
+
+    def serving_network(self, mc_samples: int | None = None, *, strategy: str = "grouped") -> DrawnNetwork:
+        """The network the service runs: :meth:`build_model`'s posterior, drawn as :meth:`serving_draws` says."""
+        return self.serving_draws(mc_samples).materialise(self.build_model(), strategy=strategy)
+
     def build_model(self) -> VGGStar:
         """The Bayesian VGG-16* with the stored weights (loaded strictly), fp32, eval mode."""
         model = build_architecture(self.config.builder, self.config.architecture)
@@ -245,8 +255,8 @@ def load_artifact(directory: str | Path | None = None) -> Artifact:
         if root.resolve() == DEFAULT_ARTIFACT_DIR.resolve():
             raise ArtifactError(
                 f"The embedded default artifact is missing ({root}): it has not been built into this "
-                "checkout. Train and export one (radscreen-train), or point RADSCREEN_MODEL_DIR at an "
-                "artifact directory."
+                "checkout. Train and export one (radscreen-train), or name an artifact directory (the "
+                "service's and the batch job's model directory setting)."
             )
         raise ArtifactError(f"Artifact directory {root} does not exist")
     manifest_bytes, files = _read_manifest(root)

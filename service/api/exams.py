@@ -2,8 +2,10 @@
 
 Multipart parts ``right`` and ``left`` (repeatable: several photographs per eye), and ``image`` for DICOM
 files that carry their laterality (ImageLaterality / Laterality); optional text fields ``exam_id`` and
-``patient_ref``, echoed back and never logged. A DICOM file sent as ``right``/``left`` must not contradict its
-own laterality, and the DICOM files of one exam must share one StudyInstanceUID (the visit).
+``patient_ref`` (opaque ids: ``service.identifiers``), echoed back and never logged. A DICOM file sent as
+``right``/``left`` must not contradict its own laterality, and the parts must pass the exam identity rules
+(``service.exam_identity``: one StudyInstanceUID, one PatientID, no plain photograph joining a DICOM study, no
+photograph as both eyes).
 
 Every photograph goes through the same path as ``/v1/predict`` (decode, quality gate, batched K-draw
 forward); the exam outcome comes from the one rule in ``models.decision``. A photograph the service refuses
@@ -15,20 +17,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 
 from models.decision import Eye, ScreeningOutcome
 from service.api.predict import FHIR_MEDIA_TYPE, FormatQuery, _result, _wants_fhir
-from service.api.uploads import PHOTO_SCHEMA, _field_error, _media_type, _read_form, request_body
+from service.api.uploads import PHOTO_SCHEMA, _field_error, _media_type, _read_form, check_opaque_id, request_body
 from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
 from service.errors import ServiceProblem, request_id_of
+from service.exam_identity import ExamIdentityError, PartIdentity, check_exam_identity, content_hash
 from service.exams import exam_fields
+from service.identifiers import OPAQUE_ID_MAX, OPAQUE_ID_PATTERN, normalised_uid
 from service.inference.dicom import is_dicom, read_dicom_tags
 from service.inference.imaging import ImageRejected
 from service.schemas import ExamResponse, problem_responses
@@ -37,16 +40,15 @@ router = APIRouter(tags=["exams"], dependencies=[ApiKeyDep])
 
 FILE_FIELDS = ("right", "left", "image")
 TEXT_FIELDS = ("exam_id", "patient_ref")
-OPAQUE_MAX = 128
-_OPAQUE_RE = re.compile(r"^[\x20-\x7E]{1,128}$")  # printable ASCII, opaque to us
+EXAM_LIMIT = "RADSCREEN_MAX_EXAM_IMAGES"
 
 _EXAM_BODY = request_body({
     "right": {"type": "array", "items": PHOTO_SCHEMA, "description": "Photographs of the right eye."},
     "left": {"type": "array", "items": PHOTO_SCHEMA, "description": "Photographs of the left eye."},
     "image": {"type": "array", "items": PHOTO_SCHEMA,
               "description": "DICOM photographs whose header gives the eye (R/L)."},
-    "exam_id": {"type": "string", "maxLength": OPAQUE_MAX},
-    "patient_ref": {"type": "string", "maxLength": OPAQUE_MAX},
+    "exam_id": {"type": "string", "maxLength": OPAQUE_ID_MAX, "pattern": OPAQUE_ID_PATTERN},
+    "patient_ref": {"type": "string", "maxLength": OPAQUE_ID_MAX, "pattern": OPAQUE_ID_PATTERN},
 })
 
 
@@ -62,14 +64,6 @@ class Photograph:
         return f"{self.eye.value}-eye photograph (part {self.index + 1})"
 
 
-def _opaque(name: str, value: str | None) -> str | None:
-    if value is None:
-        return None
-    if not _OPAQUE_RE.match(value):
-        raise _field_error(name, f"must be 1-{OPAQUE_MAX} printable ASCII characters")
-    return value
-
-
 async def _dicom_tags(data: bytes, part: int) -> Any:
     try:
         return await asyncio.to_thread(read_dicom_tags, data)
@@ -77,42 +71,53 @@ async def _dicom_tags(data: bytes, part: int) -> Any:
         raise ImageRejected(exc.problem_type, f"Photograph (part {part + 1}): {exc.detail}") from exc
 
 
+def _check_fields(form: FormData) -> None:
+    """Every field is known and of its kind (a file where a photograph goes, text where an id goes)."""
+    for key, value in form.multi_items():
+        if key not in FILE_FIELDS + TEXT_FIELDS:
+            raise _field_error(key, "unknown field; expected 'right', 'left', 'image', 'exam_id' or 'patient_ref'")
+        if key in FILE_FIELDS and not isinstance(value, UploadFile):
+            raise _field_error(key, "must be a file part (filename=...) holding a photograph, not a text field")
+        if key in TEXT_FIELDS and isinstance(value, UploadFile):
+            raise _field_error(key, "must be a text field, not a file part")
+
+
 async def read_exam(request: Request, max_images: int) -> tuple[list[Photograph], dict[str, str | None], str | None]:
-    """The tagged photographs, the opaque fields, and the DICOM study UID shared by the DICOM files (if any)."""
+    """The tagged photographs, the opaque fields, and the DICOM study UID shared by the DICOM files (if any).
+
+    The parts must pass the exam identity rules (``service.exam_identity``): one study, one patient, no
+    photograph outside the DICOM study, no photograph as both eyes; a breach is a 422 naming the parts.
+    """
     if _media_type(request) != "multipart/form-data":
         raise ServiceProblem(
             "unsupported-media-type", 415,
             "Send the exam as multipart/form-data with 'right' and 'left' file parts (or DICOM 'image' parts).",
         )
-    form = await _read_form(request, max_images)
+    form = await _read_form(request, max_images, limit_name=EXAM_LIMIT,
+                            text_fields="optional 'exam_id' and 'patient_ref' fields")
     parts = [(key, value) for key, value in form.multi_items() if isinstance(value, UploadFile)]
     if len(parts) > max_images:
         await form.close()
         raise ServiceProblem(
             "payload-too-large", 413,
             f"The exam has {len(parts)} photographs; at most {max_images} are accepted per exam "
-            f"(RADSCREEN_MAX_EXAM_IMAGES={max_images}).",
+            f"({EXAM_LIMIT}={max_images}).",
         )
+    _check_fields(form)
     if not parts:
         raise _field_error("right", "an exam needs at least one photograph: send 'right' and 'left' file parts")
-    for key, value in form.multi_items():
-        if key not in FILE_FIELDS + TEXT_FIELDS:
-            raise _field_error(key, "unknown field; expected 'right', 'left', 'image', 'exam_id' or 'patient_ref'")
-        if key in FILE_FIELDS and not isinstance(value, UploadFile):
-            raise _field_error(key, "must be a file part (filename=...), not a text field")
-        if key in TEXT_FIELDS and isinstance(value, UploadFile):
-            raise _field_error(key, "must be a text field, not a file part")
-    fields = {name: _opaque(name, v if isinstance(v := form.get(name), str) else None) for name in TEXT_FIELDS}
+    fields = {name: check_opaque_id(name, v if isinstance(v := form.get(name), str) else None)
+              for name in TEXT_FIELDS}
     photographs: list[Photograph] = []
-    studies: set[str] = set()
+    identities: list[PartIdentity] = []
     for index, (key, part) in enumerate(parts):
         data = await part.read()
         dicom = is_dicom(data)
         eye = Eye(key) if key != "image" else None
+        study_uid = patient_id = None
         if dicom:
             tags = await _dicom_tags(data, index)
-            if tags.study_uid:
-                studies.add(tags.study_uid)
+            study_uid, patient_id = normalised_uid(tags.study_uid), tags.patient_id
             if eye is not None and tags.laterality is not None and tags.laterality is not eye:
                 raise _field_error(key, f"part {index + 1} was sent as the {eye.value} eye but its DICOM header says "
                                    f"{tags.laterality.value}")
@@ -123,10 +128,12 @@ async def read_exam(request: Request, max_images: int) -> tuple[list[Photograph]
                 "send it as a 'right' or 'left' part",
             )
         photographs.append(Photograph(index, eye, data, part.filename, dicom))
-    if len(studies) > 1:
-        raise _field_error("image", f"the DICOM files belong to {len(studies)} different studies; send one visit "
-                           "per exam")
-    return photographs, fields, next(iter(studies), None)
+        identities.append(PartIdentity(index + 1, eye, content_hash(data), dicom, study_uid, patient_id))
+    try:
+        study_uid = check_exam_identity(identities)
+    except ExamIdentityError as exc:
+        raise _field_error("image" if any(k == "image" for k, _ in parts) else "right", str(exc)) from None
+    return photographs, fields, study_uid
 
 
 @router.post(

@@ -46,7 +46,8 @@ StudyIdQuery = Annotated[
 ]
 FormatQuery = Annotated[
     Literal["json", "fhir"] | None,
-    Query(description="'fhir' returns a FHIR R4 Bundle (same as Accept: application/fhir+json)."),
+    Query(description="'fhir' returns a FHIR R4 Bundle (same as Accept: application/fhir+json); 'json' returns "
+                      "the JSON answer whatever the Accept header says."),
 ]
 
 _SINGLE_BODY = request_body({"image": PHOTO_SCHEMA, "study_id": {"type": "string", "maxLength": STUDY_ID_MAX}},
@@ -57,7 +58,11 @@ _FHIR_CONTENT = {FHIR_MEDIA_TYPE: {"schema": {"type": "object", "description": "
 
 
 def _wants_fhir(request: Request, fmt: str | None) -> bool:
-    return fmt == "fhir" or FHIR_MEDIA_TYPE in request.headers.get("accept", "")
+    """FHIR when ``?format=fhir``, or with no ``format`` when the Accept header names FHIR: an explicit
+    ``?format=json`` wins over the header."""
+    if fmt is not None:
+        return fmt == "fhir"
+    return FHIR_MEDIA_TYPE in request.headers.get("accept", "")
 
 
 def _result(pred: Prediction, scorer: Scorer, study_id: str | None) -> dict[str, Any]:
@@ -171,14 +176,17 @@ async def predict_batch(request: Request, host: ModelHostDep, settings: Settings
     description=(
         "Send the JSON body that `POST /v1/predict` returned (as is); get the same result as a FHIR R4 "
         "Bundle, with the same request id. The model is not run again: this only converts the document, so "
-        "the FHIR report always matches the result a user saw. The stated `outcome` (and a graded image's "
-        "`label`) must agree with the fields they are derived from (422 otherwise)."
+        "the FHIR report always matches the result a user saw. The document must come from the loaded model: its "
+        "`model` and both thresholds must equal this service's (422 naming the fields otherwise). The stated "
+        "`outcome` (and a graded image's `label`) must agree with the fields they are derived from (422 "
+        "otherwise)."
     ),
     response_class=JSONResponse,
-    responses={200: {"content": _FHIR_CONTENT}, **problem_responses(401, 406, 413, 422)},
+    responses={200: {"content": _FHIR_CONTENT}, **problem_responses(401, 406, 413, 422, 503)},
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
         "schema": {"$ref": "#/components/schemas/PredictionResponse"}}}}},
 )
-async def render_fhir(request: Request) -> Response:
+async def render_fhir(request: Request, host: ModelHostDep) -> Response:
+    scorer = host.require_ready()  # the document's provenance is checked against the loaded model
     body = await request.body()  # at most FHIR_BODY_LIMIT (the middleware's 413)
-    return await asyncio.to_thread(lambda: _fhir(parse_prediction(body)))
+    return await asyncio.to_thread(lambda: _fhir(parse_prediction(body, scorer)))

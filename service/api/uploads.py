@@ -11,7 +11,6 @@ is also capped in bytes by the middleware). A client that disconnects mid-body m
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,11 +19,12 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.errors import ServiceProblem
+from service.identifiers import OPAQUE_ID_MAX, OPAQUE_ID_PATTERN, OPAQUE_ID_RULE, is_opaque_id
 
 COUNT_SLACK = 48  # extra parts parsed beyond the limit, to say how many were sent
-STUDY_ID_MAX = 128
-STUDY_ID_PATTERN = r"^[\x20-\x7E]{1,128}$"  # printable ASCII, opaque to us
-_STUDY_ID_RE = re.compile(STUDY_ID_PATTERN)
+STUDY_ID_MAX = OPAQUE_ID_MAX
+STUDY_ID_PATTERN = OPAQUE_ID_PATTERN  # service.identifiers: the one rule for every opaque id echoed back
+BATCH_LIMIT = "RADSCREEN_MAX_BATCH_ITEMS"
 RAW_TYPES = ("image/", "application/octet-stream", "application/dicom")
 PHOTO_SCHEMA = {"type": "string", "format": "binary", "description": "JPEG, PNG, TIFF, WebP, BMP or DICOM."}
 
@@ -59,21 +59,26 @@ def _field_error(field: str, msg: str) -> ServiceProblem:
     )
 
 
-def check_study_id(value: str | None) -> str | None:
-    """Validate an opaque study id (printable ASCII, <= 128 chars); None passes."""
+def check_opaque_id(field: str, value: str | None) -> str | None:
+    """``value`` when it obeys the opaque-id rule (``service.identifiers``), else 422 naming ``field``; None passes."""
     if value is None:
         return None
-    if not _STUDY_ID_RE.match(value):
-        raise _field_error("study_id", f"must be 1-{STUDY_ID_MAX} printable ASCII characters")
+    if not is_opaque_id(value):
+        raise _field_error(field, f"must be {OPAQUE_ID_RULE}")
     return value
+
+
+def check_study_id(value: str | None) -> str | None:
+    """Validate an opaque study id (:func:`check_opaque_id`); None passes."""
+    return check_opaque_id("study_id", value)
 
 
 def _media_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
-def _too_many(count: str, max_files: int, what: str = "image") -> ServiceProblem:
-    """413 for a batch over RADSCREEN_MAX_BATCH_ITEMS; 422 when the one-image endpoint gets several."""
+def _too_many(count: str, max_files: int, what: str = "image", limit_name: str = BATCH_LIMIT) -> ServiceProblem:
+    """413 for a request over its part limit (``limit_name``); 422 when the one-image endpoint gets several."""
     if max_files == 1:
         return _field_error(
             "image", f"this endpoint scores one image and got {count} {what}s; use /v1/predict/batch"
@@ -82,25 +87,27 @@ def _too_many(count: str, max_files: int, what: str = "image") -> ServiceProblem
         "payload-too-large",
         413,
         f"The request has {count} {what}s; at most {max_files} images are accepted per request "
-        f"(RADSCREEN_MAX_BATCH_ITEMS={max_files}). Split them over several requests.",
+        f"({limit_name}={max_files}). Split them over several requests.",
     )
 
 
-async def _read_form(request: Request, max_files: int) -> FormData:
-    """Parse the multipart body, counting up to ``COUNT_SLACK`` parts beyond the limits."""
+async def _read_form(request: Request, max_files: int, *, limit_name: str = BATCH_LIMIT,
+                     text_fields: str = "optional 'study_id' fields") -> FormData:
+    """Parse the multipart body, counting up to ``COUNT_SLACK`` parts beyond the limits; a refusal names the
+    limit's setting (``limit_name``) and the text fields the endpoint takes."""
     cap_files, cap_fields = max_files + COUNT_SLACK, max_files + 8 + COUNT_SLACK
     try:
         return await request.form(max_files=cap_files, max_fields=cap_fields)
     except StarletteHTTPException as exc:  # malformed multipart or too many parts
         detail = str(exc.detail)
         if detail.startswith("Too many files"):
-            raise _too_many(f"more than {cap_files}", max_files) from exc
+            raise _too_many(f"more than {cap_files}", max_files, limit_name=limit_name) from exc
         if detail.startswith("Too many fields"):
             raise ServiceProblem(
                 "payload-too-large",
                 413,
-                f"The request has more than {cap_fields} form fields; this endpoint takes the 'image' "
-                f"file part(s) and optional 'study_id' fields only (at most {max_files} of each).",
+                f"The request has more than {cap_fields} form fields; this endpoint takes its file part(s) and "
+                f"{text_fields} only (at most {max_files} files).",
             ) from exc
         raise ServiceProblem("validation-error", 422, f"Malformed multipart body: {detail}") from exc
 

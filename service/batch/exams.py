@@ -5,8 +5,16 @@ Which photographs form one exam, and which eye each shows, comes from one of thr
 - ``patient``: a CSV manifest's ``patient`` and ``eye`` columns (names: ``--patient-column``/``--eye-column``;
   eye values ``left``/``right``, also ``L``/``R``/``OS``/``OD``, any case);
 - ``filename``: file names of the form ``{patient}_{left|right}`` (the EyePACS and ODIR convention,
-  e.g. ``10_left.jpeg``), optionally followed by ``_<n>`` for several photographs of an eye;
-- ``study``: DICOM files, grouped by StudyInstanceUID (the visit), the eye from ImageLaterality/Laterality.
+  e.g. ``10_left.jpeg``), optionally followed by ``_<n>`` for several photographs of an eye; the exam is the
+  file's folder and that patient (``siteA/10`` and ``siteB/10`` are two exams, whatever ``--id-column`` says);
+- ``study``: DICOM files, grouped by StudyInstanceUID (the visit), the eye from ImageLaterality/Laterality; a
+  StudyInstanceUID outside the DICOM UID grammar makes the file ``ungrouped`` (``service.identifiers``).
+
+An exam must also pass the identity rules of ``service.exam_identity``: a study whose files carry two PatientIDs
+is a ``mixed-patients`` error row (never one exam of two patients), and the same file's bytes as both eyes a
+``same-photograph-both-eyes`` error row (content hashes, read again through the one reader for exams with both
+eyes). The exam CSV goes through the one CSV rule (``models.csv_cells``), its ``image_ids`` cell stopping under a
+spreadsheet's cell limit with a note (the per-image results carry every id).
 
 Exam rows are derived at the end of the job from the assembled per-image rows (which the job commits
 exactly once), so they are as exactly-once and resumable as those rows: a rerun derives the same exam rows
@@ -19,7 +27,7 @@ scored photograph already ``refer_referable_dr``), and an image whose exam or ey
 
 from __future__ import annotations
 
-import csv
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,16 +36,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 from models.atomic import atomic_write
+from models.csv_cells import write_csv
 from models.decision import EXAM_PRECEDENCE, Eye, ScreeningOutcome
 from service.batch.inputs import InputError, InputItem, InputSource
+from service.batch.manifest import read_manifest
 from service.batch.rows import Row, error_kind
+from service.exam_identity import content_hash, cross_eye_duplicate, distinct
 from service.exams import exam_fields
+from service.identifiers import UID_RULE, is_dicom_uid, normalised_uid
 
 GroupBy = Literal["patient", "filename", "study"]
 GROUP_BY_CHOICES: tuple[str, ...] = ("patient", "filename", "study")
 FAILED = "failed"  # by-outcome key of exams not decided (a photograph failed, or ungrouped images)
 UNGROUPED = "ungrouped"
 PHOTOGRAPHS_FAILED = "photographs-failed"
+MIXED_PATIENTS = "mixed-patients"  # a study whose DICOM files carry two PatientIDs
+SAME_PHOTOGRAPH = "same-photograph-both-eyes"  # one file's bytes sent as both the right and the left eye
+IMAGE_IDS_BUDGET = 32_000  # characters of the image_ids cell, under a spreadsheet's 32,767 per cell
 EXAM_COLUMNS: tuple[str, ...] = (
     "exam_id", "outcome", "outcome_reason", "right_outcome", "left_outcome", "right_images", "left_images",
     "images", "failed_images", "image_ids", "model_sha256", "error",
@@ -48,11 +63,13 @@ _FILENAME = re.compile(r"^(?P<patient>.+?)_(?P<eye>left|right)(?:_\d+)?$", re.IG
 
 @dataclass(frozen=True)
 class Membership:
-    """The exam and eye of one input row, or why they cannot be told."""
+    """The exam and eye of one input row, or why they cannot be told; ``patient``: the DICOM PatientID of a
+    ``study`` member (compared within the exam, never written)."""
 
     exam: str | None
     eye: Eye | None
     problem: str = ""
+    patient: str | None = None
 
 
 def _eye_word(value: str) -> Eye | None:
@@ -65,19 +82,15 @@ def from_manifest(manifest: Path, items: Sequence[InputItem], *, patient_column:
     if manifest.suffix.lower() != ".csv":
         raise InputError("--group-by patient reads a CSV manifest's patient and eye columns; the input is a folder "
                          "(use --group-by filename or study)")
-    with manifest.open(newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
-        names = [f.strip() for f in (reader.fieldnames or [])]
-        reader.fieldnames = names
-        missing = [c for c in (patient_column, eye_column) if c not in names]
-        if missing:
-            raise InputError(f"manifest {manifest} has no {' or '.join(map(repr, missing))} column for --group-by "
-                             f"patient (found: {', '.join(map(repr, names))}); name them with --patient-column / "
-                             "--eye-column")
-        records = list(reader)
+    names, records = read_manifest(manifest)
+    missing = [c for c in (patient_column, eye_column) if c not in names]
+    if missing:
+        raise InputError(f"manifest {manifest} has no {' or '.join(map(repr, missing))} column for --group-by "
+                         f"patient (found: {', '.join(map(repr, names))}); name them with --patient-column / "
+                         "--eye-column")
     out: dict[int, Membership] = {}
     for item in items:
-        record = records[item.index] if item.index < len(records) else {}
+        record = records[item.index].cells if item.index < len(records) else {}
         patient = str(record.get(patient_column) or "").strip()
         eye = _eye_word(str(record.get(eye_column) or ""))
         if not patient or eye is None:
@@ -88,8 +101,21 @@ def from_manifest(manifest: Path, items: Sequence[InputItem], *, patient_column:
     return out
 
 
-def from_filenames(items: Sequence[InputItem]) -> dict[int, Membership]:
-    """``--group-by filename``: ``{patient}_{left|right}[_n].ext``; the patient keeps its folder (``site/10``)."""
+def _folder(path: str, root: Path | None) -> str:
+    """The folder of ``path`` relative to ``root`` (POSIX, ``""`` for the root itself); absolute when outside."""
+    parent = Path(path).parent
+    if root is not None:
+        relative = os.path.relpath(parent, root)
+        if not relative.startswith(".."):
+            parent = Path(relative)
+    text = parent.as_posix()
+    return "" if text == "." else text
+
+
+def from_filenames(items: Sequence[InputItem], root: Path | None = None) -> dict[int, Membership]:
+    """``--group-by filename``: ``{patient}_{left|right}[_n].ext``; the patient keeps the folder of its file
+    (``siteA/10`` and ``siteB/10`` are two exams), relative to ``root`` (the input folder or image root),
+    whatever the row's id (``--id-column``)."""
     out: dict[int, Membership] = {}
     for item in items:
         name = Path(item.path)
@@ -97,8 +123,8 @@ def from_filenames(items: Sequence[InputItem]) -> dict[int, Membership]:
         if match is None:
             out[item.index] = Membership(None, None, "the file name is not {patient}_{left|right}")
             continue
-        parent = Path(item.id).parent.as_posix()
-        patient = match["patient"] if parent in ("", ".") else f"{parent}/{match['patient']}"
+        folder = _folder(item.path, root)
+        patient = f"{folder}/{match['patient']}" if folder else match["patient"]
         out[item.index] = Membership(patient, Eye(match["eye"].lower()))
     return out
 
@@ -122,20 +148,25 @@ def from_dicom_studies(items: Sequence[InputItem]) -> dict[int, Membership]:
         except ImageRejected as exc:
             out[item.index] = Membership(None, None, exc.detail)
             continue
-        if tags.study_uid is None or tags.laterality is None:
+        study = normalised_uid(tags.study_uid)
+        if study is None or tags.laterality is None:
             out[item.index] = Membership(None, None, "the DICOM header lacks StudyInstanceUID or a R/L laterality")
+        elif not is_dicom_uid(study):
+            out[item.index] = Membership(None, None, f"the DICOM StudyInstanceUID is not valid ({UID_RULE})")
         else:
-            out[item.index] = Membership(tags.study_uid, tags.laterality)
+            out[item.index] = Membership(study, tags.laterality, patient=tags.patient_id)
     return out
 
 
 def memberships(source: InputSource, input_path: Path, group_by: GroupBy, *, patient_column: str = "patient",
-                eye_column: str = "eye") -> dict[int, Membership]:
-    """Each input row's exam and eye, by row index (module docstring)."""
+                eye_column: str = "eye", image_root: Path | None = None) -> dict[int, Membership]:
+    """Each input row's exam and eye, by row index (module docstring). ``image_root``: a manifest's image root
+    (default: its folder), which the folders of ``filename`` exams are named from."""
     if group_by == "patient":
         return from_manifest(input_path, source.items, patient_column=patient_column, eye_column=eye_column)
     if group_by == "filename":
-        return from_filenames(source.items)
+        root = input_path if input_path.is_dir() else (image_root or input_path.parent)
+        return from_filenames(source.items, root)
     if group_by == "study":
         return from_dicom_studies(source.items)
     raise ValueError(f"unknown --group-by {group_by!r}; expected one of: {', '.join(GROUP_BY_CHOICES)}")
@@ -145,27 +176,80 @@ def memberships(source: InputSource, input_path: Path, group_by: GroupBy, *, pat
 class _Exam:
     exam_id: str
     photographs: list[tuple[Eye, Row]] = field(default_factory=list)
+    patients: list[str | None] = field(default_factory=list)
+    indexes: list[int] = field(default_factory=list)
+
+
+def _undecided(exam: _Exam, failed: int, sha: str, error: str) -> Row:
+    """The row of an exam with no outcome: its counts, its image ids and why it is not decided."""
+    return {
+        "exam_id": exam.exam_id, "outcome": None, "outcome_reason": None, "right_outcome": None, "left_outcome": None,
+        "right_images": sum(1 for e, _ in exam.photographs if e is Eye.RIGHT),
+        "left_images": sum(1 for e, _ in exam.photographs if e is Eye.LEFT),
+        "images": len(exam.photographs), "failed_images": failed,
+        "image_ids": [str(r["id"]) for _, r in exam.photographs], "model_sha256": sha, "error": error,
+    }
 
 
 def _failed_exam(exam: _Exam, failed: list[Row], sha: str) -> Row:
     referable = sum(1 for _, r in exam.photographs if r.get("outcome") == ScreeningOutcome.REFER_REFERABLE_DR.value)
     note = f"; {referable} scored photograph(s) already refer_referable_dr" if referable else ""
-    return {
-        "exam_id": exam.exam_id, "outcome": None, "outcome_reason": None, "right_outcome": None, "left_outcome": None,
-        "right_images": sum(1 for e, _ in exam.photographs if e is Eye.RIGHT),
-        "left_images": sum(1 for e, _ in exam.photographs if e is Eye.LEFT),
-        "images": len(exam.photographs), "failed_images": len(failed),
-        "image_ids": [str(r["id"]) for _, r in exam.photographs], "model_sha256": sha,
-        "error": (f"{PHOTOGRAPHS_FAILED}: {len(failed)} of {len(exam.photographs)} photographs not scored "
-                  f"({', '.join(str(r['id']) for r in failed)}); the exam is not decided{note}"),
-    }
+    return _undecided(exam, len(failed), sha,
+                      f"{PHOTOGRAPHS_FAILED}: {len(failed)} of {len(exam.photographs)} photographs not scored "
+                      f"({', '.join(str(r['id']) for r in failed)}); the exam is not decided{note}")
 
 
-def exam_rows(rows: Iterable[Row], items: Sequence[InputItem], groups: Mapping[int, Membership], sha: str
-              ) -> list[Row]:
+def _identity_error(exam: _Exam, hashes: Mapping[int, str]) -> str | None:
+    """Why the exam's photographs cannot be one patient's visit (``service.exam_identity``), or ``None``."""
+    patients = distinct(exam.patients)
+    if len(patients) > 1:
+        return (f"{MIXED_PATIENTS}: the study's DICOM files carry {len(patients)} different PatientIDs (an absent "
+                "one counts); they are not merged into one exam and the exam is not decided")
+    pair = cross_eye_duplicate((str(row["id"]), eye, hashes[index])
+                               for (eye, row), index in zip(exam.photographs, exam.indexes, strict=True)
+                               if index in hashes)
+    if pair is not None:
+        return (f"{SAME_PHOTOGRAPH}: {pair[0]} (right eye) and {pair[1]} (left eye) are the same photograph "
+                "(identical bytes); one photograph cannot stand for both eyes, the exam is not decided")
+    return None
+
+
+def _exams(items: Sequence[InputItem], groups: Mapping[int, Membership]) -> dict[str, list[int]]:
+    """Row indexes of each grouped exam, in order of first appearance."""
+    out: dict[str, list[int]] = {}
+    for item in items:
+        member = groups[item.index]
+        if member.exam is not None and member.eye is not None:
+            out.setdefault(member.exam, []).append(item.index)
+    return out
+
+
+def photograph_hashes(items: Sequence[InputItem], groups: Mapping[int, Membership], max_bytes: int
+                      ) -> dict[int, str]:
+    """sha256 of each photograph of an exam that has both eyes (row index -> hex), read through the one reader
+    (``service.batch.reading``) with the upload limit; a file that cannot be read has no hash (its row is
+    already an error). Only exams with both eyes are read: a duplicate across eyes needs two."""
+    from service.batch.reading import read_input_file
+
+    by_index = {item.index: item for item in items}
+    out: dict[int, str] = {}
+    for indexes in _exams(items, groups).values():
+        if len({groups[i].eye for i in indexes}) < 2:
+            continue
+        for index in indexes:
+            file = by_index[index].file
+            data = read_input_file(str(file), max_bytes) if file is not None else None
+            if isinstance(data, bytes):
+                out[index] = content_hash(data)
+    return out
+
+
+def exam_rows(rows: Iterable[Row], items: Sequence[InputItem], groups: Mapping[int, Membership], sha: str,
+              hashes: Mapping[int, str] | None = None) -> list[Row]:
     """One row per exam (in order of first appearance), then one ``ungrouped`` error row per ungroupable image.
 
-    ``rows`` are the assembled per-image rows, in the order of ``items``.
+    ``rows`` are the assembled per-image rows, in the order of ``items``; ``hashes``: the photographs' content
+    hashes by row index (:func:`photograph_hashes`), for the same-photograph-as-both-eyes check.
     """
     exams: dict[str, _Exam] = {}
     ungrouped: list[Row] = []
@@ -176,12 +260,19 @@ def exam_rows(rows: Iterable[Row], items: Sequence[InputItem], groups: Mapping[i
                               "image_ids": [str(row["id"])], "model_sha256": sha,
                               "error": f"{UNGROUPED}: {row['id']}: {member.problem}"})
             continue
-        exams.setdefault(member.exam, _Exam(member.exam)).photographs.append((member.eye, row))
+        exam = exams.setdefault(member.exam, _Exam(member.exam))
+        exam.photographs.append((member.eye, row))
+        exam.patients.append(member.patient)
+        exam.indexes.append(item.index)
     out: list[Row] = []
     for exam in exams.values():
         failed = [r for _, r in exam.photographs if error_kind(r) is not None]
         if failed:
             out.append(_failed_exam(exam, failed, sha))
+            continue
+        problem = _identity_error(exam, hashes or {})
+        if problem is not None:
+            out.append(_undecided(exam, 0, sha, problem))
             continue
         fields = exam_fields([(eye, ScreeningOutcome(str(r["outcome"]))) for eye, r in exam.photographs])
         right, left = fields["eyes"]["right"], fields["eyes"]["left"]
@@ -200,15 +291,29 @@ def exams_path_for(output: Path) -> Path:
     return output.with_name(f"{output.stem}.exams.csv")
 
 
+def joined_ids(ids: Sequence[str], budget: int = IMAGE_IDS_BUDGET) -> str:
+    """Image ids joined by ``;``, at most ``budget`` characters: a longer list stops at a whole id and says how
+    many more there are and where they are (the per-image results, whose rows carry every id)."""
+    text = ";".join(ids)
+    if len(text) <= budget:
+        return text
+    kept: list[str] = []
+    used = 0
+    for image_id in ids:
+        if used + len(image_id) + 1 > budget - 80:  # room for the note
+            break
+        kept.append(image_id)
+        used += len(image_id) + 1
+    return ";".join(kept) + f";... and {len(ids) - len(kept)} more (every id is in the per-image results)"
+
+
 def write_exams(path: Path, rows: Sequence[Row]) -> None:
-    """Write the exam rows as CSV, atomically (image ids joined by ``;``, empty cells for None)."""
+    """Write the exam rows as CSV, atomically, through the one CSV rule (``models.csv_cells``): image ids
+    joined by ``;`` (:func:`joined_ids`), empty cells for None, no cell over a spreadsheet's limit."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as tmp, tmp.open("w", encoding="utf-8", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(EXAM_COLUMNS)
-        for row in rows:
-            writer.writerow(["" if row.get(c) is None else ";".join(row[c]) if c == "image_ids" else str(row[c])
-                             for c in EXAM_COLUMNS])
+        write_csv(fh, EXAM_COLUMNS, ([joined_ids(row[c]) if c == "image_ids" and row.get(c) is not None
+                                     else row.get(c) for c in EXAM_COLUMNS] for row in rows))
 
 
 def exam_summary(rows: Sequence[Row]) -> dict[str, Any]:

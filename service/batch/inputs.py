@@ -9,12 +9,13 @@ that names the file and what was expected.
 
 from __future__ import annotations
 
-import csv
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from service.batch.manifest import read_manifest
 
 # Lower-case suffixes treated as images when scanning a folder (and tried for extension-less
 # manifest entries, e.g. the EyePACS ``image`` column "10_left" for ``10_left.jpeg``).
@@ -172,23 +173,21 @@ def discover_manifest(manifest: Path, *, path_column: str | None = None, id_colu
     if not root_dir.is_dir():
         raise InputError(f"image root {root_dir} for manifest {manifest} is not a directory")
     root = root_dir.resolve()
-    with manifest.open(newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
-        fieldnames = [f.strip() for f in (reader.fieldnames or [])]
-        reader.fieldnames = fieldnames
-        pcol = _pick_column(fieldnames, path_column, DEFAULT_PATH_COLUMNS, manifest, "path")
-        icol = _pick_column(fieldnames, id_column, (), manifest, "id") if id_column else pcol
-        # (row, first line, last line): a record spans several lines only inside quotes, and the reader
-        # skips blank lines, so the line numbers come from the reader, not from the row count
-        rows: list[tuple[dict[Any, Any], int, int]] = []
-        for row in reader:
-            # a quote still open at the end of the file keeps the last line's own newline: not a line more
-            newlines = sum(v.rstrip("\r\n").count("\n") for v in row.values() if isinstance(v, str))
-            rows.append((row, reader.line_num - newlines, reader.line_num))
+    try:
+        fieldnames, records = read_manifest(manifest)
+    except ValueError as exc:  # the header line over the csv field limit, or not UTF-8
+        raise InputError(str(exc)) from None
+    pcol = _pick_column(fieldnames, path_column, DEFAULT_PATH_COLUMNS, manifest, "path")
+    icol = _pick_column(fieldnames, id_column, (), manifest, "id") if id_column else pcol
 
     items: list[InputItem] = []
     first_line: dict[str, int] = {}
-    for index, (row, line, last_line) in enumerate(rows):
+    for index, record in enumerate(records):
+        row, line, last_line = record.cells, record.line, record.last_line
+        if record.problem:
+            err = RowError(MALFORMED_ROW, f"{record.problem} in {manifest.name}; the row is not scored")
+            items.append(InputItem(index, f"line-{line}", "", None, err))
+            continue
         value = (row.get(pcol) or "").strip()
         item_id = (row.get(icol) or "").strip() or value
         problem = _malformed(row, line, last_line, len(fieldnames))

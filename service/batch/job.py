@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tqdm import tqdm
 
-from service.batch.exams import GroupBy, exam_rows, exam_summary, exams_path_for, memberships, write_exams
+from service.batch.exams import (
+    GroupBy,
+    exam_rows,
+    exam_summary,
+    exams_path_for,
+    memberships,
+    photograph_hashes,
+    write_exams,
+)
 from service.batch.inputs import InputSource, discover
 from service.batch.local import PoolKind, run_local
 from service.batch.output import output_format, output_model_shas, write_output
@@ -45,7 +53,8 @@ RunnerKind = Literal["local", "ray"]  # what runs the scoring loop (CLI --runner
 SCORING_CODE = ("models.fov", "models.preprocessing", "models.layers", "models.vgg", "models.draws",
                 "models.onnx_backend", "models.uncertainty", "models.decision", "service.inference.imaging",
                 "service.inference.dicom",
-                "service.inference.quality", "service.inference.scoring", "service.inference.backends",
+                "service.inference.quality", "service.inference.prepare", "service.inference.scoring",
+                "service.inference.backends",
                 "service.inference.partition", "service.batch.rows")
 
 
@@ -154,15 +163,18 @@ def assemble(source: InputSource, store: PartStore, sha: str) -> Iterator[Row]:
 def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
     """Run (or resume) the job described by ``cfg`` and return the summary; see the module docstring.
 
-    ``scorer``: an already loaded ``cfg.spec.load()`` to reuse (tests, benchmarks); Ray actors still load
+    ``scorer``: an already loaded ``load_scorer(cfg.spec)`` to reuse (tests, benchmarks); Ray actors still load
     ``cfg.spec`` themselves and must arrive at the same model sha256.
     """
     output_format(cfg.output)  # unsupported suffix or missing pyarrow: fail before any work
     source = discover(cfg.input, path_column=cfg.path_column, id_column=cfg.id_column,
                       image_root=cfg.image_root)
     groups = (memberships(source, cfg.input, cfg.group_by, patient_column=cfg.patient_column,
-                          eye_column=cfg.eye_column) if cfg.group_by else None)  # an unusable manifest fails now
-    scorer = scorer if scorer is not None else cfg.spec.load()
+                          eye_column=cfg.eye_column, image_root=cfg.image_root)
+              if cfg.group_by else None)  # an unusable manifest fails now
+    from service.inference.loading import load_scorer
+
+    scorer = scorer if scorer is not None else load_scorer(cfg.spec)
     runtime = runtime_summary(scorer)
     log_runtime(runtime)
     sha = scorer.model_identity.sha256
@@ -211,7 +223,8 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
     summary = {**builder.build(), "runtime": runtime}
     exams_output = None
     if groups is not None:
-        exams = exam_rows(kept, source.items, groups, sha)
+        hashes = photograph_hashes(source.items, groups, scorer.pipeline.max_bytes)
+        exams = exam_rows(kept, source.items, groups, sha, hashes)
         exams_output = cfg.exams_output or exams_path_for(cfg.output)
         write_exams(exams_output, exams)
         summary["exams"] = exam_summary(exams)

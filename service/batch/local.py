@@ -22,7 +22,8 @@ from service.inference.partition import Accepted, score_accepted
 
 if TYPE_CHECKING:
     from service.inference.imaging import ImagePipeline
-    from service.inference.scoring import PreparedImage, Scorer
+    from service.inference.prepare import PreparedImage
+    from service.inference.scoring import Scorer
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,8 @@ def load_prepared(file: str, pipeline: ImagePipeline) -> PreparedImage | RowErro
 
     Module-level (picklable) so a process pool can run it.
     """
-    from service.inference.scoring import ImageRejected, prepare_image
+    from service.inference.imaging import ImageRejected
+    from service.inference.prepare import prepare_image
 
     data = read_input_file(file, pipeline.max_bytes)
     if isinstance(data, RowError):
@@ -84,7 +86,7 @@ def prepared_stream(items: Sequence[InputItem], pipeline: ImagePipeline, executo
 
 def score_window(window: list[tuple[InputItem, PreparedImage | RowError]], scorer: Scorer) -> list[Row]:
     """Rows for a window of prepared images/errors, in window order, using one batched forward."""
-    from service.inference.scoring import PreparedImage
+    from service.inference.prepare import PreparedImage
     from service.payload import score_payload
 
     sha = scorer.model_identity.sha256

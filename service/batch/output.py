@@ -12,17 +12,18 @@ import io
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from models.atomic import atomic_write
+from models.csv_cells import write_csv
 from service.batch.rows import (
     BOOL_COLUMNS,
     COLUMNS,
     FLOAT_COLUMNS,
     LIST_COLUMNS,
     Row,
+    csv_values,
     from_csv_cells,
-    to_csv_cells,
 )
 
 FORMATS: dict[str, str] = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}
@@ -82,14 +83,8 @@ def write_output(path: Path, rows: Iterable[Row]) -> int:
     return count
 
 
-def _write_csv(fh: io.TextIOBase, rows: Iterable[Row]) -> int:
-    writer = csv.writer(fh)
-    writer.writerow(COLUMNS)
-    count = 0
-    for row in rows:
-        writer.writerow(to_csv_cells(row))
-        count += 1
-    return count
+def _write_csv(fh: IO[str], rows: Iterable[Row]) -> int:
+    return write_csv(fh, COLUMNS, (csv_values(row) for row in rows))
 
 
 def _write_jsonl(fh: io.TextIOBase, rows: Iterable[Row]) -> int:

@@ -1,7 +1,7 @@
 """The Ray Data runner: the same job for users who outgrow one machine (``--runner ray``).
 
 Pipeline: input paths -> ``map_batches`` reading + ``prepare_image`` in Ray tasks -> ``map_batches`` on a
-pool of model actors, each loading the job's :class:`~service.inference.spec.ScorerSpec` (``spec.load()``,
+pool of model actors, each loading the job's :class:`~service.inference.spec.ScorerSpec` (``load_scorer(spec)``,
 the same spec the local runner and the HTTP service load; ``RayOptions.actors`` actors) -> rows back on the
 driver, which commits them through the same :class:`~service.batch.parts.ChunkWriter` as the local runner,
 so resume and exactly-once semantics are the same. Row construction also stays on the driver
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
+from models.compute import resolve_device
 from service.batch.inputs import InputItem, RowError
 from service.batch.local import load_prepared
 from service.batch.rows import Row, error_row, scored_row
@@ -67,13 +67,14 @@ def actor_placement(spec: ScorerSpec, options: RayOptions, *,
 
     Ray hides every GPU from a task or actor that reserves none (``CUDA_VISIBLE_DEVICES`` is emptied), so
     an actor left at ``device="auto"`` would score on the CPU while the driver's summary records cuda, and
-    one at ``device="cuda"`` would fail. The driver therefore resolves ``auto`` once, with the same rule
-    as the scorer (cuda when a GPU is visible here), pins the actors to that device, and on cuda reserves
-    ``options.gpus_per_actor`` GPU for each. ``gpu_visible`` is injected by tests (default: torch's answer).
+    one at ``device="cuda"`` would fail. The driver therefore resolves ``auto`` once, with the scorer's own
+    rule (``models.compute.resolve_device``: cuda when a GPU is visible here), pins the actors to that
+    device, and on cuda reserves ``options.gpus_per_actor`` GPU for each. ``gpu_visible`` is injected by
+    tests (default: torch's answer).
     """
     device = spec.device
     if device == "auto":
-        device = "cuda" if (torch.cuda.is_available() if gpu_visible is None else gpu_visible) else "cpu"
+        device = "cuda" if resolve_device(device, gpu_visible=gpu_visible) == "cuda" else "cpu"
     if device != "cuda":
         return replace(spec, device=device), {}
     return replace(spec, device=device), {"num_gpus": options.gpus_per_actor}
@@ -100,7 +101,9 @@ class ScoreActor:
     """Ray actor: one Scorer loaded from the job's spec; scores a batch of prepared images per call."""
 
     def __init__(self, spec: ScorerSpec, expected_sha256: str) -> None:
-        self.scorer = spec.load()
+        from service.inference.loading import load_scorer
+
+        self.scorer = load_scorer(spec)
         sha = self.scorer.model_identity.sha256
         if sha != expected_sha256:  # a worker with another artifact at that path must not mix results
             raise RuntimeError(f"actor loaded model sha256 {sha}, the job runs {expected_sha256}")
@@ -110,7 +113,7 @@ class ScoreActor:
 
         JSON keeps every float exactly (shortest round-trip repr) and avoids pickles on the way back.
         """
-        from service.inference.scoring import PreparedImage
+        from service.inference.prepare import PreparedImage
         from service.payload import score_payload
 
         results = [pickle.loads(blob) for blob in batch["result"]]  # our own task's output, not user data

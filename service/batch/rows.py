@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from models.csv_cells import unguard
 from service.batch.inputs import InputItem, RowError
 
 Row = dict[str, Any]
@@ -37,11 +38,6 @@ FLOAT_COLUMNS = frozenset(
 BOOL_COLUMNS = frozenset({"gradable", "refer_to_expert"})
 LIST_COLUMNS = frozenset({"quality_issues", "referral_reasons"})
 LIST_SEPARATOR = ";"  # CSV encoding of the list columns
-# Spreadsheets run a cell that starts with one of these as a formula (OWASP "CSV injection"): such text
-# cells get a leading apostrophe in CSV output. A cell already starting with the apostrophe gets one
-# more, so reading drops exactly one and the value is exact again. JSONL and Parquet keep values as they are.
-FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
-CSV_TEXT_GUARD = "'"
 
 # Error kinds raised while reading a file (before the image reaches prepare_image).
 FILE_NOT_FOUND = "file-not-found"
@@ -89,32 +85,25 @@ def error_kind(row: Mapping[str, Any]) -> str | None:
     return text.split(": ", 1)[0] if text else None
 
 
-def to_csv_cells(row: Mapping[str, Any]) -> list[str]:
-    """CSV cells in :data:`COLUMNS` order: lists joined by ``;``, booleans ``true``/``false``, None empty,
-    text guarded against formula evaluation (:func:`neutralise_formula`)."""
-    cells: list[str] = []
+def csv_values(row: Mapping[str, Any]) -> list[Any]:
+    """The row's values in :data:`COLUMNS` order as the CSV holds them: lists joined by ``;``, floats as floats.
+
+    ``models.csv_cells.write_csv`` then writes each through the one CSV rule (booleans ``true``/``false``,
+    floats exact, None empty, text escaped, guarded against formula evaluation and capped in length).
+    """
+    values: list[Any] = []
     for col in COLUMNS:
         value = row.get(col)
-        if value is None:
-            cells.append("")
-        elif col in LIST_COLUMNS:
-            cells.append(LIST_SEPARATOR.join(value))
-        elif col in BOOL_COLUMNS:
-            cells.append("true" if value else "false")
-        elif col in FLOAT_COLUMNS:
-            cells.append(repr(float(value)))  # shortest round-trip form: no precision lost
-        else:
-            cells.append(neutralise_formula(str(value)))
-    return cells
-
-
-def neutralise_formula(text: str) -> str:
-    """``text`` with an apostrophe in front when a spreadsheet would evaluate it (or it starts with one)."""
-    return CSV_TEXT_GUARD + text if text.startswith((*FORMULA_TRIGGERS, CSV_TEXT_GUARD)) else text
+        if value is not None and col in LIST_COLUMNS:
+            value = LIST_SEPARATOR.join(value)
+        elif value is not None and col in FLOAT_COLUMNS:
+            value = float(value)
+        values.append(value)
+    return values
 
 
 def from_csv_cells(record: Mapping[str, str]) -> Row:
-    """Inverse of :func:`to_csv_cells` (used to read results back, e.g. for the summary and tests)."""
+    """Inverse of :func:`csv_values` as written (used to read results back, e.g. for the summary and tests)."""
     row: Row = {}
     for col in COLUMNS:
         text = record.get(col, "")
@@ -127,5 +116,5 @@ def from_csv_cells(record: Mapping[str, str]) -> Row:
         elif col in FLOAT_COLUMNS:
             row[col] = float(text)
         else:
-            row[col] = text[1:] if text.startswith(CSV_TEXT_GUARD) else text
+            row[col] = unguard(text)
     return row

@@ -9,7 +9,7 @@ Both run the same ``DrawnNetwork`` (K materialised draws, ``models.draws``):
   are injected at load time, never baked in. A CUDA request that ONNX Runtime cannot honour fails at start
   (``ProviderFallbackError``), so the reported device is the one that runs.
 
-The precision and strategy arrive already resolved (``service.inference.platform``: ``auto`` is decided there, from
+The precision and strategy arrive already resolved (``models.compute.resolve``: ``auto`` is decided there, from
 the machine and the artifact); ``strategy="auto"`` is still accepted here and resolved the same way.
 
 ``GuardedBackend`` wraps a reduced-precision backend with an fp32 one that re-scores the images whose answer
@@ -28,12 +28,11 @@ import numpy as np
 import torch
 
 from models.artifact.schema import GuardBand
+from models.compute import resolve_strategy
 from models.cuda import use_ieee_fp32
 from models.draws import DrawnNetwork
 from models.int8 import INT8_RANGES_FILE, Int8DrawnSession
-from models.layers import check_strategy
 from models.uncertainty import binary_uncertainty_from_logits
-from service.inference.platform import choose_strategy
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ class TorchBackend:
         self.device = device
         self.precision = precision
         # Per-draw loop beats grouped convolutions on CPU (oneDNN), grouped wins on GPU: docs/benchmarks.md.
-        net.strategy = check_strategy(choose_strategy(strategy, device=device, backend=self.name)[0])
+        net.strategy = resolve_strategy(strategy, device=device, backend=self.name)[0]
         self.strategy: str = net.strategy
         if intra_op_threads is not None:
             torch.set_num_threads(intra_op_threads)  # process-wide: torch has one intra-op pool
@@ -110,7 +109,7 @@ class OnnxBackend:
                 f"precision={precision!r} is not supported by the onnxruntime backend; use fp32 or int8, "
                 "or the torch backend for bf16/fp16."
             )
-        self.strategy = choose_strategy(strategy, device=device, backend=self.name)[0]
+        self.strategy = resolve_strategy(strategy, device=device, backend=self.name)[0]
         # CUDA provider on cuda, else CPU; ORT_ENABLE_ALL graph optimisations
         self.session = OnnxDrawnSession(net, device=device, strategy=self.strategy,
                                         intra_op_threads=intra_op_threads)

@@ -73,6 +73,7 @@ class DicomTags:
 
     laterality: Eye | None  # ImageLaterality (0020,0062), else Laterality (0020,0060); None if absent or B/U
     study_uid: str | None  # StudyInstanceUID (0020,000D): the visit
+    patient_id: str | None = None  # PatientID (0010,0020): whose visit (compared, never shown)
 
 
 @functools.cache
@@ -125,7 +126,9 @@ def read_dicom_tags(data: bytes) -> DicomTags:
         ds = _read(data, pixels=False)
         side = _text(ds, "ImageLaterality") or _text(ds, "Laterality")
         uid = ds.get("StudyInstanceUID")
-        return DicomTags(laterality=_LATERALITY.get(side), study_uid=str(uid).strip() or None if uid else None)
+        patient = ds.get("PatientID")
+        return DicomTags(laterality=_LATERALITY.get(side), study_uid=str(uid).strip() or None if uid else None,
+                         patient_id=str(patient).strip() or None if patient else None)
 
 
 def _int(ds: Any, keyword: str, default: int | None = None) -> int:

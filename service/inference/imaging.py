@@ -37,7 +37,7 @@ Rules, in the order they are applied:
    alpha composited on black (the fundus background); palette, grayscale, CMYK, YCbCr, LAB converted.
 
 The geometry and normalisation that follow are the artifact's contract (``models.preprocessing``), run by
-``service.inference.scoring.prepare_image`` through ``ImagePipeline.transform``.
+``service.inference.prepare.prepare_image`` through ``ImagePipeline.transform``.
 """
 
 from __future__ import annotations

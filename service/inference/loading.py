@@ -1,9 +1,12 @@
-"""Build a :class:`~service.inference.scoring.Scorer` from a :class:`~service.inference.spec.ScorerSpec`.
+"""Build a :class:`~service.inference.scoring.Scorer` from a :class:`~service.inference.spec.ScorerSpec`:
+:func:`load_scorer` is the one way to build one (the HTTP service, the batch job, every Ray actor, the
+tests, benchmarks and doc generators all call it).
 
 Loading is its own concern: verify the artifact, resolve the machine-dependent ``auto`` choices (device,
-precision, backend; decided in ``service.inference.platform``), materialise the K posterior draws with the
-artifact's seed, and hand the scorer the artifact's own calibration and preprocessing contract. Scoring
-(``service.inference.scoring``) then only runs images through what was loaded.
+precision and strategy in ``models.compute.resolve``, the backend in ``service.inference.platform``),
+materialise the artifact's serving draws (``Artifact.serving_draws()``), and hand the scorer the artifact's
+own calibration and image transform. Scoring (``service.inference.scoring``) then only runs images through
+what was loaded.
 
 Example::
 
@@ -14,18 +17,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
-from typing import TYPE_CHECKING
 
-from models.compute import resolve_device
+from models.artifact import Artifact, ArtifactError, load_artifact
+from models.compute import Runtime, resolve
 from models.cpu import CpuCapability, detect_cpu
+from models.draws import DrawnNetwork
 from models.int8 import INT8_RANGES_FILE
-from service.inference.backends import GuardedBackend, make_backend
+from service.inference.backends import Backend, GuardedBackend, make_backend
 from service.inference.imaging import ImagePipeline
-from service.inference.platform import choose_backend, choose_precision
+from service.inference.platform import SERVICE_FIX, choose_backend
 from service.inference.scoring import Scorer, ScorerIdentity
-
-if TYPE_CHECKING:
-    from service.inference.spec import ScorerSpec
+from service.inference.spec import ScorerSpec
 
 logger = logging.getLogger(__name__)
 
@@ -41,22 +43,19 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
     band runs behind ``GuardedBackend``. An explicit precision the CPU cannot run natively raises
     ``PrecisionUnavailableError``, a missing or tampered artifact ``models.artifact.ArtifactError``.
     """
-    from models.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
-    from models.draws import materialise_draws
-
-    artifact = load_artifact(spec.model_dir if spec.model_dir is not None else DEFAULT_ARTIFACT_DIR)
+    artifact = _verified_artifact(spec)
     cfg, cal = artifact.config, artifact.calibration
-    k = cfg.mc_samples if spec.mc_samples is None else spec.mc_samples
-    if k != cfg.mc_samples:
+    draws = artifact.serving_draws(spec.mc_samples)
+    if draws.mc_samples != cfg.mc_samples:
         logger.warning(
             "mc_samples=%d differs from the artifact's %d, for which its MI referral threshold was set",
-            k,
+            draws.mc_samples,
             cfg.mc_samples,
         )
-    dev = resolve_device(spec.device)
     cpu = cpu if cpu is not None else detect_cpu(override=spec.native_bf16)
-    choice = choose_precision(spec.precision, device=dev, cpu=cpu, backend=spec.backend, permits=cal.permits())
-    precision = choice.precision
+    runtime = resolve(device=spec.device, precision=spec.precision, strategy=spec.strategy, backend=spec.backend,
+                      cpu=cpu, permits=cal.permits(), fix=SERVICE_FIX)
+    dev, precision = runtime.device, runtime.precision
     backend, backend_reason = choose_backend(spec.backend, device=dev, precision=precision)
     if precision != "fp32" and precision not in cal.allowed_precisions():
         logger.warning(
@@ -66,34 +65,25 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
             precision,
             cal.referral_threshold_mi,
         )
-    net = materialise_draws(artifact.build_model(), k=k, seed=cfg.draw_seed, head_draws=cfg.head_draws)
-    ranges = artifact.directory / INT8_RANGES_FILE if INT8_RANGES_FILE in artifact.files else None
-    draws_backend = make_backend(net, backend=backend, device=dev, precision=precision, strategy=spec.strategy,
-                                 intra_op_threads=spec.threads, int8_ranges=ranges)
-    if choice.guard is not None:  # re-score the images near a threshold in fp32 (the record's guard band)
-        exact_backend, _ = choose_backend("auto", device=dev, precision="fp32")
-        draws_backend = GuardedBackend(
-            draws_backend, make_backend(net, backend=exact_backend, device=dev, precision="fp32",
-                                        strategy=spec.strategy, intra_op_threads=spec.threads),
-            choice.guard, decision_threshold=cal.decision_threshold, referral_threshold_mi=cal.referral_threshold_mi)
-    runtime = {
+    draws_backend = _draws_backend(draws.materialise(artifact.build_model()), backend, artifact, spec, runtime)
+    report = {
         "backend_requested": spec.backend,
         "backend_reason": backend_reason,
         "cpu": cpu.to_dict(),
-        "precision_requested": choice.requested,
+        "precision_requested": runtime.requested,
         "precision": precision,
-        "precision_reason": choice.reason,
+        "precision_reason": runtime.reason,
         "strategy_requested": spec.strategy,
         "strategy": draws_backend.strategy,
         "threads": spec.threads,
-        "guard_band": None if choice.guard is None else asdict(choice.guard),
+        "guard_band": None if runtime.guard is None else asdict(runtime.guard),
     }
     identity = ScorerIdentity(
         name=cfg.name,
         version=cfg.version,
         sha256=artifact.sha256,
-        mc_samples=k,
-        head_draws=cfg.head_draws,
+        mc_samples=draws.mc_samples,
+        head_draws=draws.head_draws,
         training_data=cfg.training_data,
         intended_use=cfg.intended_use,
     )
@@ -108,10 +98,10 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
             "backend": backend,
             "device": dev,
             "precision": precision,
-            "precision_reason": choice.reason,
+            "precision_reason": runtime.reason,
             "strategy": draws_backend.strategy,
             "cpu": cpu.summary(),
-            "k": k,
+            "k": draws.mc_samples,
         },
     )
     return Scorer(
@@ -121,5 +111,33 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
         calibration=cal,
         model_card=artifact.model_card,
         precision=precision,
-        runtime=runtime,
+        runtime=report,
     )
+
+
+def _verified_artifact(spec: ScorerSpec) -> Artifact:
+    """The spec's artifact, verified (``models.artifact.load_artifact``); for a missing embedded default the
+    error also names where the service and the batch job take another one from."""
+    try:
+        return load_artifact(spec.model_dir)  # None: the embedded default
+    except ArtifactError as exc:
+        if spec.model_dir is None:
+            raise ArtifactError(f"{exc} (RADSCREEN_MODEL_DIR, or --model-dir)") from exc
+        raise
+
+
+def _draws_backend(net: DrawnNetwork, backend: str, artifact: Artifact, spec: ScorerSpec,
+                   runtime: Runtime) -> Backend:
+    """``backend`` running ``net`` as ``runtime`` says; behind ``GuardedBackend`` when the precision's permit
+    has a guard band (the images near a threshold are re-scored in fp32)."""
+    dev, cal = runtime.device, artifact.calibration
+    ranges = artifact.directory / INT8_RANGES_FILE if INT8_RANGES_FILE in artifact.files else None
+    draws_backend = make_backend(net, backend=backend, device=dev, precision=runtime.precision,
+                                 strategy=runtime.strategy, intra_op_threads=spec.threads, int8_ranges=ranges)
+    if runtime.guard is None:
+        return draws_backend
+    exact_backend, _ = choose_backend("auto", device=dev, precision="fp32")
+    return GuardedBackend(
+        draws_backend, make_backend(net, backend=exact_backend, device=dev, precision="fp32",
+                                    strategy=runtime.strategy, intra_op_threads=spec.threads),
+        runtime.guard, decision_threshold=cal.decision_threshold, referral_threshold_mi=cal.referral_threshold_mi)

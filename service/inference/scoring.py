@@ -1,13 +1,14 @@
-"""The shared inference path: bytes -> PreparedImage -> ImageScore.
+"""The shared inference path's second half: PreparedImage -> ImageScore.
 
 Plain Python/numpy/torch; no FastAPI. The HTTP service (through ``service.batcher``) and the batch
 job (``service.batch``) both use exactly this module, so an image gets the same answer whichever
-way it is scored. Loading the scorer is ``service.inference.loading``; the JSON shape of an answer is
+way it is scored. Building the scorer is ``service.inference.loading.load_scorer``; the image path (bytes
+-> ``PreparedImage``) is ``service.inference.prepare``; the JSON shape of an answer is
 ``service.payload.score_payload`` (the API layer).
 
 Example::
 
-    scorer = ScorerSpec(model_dir=Path("models/default"), backend="torch", mc_samples=16).load()
+    scorer = load_scorer(ScorerSpec(model_dir=Path("models/default"), backend="torch", mc_samples=16))
     prepared = prepare_image(Path("eye.jpg").read_bytes(), scorer.pipeline)   # may raise ImageRejected
     [score] = scorer.score_batch([prepared])
 """
@@ -15,71 +16,25 @@ Example::
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from models.artifact.schema import Calibration
-from models.cpu import CpuCapability
-from models.decision import DiagnosisLabel, ScreeningOutcome, screening_outcome
-from models.fov import fit_fov_circle
+from models.decision import DiagnosisLabel, ScreeningOutcome
 from models.uncertainty import binary_uncertainty
 from service.inference.backends import Backend
-from service.inference.decode_deadline import DecodeDeadline
-from service.inference.dicom import decode_photograph
-from service.inference.imaging import ImagePipeline, ImageRejected
-from service.inference.quality import QualityReport, assess_quality
-
-__all__ = [
-    "ImagePipeline",
-    "ImageRejected",
-    "ImageScore",
-    "PreparedImage",
-    "QualityReport",
-    "Scorer",
-    "ScorerIdentity",
-    "ScreeningOutcome",
-    "prepare_image",
-    "screening_outcome",
-]
+from service.inference.imaging import ImagePipeline
+from service.inference.prepare import PreparedImage
+from service.inference.quality import QualityReport
 
 logger = logging.getLogger(__name__)
 
 REASON_UNCERTAIN = "uncertain"
 REASON_QUALITY = "image_quality"
-
-
-@dataclass(frozen=True)
-class PreparedImage:
-    """A validated, quality-assessed, normalised image ready for the network."""
-
-    pixels: np.ndarray  # float32 [C, H, W], normalised with the artifact's mean/std
-    quality: QualityReport
-    decode_ms: float
-
-
-def prepare_image(data: bytes, pipeline: ImagePipeline, deadline: DecodeDeadline | None = None) -> PreparedImage:
-    """Decode, validate, quality-check and preprocess one image; raises ImageRejected (400/413/415).
-
-    JPEG/PNG/TIFF/WebP/BMP go through ``service.inference.imaging``, DICOM photographs through
-    ``service.inference.dicom``; both end in the same uint8 RGB array, decoded by ``models.decode``'s rule
-    for the model's input size. The FOV circle is fitted once on that frame and used by both the quality
-    gate and the artifact's transform (``pipeline.transform``, the ``models.transform.ImageTransform``
-    training ran on the same file).
-    """
-    start = time.perf_counter()
-    transform = pipeline.transform
-    rgb = decode_photograph(data, max_pixels=pipeline.max_pixels, max_bytes=pipeline.max_bytes, size=transform.size,
-                            deadline=deadline)
-    circle = fit_fov_circle(rgb)
-    quality = assess_quality(rgb, circle)
-    pixels = transform.normalise(transform.square(rgb, circle))  # [3, size, size]
-    return PreparedImage(pixels=pixels, quality=quality, decode_ms=(time.perf_counter() - start) * 1e3)
 
 
 @dataclass(frozen=True)
@@ -137,16 +92,6 @@ class Scorer:
         # how the machine shaped the run: cpu capability, precision/strategy and why (service.inference.platform)
         self.runtime: dict[str, Any] = runtime or {"precision": precision, "strategy": getattr(
             backend, "strategy", "unknown")}
-
-    @classmethod
-    def from_artifact(cls, model_dir: Path | None = None, *, cpu: CpuCapability | None = None,
-                      **settings: Any) -> Scorer:
-        """The scorer of ``ScorerSpec(model_dir=model_dir, **settings)`` (``service.inference.loading``);
-        ``cpu`` replaces the detected CPU (tests, benchmarks)."""
-        from service.inference.loading import load_scorer
-        from service.inference.spec import ScorerSpec
-
-        return load_scorer(ScorerSpec(model_dir=model_dir, **settings), cpu=cpu)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """float32 [B, C, H, W] -> per-draw probabilities float64 [K, B]."""

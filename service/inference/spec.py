@@ -1,10 +1,10 @@
 """``ScorerSpec``: everything needed to build a :class:`~service.inference.scoring.Scorer`, in one value.
 
-The HTTP service, the local batch runner and every Ray actor build their scorer from the same spec
-(``spec.load()``), so an image scored by any of them goes through the same artifact, backend, precision,
-strategy, K draws and input limits. The spec is a frozen, picklable dataclass of plain values: it travels
-to Ray workers as it is, and each process resolves the machine-dependent ``auto`` choices (device, CPU
-capability, precision, backend) where it runs.
+The HTTP service, the local batch runner and every Ray actor build their scorer from the same spec with
+``service.inference.loading.load_scorer(spec)``, the one way to build a scorer, so an image scored by any
+of them goes through the same artifact, backend, precision, strategy, K draws and input limits. The spec is
+a frozen, picklable dataclass of plain values: it travels to Ray workers as it is, and each process
+resolves the machine-dependent ``auto`` choices (device, CPU capability, precision, backend) where it runs.
 
 Each field is written here once: its type (a ``Literal`` gives the valid choices), default, bounds and
 meaning (:class:`Knob`, in the field's metadata; :func:`knobs` lists them). Everything else is derived:
@@ -18,20 +18,17 @@ meaning (:class:`Knob`, in the field's metadata; :func:`knobs` lists them). Ever
 Example::
 
     spec = ScorerSpec(model_dir=Path("models/my-run"), device="cpu", mc_samples=16)
-    scorer = spec.load()
+    scorer = load_scorer(spec)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin, get_type_hints
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from models.artifact.schema import MAX_MC_SAMPLES
 from models.cpu import NativeBf16Setting
-
-if TYPE_CHECKING:
-    from service.inference.scoring import Scorer
 
 BackendSetting = Literal["auto", "torch", "onnxruntime"]
 DeviceSetting = Literal["auto", "cpu", "cuda"]
@@ -62,7 +59,7 @@ def _knob(doc: str, *, ge: int | None = None, le: int | None = None, default_tex
 
 @dataclass(frozen=True)
 class ScorerSpec:
-    """What to load and how to run it; ``load()`` builds the scorer (see the module docstring).
+    """What to load and how to run it; ``load_scorer(spec)`` builds the scorer (see the module docstring).
 
     ``model_dir=None`` means the embedded default artifact *of the process that loads it* (a Ray worker
     on another machine finds its own copy; the batch job checks every actor's sha256 against the driver's).
@@ -116,18 +113,6 @@ class ScorerSpec:
                 raise ValueError(f"{f.name} must be {bounds}, got {value}")
         if self.model_dir is not None and not isinstance(self.model_dir, Path):
             object.__setattr__(self, "model_dir", Path(self.model_dir))
-
-    def load(self) -> Scorer:
-        """Load and verify the artifact and build the scorer on this machine.
-
-        The CPU is detected here (``models.cpu.detect_cpu``, ``native_bf16`` overriding) and every ``auto``
-        resolved from it (``service.inference.loading.load_scorer``); an explicit bf16 the CPU cannot run
-        natively raises ``PrecisionUnavailableError``, a missing or tampered artifact
-        ``models.artifact.ArtifactError``.
-        """
-        from service.inference.loading import load_scorer
-
-        return load_scorer(self)
 
 
 def literal_choices(hint: Any) -> tuple[str, ...]:

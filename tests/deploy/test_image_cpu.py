@@ -28,8 +28,9 @@ import httpx
 import pytest
 
 from models.artifact import load_artifact
+from models.compute import resolve
 from models.cpu import detect_cpu
-from service.inference.platform import choose_backend, choose_precision
+from service.inference.platform import choose_backend
 from support.images import IDRID, fundus_png, synthetic_jpegs
 from support.processes import free_port, running_process, wait_until_ready
 from tests.helpers.deploy import ROOT
@@ -183,7 +184,7 @@ def test_predict_returns_exactly_the_local_services_numbers(
     runtime = httpx.get(f"{healthy.base_url}/v1/model", timeout=30).json()["runtime"]
     # what auto picks on this CPU from the embedded model's real-eye record (guarded bf16 where bf16 is
     # native, ONNX Runtime fp32 elsewhere): the image decides as the checkout does
-    choice = choose_precision("auto", device="cpu", cpu=detect_cpu(), permits=load_artifact().calibration.permits())
+    choice = resolve(device="cpu", precision="auto", cpu=detect_cpu(), permits=load_artifact().calibration.permits())
     expected_backend, _ = choose_backend("auto", device="cpu", precision=choice.precision)
     assert (runtime["backend"], runtime["precision"]) == (expected_backend, choice.precision)
     assert (runtime["guard_band"] is None) == (choice.guard is None)

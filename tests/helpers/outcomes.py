@@ -24,9 +24,11 @@ MIN_RELATIVE_GAP = 1e-3  # thresholds sit between values at least this far apart
 
 def _scores(model_dir: Path, images: dict[int, bytes]) -> dict[int, tuple[float, float]]:
     """(probability, MI) per candidate image through the shared scoring path."""
-    from service.inference.scoring import Scorer, prepare_image
+    from service.inference.loading import load_scorer
+    from service.inference.prepare import prepare_image
+    from service.inference.spec import ScorerSpec
 
-    scorer = Scorer.from_artifact(model_dir, backend="torch", device="cpu")
+    scorer = load_scorer(ScorerSpec(model_dir=model_dir, backend="torch", device="cpu"))
     prepared = {k: prepare_image(png, scorer.pipeline) for k, png in images.items()}
     assert all(p.quality.gradable for p in prepared.values()), "candidate fundus images must be gradable"
     keys = list(prepared)

@@ -22,6 +22,8 @@ from models.artifact import (
     save_artifact,
 )
 from models.artifact import storage as artifact_storage
+from models.artifact.schema import ServingDraws
+from models.draws import materialise_draws
 from models.sampling import seeded
 from models.vgg import VGGConfig, VGGStar, build_vgg16_star, mc_logits
 from support.artifacts import edit_config, resign
@@ -104,6 +106,25 @@ def test_head_draws_round_trip_and_default_to_one_for_older_artifacts(tmp_path: 
     save(tmp_path / "b")  # M = 1: config.json as written before head draws existed
     assert "head_draws" not in json.loads((tmp_path / "b" / "config.json").read_text())["serving"]
     assert load_artifact(tmp_path / "b").config.head_draws == 1
+
+
+def test_the_artifact_hands_out_its_serving_draws_and_network(tmp_path: Path) -> None:
+    """``serving_draws()`` is config.json's ``serving`` section as one value; ``serving_network()`` is the
+    posterior drawn exactly as ``materialise_draws`` draws it with those values (the service's network)."""
+    save(tmp_path / "a", config=make_config(head_draws=4, mc_samples=3, draw_seed=77))
+    art = load_artifact(tmp_path / "a")
+    serving = json.loads((tmp_path / "a" / "config.json").read_text())["serving"]
+    assert art.serving_draws() == ServingDraws(serving["mc_samples"], serving["draw_seed"], serving["head_draws"])
+    assert art.serving_draws(mc_samples=5) == ServingDraws(5, 77, 4)  # another K, the same seed and M
+    net = art.serving_network()
+    x = torch.randn(2, 3, ARCH.input_size, ARCH.input_size)
+    reference = materialise_draws(art.build_model(), k=3, seed=77, head_draws=4)
+    with torch.no_grad():
+        assert torch.equal(net(x), reference(x)) and net(x).shape == (3 * 4, 2, 1)
+        other_seed = materialise_draws(art.build_model(), k=3, seed=78, head_draws=4)
+        assert not torch.equal(net(x), other_seed(x))  # the seed really reaches the draws
+    assert art.serving_network(mc_samples=2, strategy="loop").k == 2
+
 
 
 def test_architecture_is_built_through_the_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -233,7 +254,7 @@ def test_missing_directory_and_missing_default(tmp_path: Path, monkeypatch: pyte
     with pytest.raises(ArtifactError, match="does not exist"):
         load_artifact(tmp_path / "nope")
     monkeypatch.setattr(artifact_storage, "DEFAULT_ARTIFACT_DIR", tmp_path / "default")
-    with pytest.raises(ArtifactError, match=r"embedded default artifact is missing.*RADSCREEN_MODEL_DIR"):
+    with pytest.raises(ArtifactError, match=r"embedded default artifact is missing.*name an artifact directory"):
         load_artifact()
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.inference.scoring import ImageScore, PreparedImage, Scorer, prepare_image
+from service.inference.loading import load_scorer
+from service.inference.prepare import PreparedImage, prepare_image
+from service.inference.scoring import ImageScore
+from service.inference.spec import PrecisionSetting, ScorerSpec
 from support.images import synthetic_jpegs
 from tests.helpers.gpu import GPU
 
@@ -23,20 +26,20 @@ BOUNDS = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 5e-3}  # max |Δp| against the CPU
 
 @pytest.fixture(scope="module")
 def reference() -> tuple[list[PreparedImage], list[ImageScore]]:
-    scorer = Scorer.from_artifact(None, backend="torch", device="cpu", precision="fp32", strategy="loop")
+    scorer = load_scorer(ScorerSpec(backend="torch", device="cpu", precision="fp32", strategy="loop"))
     prepared = [prepare_image(b, scorer.pipeline) for b in synthetic_jpegs(16, 512, seed=2026)]
     return prepared, scorer.score_batch(prepared)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
-def test_cuda_scores_agree_with_the_cpu_reference(precision: str, reference: tuple[list[PreparedImage],
+def test_cuda_scores_agree_with_the_cpu_reference(precision: PrecisionSetting, reference: tuple[list[PreparedImage],
                                                                                    list[ImageScore]]) -> None:
     from models.cuda import cuda_native_bf16, ieee_fp32_in_force
 
     if precision == "bf16" and not cuda_native_bf16():
         pytest.skip("this GPU has no native bf16")
     prepared, ref = reference
-    scorer = Scorer.from_artifact(None, backend="torch", device="cuda", precision=precision, strategy="grouped")
+    scorer = load_scorer(ScorerSpec(backend="torch", device="cuda", precision=precision, strategy="grouped"))
     assert (scorer.backend.device, scorer.backend.precision) == ("cuda", precision)
     assert ieee_fp32_in_force()
     got = scorer.score_batch(prepared)
@@ -57,8 +60,7 @@ def test_onnxruntime_on_cuda_runs_on_cuda_or_refuses(reference: tuple[list[Prepa
 
     prepared, ref = reference
     try:
-        scorer = Scorer.from_artifact(None, backend="onnxruntime", device="cuda", precision="fp32",
-                                      strategy="grouped")
+        scorer = load_scorer(ScorerSpec(backend="onnxruntime", device="cuda", precision="fp32", strategy="grouped"))
     except ProviderFallbackError as exc:
         pytest.skip(f"onnxruntime's CUDA provider does not load here: {exc}")
     got = scorer.score_batch(prepared)

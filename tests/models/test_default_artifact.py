@@ -63,10 +63,12 @@ def test_default_model_scores_a_fundus_image_at_full_size() -> None:
 
     from PIL import Image
 
-    from service.inference.scoring import Scorer, prepare_image
+    from service.inference.loading import load_scorer
+    from service.inference.prepare import prepare_image
+    from service.inference.spec import ScorerSpec
     from training.synthetic.render import render_fundus
 
-    scorer = Scorer.from_artifact()
+    scorer = load_scorer(ScorerSpec())
     rng = np.random.default_rng(0)
     pixels, _ = render_fundus(rng, 3, size=512)
     buf = io.BytesIO()

@@ -26,7 +26,7 @@ from models.preprocessing import (
     resize_square,
 )
 from service.inference.imaging import ImagePipeline
-from service.inference.scoring import prepare_image
+from service.inference.prepare import prepare_image
 from support.images import IDRID
 from support.shared_data import missing_reason
 from training.data.dataset import load_image

@@ -13,7 +13,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.inference.scoring import ImageScore, PreparedImage, Scorer
+from service.inference.loading import load_scorer
+from service.inference.prepare import PreparedImage
+from service.inference.scoring import ImageScore, Scorer
 from service.inference.spec import ScorerSpec
 from service.schemas import ModelIdentity, PredictionResponse, Timing
 from support.images import encode, fundus_like
@@ -265,7 +267,7 @@ def test_overload_answers_503_with_retry_after(tiny_artifact: Path) -> None:
     holder: dict[str, GatedScorer] = {}
 
     def factory(spec: ScorerSpec) -> Scorer:
-        holder["s"] = GatedScorer(spec.load())
+        holder["s"] = GatedScorer(load_scorer(spec))
         return holder["s"]
 
     settings = settings_for(tiny_artifact, max_batch_size=1, queue_size=1, max_wait_ms=0.0)
@@ -298,7 +300,7 @@ def test_readiness_before_and_after_load(tiny_artifact: Path, tmp_path: Path) ->
 
     def slow_factory(spec: ScorerSpec) -> Scorer:
         assert release.wait(60)
-        return spec.load()
+        return load_scorer(spec)
 
     with live_server(settings_for(tiny_artifact), scorer_factory=slow_factory, wait_ready=False) as base:
         assert httpx.get(f"{base}/healthz").status_code == 200

@@ -19,7 +19,9 @@ from models.decision import Eye
 from service.errors import IMAGE_PROBLEM_STATUS
 from service.inference.dicom import decode_dicom_rgb, decode_photograph, is_dicom, read_dicom_tags
 from service.inference.imaging import ImageRejected, decode_rgb
-from service.inference.scoring import prepare_image
+from service.inference.loading import load_scorer
+from service.inference.prepare import prepare_image
+from service.inference.spec import ScorerSpec
 from support.images import encode, fundus_like
 from tests.helpers.dicom_files import CT_IMAGE, EXPLICIT_VR_LE, JPEG_BASELINE, odir_pair, op_dicom, rgb_of
 
@@ -68,9 +70,8 @@ def test_real_odir_photograph_as_dicom_scores_like_the_jpeg(syntax: str, tiny_ar
     pair = odir_pair()
     if pair is None:
         pytest.skip("ODIR photographs absent (../shared/data/odir-5k)")
-    from service.inference.scoring import Scorer
 
-    scorer = Scorer.from_artifact(tiny_artifact, backend="torch", device="cpu")
+    scorer = load_scorer(ScorerSpec(model_dir=tiny_artifact, backend="torch", device="cpu"))
     right = pair[0]
     rgb = rgb_of(right)
     as_dicom = op_dicom(rgb, syntax=syntax, jpeg_quality=95)

@@ -57,6 +57,19 @@ def png(name: str, data: bytes) -> tuple[str, bytes, str]:
     return (name, data, "image/png")
 
 
+def twin(data: bytes) -> bytes:
+    """The same pixels in other bytes (a PNG text chunk added): another photograph to the exam identity rule,
+    which refuses one file's bytes as both eyes (tests/service/hostile_round3/test_exam_identity.py)."""
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Comment", "the other eye")
+    out = io.BytesIO()
+    with Image.open(io.BytesIO(data)) as img:
+        img.save(out, "PNG", pnginfo=info)
+    return out.getvalue()
+
+
 def dcm(data: bytes) -> tuple[str, bytes, str]:
     return ("photo.dcm", data, "application/dicom")
 
@@ -92,7 +105,7 @@ def same_numbers(a: dict[str, Any], b: dict[str, Any]) -> None:
 def test_exam_outcome_follows_the_rule_and_each_image_matches_predict(
     service: str, photos: dict[str, bytes], right: str, left: str, expected: str
 ) -> None:
-    response = exam(service, [("right", png("r.png", photos[right])), ("left", png("l.png", photos[left]))])
+    response = exam(service, [("right", png("r.png", photos[right])), ("left", png("l.png", twin(photos[left])))])
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["outcome"] == expected
@@ -113,7 +126,7 @@ def test_one_eye_is_never_clear_and_several_photographs_per_eye(service: str, ph
     assert body["eyes"]["right"]["photographs"] == 0 and "right eye" in body["outcome_reason"]
     # an ungradable photograph beside a gradable clear one of the same eye is outweighed
     body = exam(service, [("right", png("r1.png", photos[RETAKE])), ("right", png("r2.png", photos[CLEAR])),
-                          ("left", png("l.png", photos[CLEAR]))]).json()
+                          ("left", png("l.png", twin(photos[CLEAR])))]).json()
     assert body["outcome"] == CLEAR and body["eyes"]["right"] == {
         "outcome": CLEAR, "outcome_reason": body["eyes"]["right"]["outcome_reason"], "photographs": 2}
 
@@ -150,10 +163,10 @@ def test_real_odir_pair_png_and_dicom_agree(service: str) -> None:
 
 
 def test_opaque_ids_are_echoed_and_never_logged(service: str, photos: dict[str, bytes], log_path: Path) -> None:
-    body = exam(service, [("right", png("r.png", photos[CLEAR])), ("left", png("l.png", photos[CLEAR]))],
+    body = exam(service, [("right", png("r.png", photos[CLEAR])), ("left", png("l.png", twin(photos[CLEAR])))],
                 data={"exam_id": SECRET_EXAM, "patient_ref": SECRET_PATIENT}).json()
     assert body["exam_id"] == SECRET_EXAM and body["patient_ref"] == SECRET_PATIENT
-    exam(service, [("image", dcm(op_dicom(pixels(photos[CLEAR]), laterality="R", study_uid="9.8.7.SECRET")))])
+    exam(service, [("image", dcm(op_dicom(pixels(photos[CLEAR]), laterality="R", study_uid="9.8.7.4242")))])
     log = log_path.read_text(encoding="utf-8")
     assert SECRET_EXAM not in log and SECRET_PATIENT not in log and "9.8.7" not in log
 
@@ -184,9 +197,9 @@ def test_refusals_are_problems(service: str, photos: dict[str, bytes]) -> None:
                      400, "undecodable-image")
     assert detail.startswith("The left-eye photograph (part 2) was refused")
     ct = op_dicom(pixels(photos[CLEAR]), SOPClassUID=CT_IMAGE)
-    problem(exam(service, [("right", dcm(ct)), ("left", clear)]), 415, "unsupported-media-type")
+    problem(exam(service, [("right", dcm(ct)), ("left", dcm(left_dicom))]), 415, "unsupported-media-type")
     huge = op_dicom(pixels(photos[CLEAR])[:32, :32], Rows=65535, Columns=65535)
-    problem(exam(service, [("right", dcm(huge)), ("left", clear)]), 413, "image-too-large")
+    problem(exam(service, [("right", dcm(huge)), ("left", dcm(left_dicom))]), 413, "image-too-large")
     problem(exam(service, [("both", clear)]), 422, "validation-error")
     assert "text field" in problem(exam(service, [("right", clear), ("exam_id", clear)]), 422, "validation-error")
     assert "file part" in problem(exam(service, [("right", clear)], data={"left": "x"}), 422, "validation-error")
@@ -232,7 +245,7 @@ def test_an_exam_body_that_contradicts_its_photographs_is_not_rendered(
 ) -> None:
     from service.fhir_exam import to_fhir_exam_bundle
 
-    body = exam(service, [("right", png("r.png", photos[CLEAR])), ("left", png("l.png", photos[CLEAR]))]).json()
+    body = exam(service, [("right", png("r.png", photos[CLEAR])), ("left", png("l.png", twin(photos[CLEAR])))]).json()
     assert body["outcome"] == CLEAR and to_fhir_exam_bundle(body)["type"] == "collection"
     with pytest.raises(ValueError, match="contradicts its photographs"):
         to_fhir_exam_bundle({**body, "outcome": REFER})

@@ -384,7 +384,7 @@ def test_batch_job_turns_each_bomb_into_an_error_row_and_goes_on(tiny_artifact: 
     """The batch job shares ``prepare_image``: every bomb is its own error row, the good images are scored."""
     from service.batch.job import BatchJobConfig, run_job
     from service.batch.output import read_output
-    from service.inference.scoring import Scorer
+    from service.inference.loading import load_scorer
     from service.inference.spec import ScorerSpec
 
     bombs = hostile_bodies(40_000_000)  # the job's default pixel budget
@@ -397,7 +397,7 @@ def test_batch_job_turns_each_bomb_into_an_error_row_and_goes_on(tiny_artifact: 
     out = tmp_path / "rows.jsonl"
     config = BatchJobConfig(input=folder, output=out, spec=ScorerSpec(model_dir=tiny_artifact, device="cpu"),
                             progress=False, batch_size=4)
-    result = run_job(config, scorer=Scorer.from_artifact(tiny_artifact, device="cpu"))
+    result = run_job(config, scorer=load_scorer(ScorerSpec(model_dir=tiny_artifact, device="cpu")))
     rows = {r["id"]: r for r in read_output(out)}
     assert result.rows == len(bombs) + 3 == len(rows)
     for i, (name, bomb) in enumerate(bombs.items()):

@@ -11,7 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from models.artifact import CALIBRATION_FILE, DEFAULT_ARTIFACT_DIR, Calibration
-from service.inference.scoring import ImageScore, QualityReport, ScorerIdentity, ScreeningOutcome
+from models.decision import ScreeningOutcome
+from service.inference.quality import QualityReport
+from service.inference.scoring import ImageScore, ScorerIdentity
 from service.metrics import ServiceMetrics, mi_buckets
 
 CAL = Calibration(referral_threshold_mi=1e-3, decision_threshold=0.5, target_referral_rate=0.2, dataset="constructed")

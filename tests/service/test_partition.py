@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from service.inference.imaging import ImageRejected
+from service.inference.loading import load_scorer
 from service.inference.partition import Accepted, accepted, merge_in_order, score_accepted
-from service.inference.scoring import ImageRejected, PreparedImage, Scorer, prepare_image
+from service.inference.prepare import PreparedImage, prepare_image
+from service.inference.spec import ScorerSpec
 from support.images import encode, fundus_like
 
 
@@ -81,7 +84,7 @@ def test_an_outcome_of_neither_type_is_refused() -> None:
 
 def test_real_images_with_a_corrupt_one_between_them(tiny_artifact: Path) -> None:
     """Decoded images and an undecodable upload: each score equals that image's own lone score."""
-    scorer = Scorer.from_artifact(tiny_artifact, backend="torch", device="cpu")
+    scorer = load_scorer(ScorerSpec(model_dir=tiny_artifact, backend="torch", device="cpu"))
     outcomes: list[PreparedImage | ImageRejected] = []
     for data in (encode(fundus_like(1)), b"\xff\xd8\xff\xe0 not a jpeg", encode(fundus_like(2))):
         try:

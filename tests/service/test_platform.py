@@ -1,6 +1,6 @@
-"""CPU detection and the precision/strategy choice (service/inference/platform.py), end to end through the
-Scorer, the HTTP service and the batch job, with the CPU capability injected so that "no native bf16"
-and "native bf16" are both exercised on whatever machine runs the tests."""
+"""CPU detection and the precision/strategy choice (models.compute.resolve, service/inference/platform.py), end
+to end through the Scorer, the HTTP service and the batch job, with the CPU capability injected so that "no
+native bf16" and "native bf16" are both exercised on whatever machine runs the tests."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ import pytest
 
 from models.artifact import Calibration, load_artifact, replace_artifact_file, replace_calibration
 from models.artifact.schema import PrecisionPermit
-from models.compute import PrecisionUnavailableError
+from models.compute import PrecisionUnavailableError, resolve, resolve_strategy
 from models.cpu import CpuCapability, detect_cpu, parse_cpuinfo
-from service.inference.platform import choose_precision, choose_strategy
-from service.inference.scoring import Scorer
+from service.inference.loading import load_scorer
+from service.inference.platform import SERVICE_FIX
+from service.inference.spec import ScorerSpec
 from service.settings import Settings
 from support.artifacts import build_tiny_artifact
 from support.images import encode, fundus_like
@@ -96,7 +97,7 @@ def test_this_machine_is_detected() -> None:
 )
 def test_precision_choice_on_cpu(requested: str, cpu: CpuCapability, drift: dict[str, dict[str, object]],
                                  expected: str, reason_part: str) -> None:
-    choice = choose_precision(requested, device="cpu", cpu=cpu, permits=permits(**drift))
+    choice = resolve(precision=requested, device="cpu", cpu=cpu, permits=permits(**drift))
     assert (choice.requested, choice.precision) == (requested, expected)
     assert reason_part in choice.reason
     guarded = expected != "fp32" and drift.get(expected) is DRIFT_GUARDED
@@ -107,19 +108,19 @@ def test_int8_needs_fast_int8_dot_products_and_the_cpu() -> None:
     old = detect_cpu(cpuinfo="model name\t: Old Xeon\nflags\t\t: fpu sse sse2 avx\n", isa="DEFAULT")
     assert not old.native_int8 and NO_BF16.native_int8 and WITH_BF16.native_int8
     ok = permits(int8=DRIFT_OK)
-    assert choose_precision("auto", device="cpu", cpu=old, permits=ok).precision == "fp32"
+    assert resolve(precision="auto", device="cpu", cpu=old, permits=ok).precision == "fp32"
     with pytest.raises(PrecisionUnavailableError, match="no native int8"):
-        choose_precision("int8", device="cpu", cpu=old, permits=ok)
+        resolve(precision="int8", device="cpu", cpu=old, permits=ok)
     with pytest.raises(PrecisionUnavailableError, match="runs on the CPU only"):
-        choose_precision("int8", device="cuda", cpu=WITH_BF16, permits=ok)
-    torch_only = choose_precision("auto", device="cpu", cpu=WITH_BF16, permits=ok, backend="torch")
+        resolve(precision="int8", device="cuda", cpu=WITH_BF16, permits=ok, gpu_visible=True)
+    torch_only = resolve(precision="auto", device="cpu", cpu=WITH_BF16, permits=ok, backend="torch")
     assert torch_only.precision == "fp32" and "int8: runs on onnxruntime, not the requested torch" in torch_only.reason
 
 
 @pytest.mark.parametrize("requested", ["bf16", "fp16"])
 def test_explicit_reduced_precision_without_native_support_fails_with_the_fix(requested: str) -> None:
     with pytest.raises(PrecisionUnavailableError) as err:
-        choose_precision(requested, device="cpu", cpu=NO_BF16, permits=permits(bf16=DRIFT_OK))
+        resolve(precision=requested, device="cpu", cpu=NO_BF16, permits=permits(bf16=DRIFT_OK), fix=SERVICE_FIX)
     message = str(err.value)
     assert f"no native {requested}" in message and "70x slower" in message
     assert "RADSCREEN_PRECISION=auto" in message and "AMD EPYC" in message
@@ -127,24 +128,27 @@ def test_explicit_reduced_precision_without_native_support_fails_with_the_fix(re
 
 def test_precision_choice_elsewhere() -> None:
     both = permits(bf16=DRIFT_OK)
-    assert choose_precision("auto", device="cpu", cpu=WITH_BF16, permits=both, backend="onnxruntime").precision \
+    assert resolve(precision="auto", device="cpu", cpu=WITH_BF16, permits=both, backend="onnxruntime").precision \
         == "fp32"
-    assert choose_precision("auto", device="cuda", cpu=NO_BF16, permits=both, cuda_bf16=True).precision == "bf16"
-    assert choose_precision("auto", device="cuda", cpu=NO_BF16, permits=both, cuda_bf16=False).precision == "fp32"
-    assert choose_precision("bf16", device="cuda", cpu=NO_BF16, permits=both, cuda_bf16=True).precision \
-        == "bf16"  # GPU: the CPU's bf16 is moot
+
+    def on_gpu(precision: str, *, cuda_bf16: bool) -> str:  # the CPU's bf16 is moot there
+        return resolve(precision=precision, device="cuda", cpu=NO_BF16, permits=both, cuda_bf16=cuda_bf16,
+                       gpu_visible=True).precision
+
+    assert on_gpu("auto", cuda_bf16=True) == "bf16" and on_gpu("auto", cuda_bf16=False) == "fp32"
+    assert on_gpu("bf16", cuda_bf16=True) == "bf16"
     with pytest.raises(PrecisionUnavailableError, match="this GPU has no native bf16"):
-        choose_precision("bf16", device="cuda", cpu=WITH_BF16, permits=both, cuda_bf16=False)
+        resolve(precision="bf16", device="cuda", cpu=WITH_BF16, permits=both, cuda_bf16=False, gpu_visible=True)
     with pytest.raises(ValueError, match="expected one of: auto, fp32, bf16, fp16, int8"):
-        choose_precision("int4", device="cpu", cpu=NO_BF16, permits=both)
+        resolve(precision="int4", device="cpu", cpu=NO_BF16, permits=both)
 
 
 def test_strategy_choice() -> None:
-    assert choose_strategy("auto", device="cpu", backend="torch")[0] == "loop"
-    assert choose_strategy("auto", device="cuda", backend="torch")[0] == "grouped"
-    assert choose_strategy("grouped", device="cpu", backend="onnxruntime") == ("grouped", "grouped was requested")
+    assert resolve_strategy("auto", device="cpu", backend="torch")[0] == "loop"
+    assert resolve_strategy("auto", device="cuda", backend="torch")[0] == "grouped"
+    assert resolve_strategy("grouped", device="cpu", backend="onnxruntime") == ("grouped", "grouped was requested")
     with pytest.raises(ValueError, match="expected one of: auto, grouped, loop"):
-        choose_strategy("fast", device="cpu", backend="torch")
+        resolve_strategy("fast", device="cpu", backend="torch")
 
 
 def test_calibration_permits_only_measured_flip_free_precisions() -> None:
@@ -189,17 +193,17 @@ def bf16_allowed_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_scorer_resolves_auto_from_the_cpu_and_the_artifact(tiny_artifact: Path, bf16_allowed_artifact: Path) -> None:
-    native = Scorer.from_artifact(bf16_allowed_artifact, device="cpu", cpu=WITH_BF16)
+    native = load_scorer(ScorerSpec(model_dir=bf16_allowed_artifact, device="cpu"), cpu=WITH_BF16)
     assert native.precision == "bf16" and native.backend.precision == "bf16"
     assert native.runtime["precision_requested"] == "auto" and native.runtime["strategy"] == "loop"
     assert native.runtime["cpu"]["native_bf16"] is True
-    emulated = Scorer.from_artifact(bf16_allowed_artifact, device="cpu", cpu=NO_BF16)
+    emulated = load_scorer(ScorerSpec(model_dir=bf16_allowed_artifact, device="cpu"), cpu=NO_BF16)
     assert emulated.precision == "fp32" and "bf16: not native" in emulated.runtime["precision_reason"]
-    unmeasured = Scorer.from_artifact(tiny_artifact, device="cpu", cpu=WITH_BF16)
+    unmeasured = load_scorer(ScorerSpec(model_dir=tiny_artifact, device="cpu"), cpu=WITH_BF16)
     assert unmeasured.precision == "fp32"
     assert "bf16: no record free of decision flips" in unmeasured.runtime["precision_reason"]
     with pytest.raises(PrecisionUnavailableError, match="no native bf16"):
-        Scorer.from_artifact(tiny_artifact, device="cpu", precision="bf16", cpu=NO_BF16)
+        load_scorer(ScorerSpec(model_dir=tiny_artifact, device="cpu", precision="bf16"), cpu=NO_BF16)
 
 
 def test_v1_model_reports_the_cpu_and_why_this_precision(tiny_artifact: Path) -> None:
@@ -284,9 +288,9 @@ def test_the_default_cpu_path_equals_the_reference_k_pass_loop(tiny_artifact: Pa
     from models.sampling import seeded
     from models.uncertainty import binary_uncertainty_from_logits
     from models.vgg import mc_logits
-    from service.inference.scoring import prepare_image
+    from service.inference.prepare import prepare_image
 
-    fast = Scorer.from_artifact(tiny_artifact, backend="auto", device="cpu", cpu=NO_BF16)
+    fast = load_scorer(ScorerSpec(model_dir=tiny_artifact, backend="auto", device="cpu"), cpu=NO_BF16)
     assert (fast.backend.name, fast.backend.strategy, fast.precision) == ("onnxruntime", "loop", "fp32")
     assert fast.runtime["backend_requested"] == "auto" and "fastest" in fast.runtime["backend_reason"]
     images = [prepare_image(encode(fundus_like(seed)), fast.pipeline) for seed in range(5)]
@@ -309,12 +313,12 @@ def test_auto_on_a_gpu_that_only_emulates_bf16_stays_fp32(monkeypatch: pytest.Mo
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
     both = permits(bf16=DRIFT_OK)
-    choice = choose_precision("auto", device="cuda", cpu=WITH_BF16, permits=both)
+    choice = resolve(precision="auto", device="cuda", cpu=WITH_BF16, permits=both, gpu_visible=True)
     assert choice.precision == "fp32" and "no native bf16" in choice.reason
     with pytest.raises(PrecisionUnavailableError, match="this GPU has no native bf16"):
-        choose_precision("bf16", device="cuda", cpu=WITH_BF16, permits=both)
+        resolve(precision="bf16", device="cuda", cpu=WITH_BF16, permits=both, gpu_visible=True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)  # an A100
-    assert choose_precision("auto", device="cuda", cpu=NO_BF16, permits=both).precision == "bf16"
+    assert resolve(precision="auto", device="cuda", cpu=NO_BF16, permits=both, gpu_visible=True).precision == "bf16"
 
 
 @pytest.fixture(scope="module")
@@ -342,16 +346,16 @@ def int8_guarded_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_auto_serves_int8_with_the_guard_band_and_reports_it(int8_guarded_artifact: Path, tmp_path: Path) -> None:
     from service.inference.backends import GuardedBackend
-    from service.inference.scoring import prepare_image
+    from service.inference.prepare import prepare_image
 
-    scorer = Scorer.from_artifact(int8_guarded_artifact, device="cpu", cpu=NO_BF16)  # AVX2: int8 is native
+    scorer = load_scorer(ScorerSpec(model_dir=int8_guarded_artifact, device="cpu"), cpu=NO_BF16)  # AVX2: int8 is native
     assert isinstance(scorer.backend, GuardedBackend) and scorer.precision == "int8"
     assert scorer.backend.exact.precision == "fp32" and scorer.backend.exact.name == "onnxruntime"
     assert scorer.runtime["guard_band"] == {"probability": 2e-3, "mutual_information": 2e-4, "share_rescored": 0.12}
     assert "int8, the fastest path" in scorer.runtime["precision_reason"]
     images = [prepare_image(encode(fundus_like(seed)), scorer.pipeline) for seed in range(3)]
     assert len(scorer.score_batch(images)) == 3 and scorer.backend.scored == 3
-    plain = Scorer.from_artifact(int8_guarded_artifact, device="cpu", cpu=NO_BF16, precision="fp32")
+    plain = load_scorer(ScorerSpec(model_dir=int8_guarded_artifact, device="cpu", precision="fp32"), cpu=NO_BF16)
     assert plain.runtime["guard_band"] is None and plain.precision == "fp32"
     settings = Settings(model_dir=int8_guarded_artifact, device="cpu", native_bf16="no")
     with live_server(settings) as base:
@@ -369,7 +373,7 @@ def test_the_embedded_model_serves_what_its_real_eye_record_permits() -> None:
         assert record["images"] >= 300 and "ODIR-5K validation" in record["photographs"], prec
     permits = cal.permits()
     for cpu in (NO_BF16, WITH_BF16, detect_cpu()):
-        choice = choose_precision("auto", device="cpu", cpu=cpu, permits=permits)
+        choice = resolve(precision="auto", device="cpu", cpu=cpu, permits=permits)
         assert choice.precision in permits
         assert choice.precision != "bf16" or cpu.native_bf16
         if choice.precision != "fp32":  # a reduced precision serves with the guard its record asks for

@@ -19,7 +19,11 @@ import numpy as np
 import pytest
 
 from models.artifact import Calibration
-from service.inference.scoring import PreparedImage, QualityReport, Scorer
+from service.inference.loading import load_scorer
+from service.inference.prepare import PreparedImage
+from service.inference.quality import QualityReport
+from service.inference.scoring import Scorer
+from service.inference.spec import ScorerSpec
 from service.payload import score_payload
 
 H_09 = 0.3250830  # H(0.9) = H(0.1) nats
@@ -69,7 +73,7 @@ def image(quality: QualityReport) -> PreparedImage:
 
 @pytest.fixture(scope="module")
 def tiny(tiny_artifact: Path) -> Scorer:
-    return Scorer.from_artifact(tiny_artifact, backend="torch", device="cpu")
+    return load_scorer(ScorerSpec(model_dir=tiny_artifact, backend="torch", device="cpu"))
 
 
 # (draws, quality) -> p̄, MI, label, refer_to_expert, reasons, outcome; MI threshold 0.1, decision threshold 0.5.

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from service.batch.cli import build_parser, main, scorer_spec
+from service.inference.loading import load_scorer
 from service.inference.spec import ScorerSpec, knobs
 from service.settings import ScorerSettings, Settings
 
@@ -47,7 +48,7 @@ def test_the_spec_pickles_as_ray_ships_it_and_loads_the_scorer_it_describes(tiny
                       threads=1, max_pixels=123_456, max_upload_bytes=654_321, native_bf16="no")
     again = pickle.loads(pickle.dumps(spec))
     assert again == spec
-    scorer = again.load()
+    scorer = load_scorer(again)
     assert scorer.backend.name == "torch" and scorer.backend.device == "cpu"
     assert scorer.runtime["strategy"] == "grouped" and scorer.runtime["threads"] == 1
     assert scorer.model_identity.mc_samples == 5
@@ -146,3 +147,17 @@ def test_a_bad_model_setting_exits_2_naming_the_flag_and_the_variable(
     err = capsys.readouterr().err
     assert err.startswith("radscreen-batch: ") and expected in err
     assert not (tmp_path / "r.csv").exists()
+
+
+def test_a_missing_embedded_model_names_the_setting_that_points_elsewhere(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """models/ names no setting; the loader adds the service's variable and the batch job's flag."""
+    from models.artifact import ArtifactError
+    from models.artifact import storage as artifact_storage
+
+    monkeypatch.setattr(artifact_storage, "DEFAULT_ARTIFACT_DIR", tmp_path / "default")
+    hint = r"embedded default artifact is missing.*\(RADSCREEN_MODEL_DIR, or --model-dir\)"
+    with pytest.raises(ArtifactError, match=hint):
+        load_scorer(ScorerSpec(device="cpu"))
+    with pytest.raises(ArtifactError, match=r"does not exist$"):  # a directory that was named needs no hint
+        load_scorer(ScorerSpec(model_dir=tmp_path / "elsewhere", device="cpu"))

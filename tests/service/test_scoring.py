@@ -15,17 +15,14 @@ import torch
 
 from models.artifact import Calibration, load_artifact
 from models.cpu import detect_cpu
-from models.decision import OUTCOME_TEXT
+from models.decision import OUTCOME_TEXT, ScreeningOutcome, screening_outcome
 from models.sampling import seeded
 from models.vgg import mc_logits
-from service.inference.scoring import (
-    PreparedImage,
-    QualityReport,
-    Scorer,
-    ScreeningOutcome,
-    prepare_image,
-    screening_outcome,
-)
+from service.inference.loading import load_scorer
+from service.inference.prepare import PreparedImage, prepare_image
+from service.inference.quality import QualityReport
+from service.inference.scoring import Scorer
+from service.inference.spec import ScorerSpec
 from service.payload import score_payload
 from service.schemas import ImageResult, ModelIdentity
 from support.images import encode, fundus_like
@@ -36,7 +33,7 @@ BF16_TOL_P, BF16_TOL_MI = 0.02, 0.005  # bf16 autocast vs fp32 on this model (me
 
 @pytest.fixture(scope="module")
 def scorer(tiny_artifact: Path) -> Scorer:
-    return Scorer.from_artifact(tiny_artifact, backend="torch", device="cpu")
+    return load_scorer(ScorerSpec(model_dir=tiny_artifact, backend="torch", device="cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +71,7 @@ def test_head_draws_artifact_serves_its_k_times_m_posterior_samples(tmp_path: Pa
                                                                head_draws=8)(x))
     plain = binary_uncertainty_from_logits(materialise_draws(art.build_model(), k=16, seed=art.config.draw_seed)(x))
     for backend in ("torch", "onnxruntime"):
-        scorer = Scorer.from_artifact(path, backend=backend, device="cpu")
+        scorer = load_scorer(ScorerSpec(model_dir=path, backend=backend, device="cpu"))
         got = _pm(scorer.score_batch(images))
         np.testing.assert_allclose(got[:, 0], ref.probability.numpy(), atol=FP32_TOL)
         np.testing.assert_allclose(got[:, 1], ref.mutual_information.numpy(), rtol=1e-3, atol=1e-7)
@@ -84,7 +81,7 @@ def test_head_draws_artifact_serves_its_k_times_m_posterior_samples(tmp_path: Pa
 
 def test_onnxruntime_agrees_with_torch(tiny_artifact: Path, scorer: Scorer, images: list) -> None:
     pytest.importorskip("onnxruntime")
-    onnx_scorer = Scorer.from_artifact(tiny_artifact, backend="onnxruntime", device="cpu")
+    onnx_scorer = load_scorer(ScorerSpec(model_dir=tiny_artifact, backend="onnxruntime", device="cpu"))
     a, b = _pm(scorer.score_batch(images)), _pm(onnx_scorer.score_batch(images))
     np.testing.assert_allclose(a, b, atol=FP32_TOL)
     assert onnx_scorer.model_identity == scorer.model_identity
@@ -92,8 +89,8 @@ def test_onnxruntime_agrees_with_torch(tiny_artifact: Path, scorer: Scorer, imag
 
 def test_bf16_stays_within_the_stated_tolerance(tiny_artifact: Path, scorer: Scorer, images: list) -> None:
     # the numerics of bf16, not its speed: allowed here even on a CPU without native bf16
-    bf16 = Scorer.from_artifact(tiny_artifact, backend="torch", device="cpu", precision="bf16",
-                                cpu=detect_cpu(override="yes"))
+    bf16 = load_scorer(ScorerSpec(model_dir=tiny_artifact, backend="torch", device="cpu", precision="bf16"),
+                       cpu=detect_cpu(override="yes"))
     a, b = _pm(scorer.score_batch(images)), _pm(bf16.score_batch(images))
     assert np.abs(a[:, 0] - b[:, 0]).max() <= BF16_TOL_P
     assert np.abs(a[:, 1] - b[:, 1]).max() <= BF16_TOL_MI

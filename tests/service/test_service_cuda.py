@@ -7,6 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.inference.spec import BackendSetting
 from support.images import synthetic_jpegs
 from support.live_server import live_server, settings_for
 from tests.helpers.gpu import GPU
@@ -15,13 +16,14 @@ pytestmark = GPU
 
 
 @pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
-def test_the_service_scores_on_cuda_and_says_so(backend: str, tiny_artifact: Path) -> None:
+def test_the_service_scores_on_cuda_and_says_so(backend: BackendSetting, tiny_artifact: Path) -> None:
     from models.onnx_backend import ProviderFallbackError
-    from service.inference.scoring import Scorer
+    from service.inference.loading import load_scorer
+    from service.inference.spec import ScorerSpec
 
     if backend == "onnxruntime":
         try:
-            Scorer.from_artifact(tiny_artifact, backend=backend, device="cuda", precision="fp32")
+            load_scorer(ScorerSpec(model_dir=tiny_artifact, backend=backend, device="cuda", precision="fp32"))
         except ProviderFallbackError as exc:
             pytest.skip(f"onnxruntime's CUDA provider does not load here: {exc}")
     settings = settings_for(tiny_artifact, device="cuda", backend=backend, precision="fp32")

@@ -9,6 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
+from models.transform import ImageTransform
 from training.data import (
     ImageLoadError,
     ManifestDataset,
@@ -30,7 +31,7 @@ def test_items_are_resized_float_images_with_binary_labels(tmp_path: Path) -> No
         path = tmp_path / f"{i}.png"
         Image.new("RGB", (40, 40), colour).save(path)
         rows.append(_row(path, grade, str(i), i))
-    ds = ManifestDataset(rows, size=24)
+    ds = ManifestDataset(rows, transform=ImageTransform(size=24))
     image, label, index = ds[1]
     assert image.shape == (3, 24, 24) and image.dtype == torch.float32 and index == 1
     assert torch.allclose(image.mean(dim=(1, 2)), torch.tensor([0, 128, 255]) / 255.0, atol=1e-3)
@@ -55,7 +56,7 @@ def test_undecodable_image_at_load_time_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "broken.jpeg"
     path.write_bytes(b"\x00" * 64)
     with pytest.raises(ImageLoadError, match=r"cannot read image .*broken\.jpeg"):
-        ManifestDataset([_row(path, 0)], size=16)[0]
+        ManifestDataset([_row(path, 0)], transform=ImageTransform(size=16))[0]
 
 
 def test_channel_stats_match_numpy_over_all_pixels(tmp_path: Path) -> None:
@@ -68,7 +69,7 @@ def test_channel_stats_match_numpy_over_all_pixels(tmp_path: Path) -> None:
         arrays.append(arr)
         rows.append(_row(tmp_path / f"{i}.png", 0, str(i), i))
     pixels = np.stack(arrays).reshape(-1, 3) / 255.0
-    mean, std = channel_stats(ManifestDataset(rows, size=16), max_images=None)
+    mean, std = channel_stats(ManifestDataset(rows, transform=ImageTransform(size=16)), max_images=None)
     assert np.allclose(mean, pixels.mean(0), atol=1e-6) and np.allclose(std, pixels.std(0), atol=1e-6)
     mean_p, std_p = channel_stats([r.path for r in rows], size=16)
     assert np.allclose(mean_p, mean) and np.allclose(std_p, std)

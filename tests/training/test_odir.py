@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from models.preprocessing import FOV_LOCAL_MEAN
+from models.transform import ImageTransform
 from support.shared_data import ODIR, missing_reason
 from training.data import ManifestDataset, ManifestError, load_image, read_odir, split_by_patient
 from training.data.cache import preprocessed_array
@@ -84,16 +85,17 @@ def test_cache_holds_exactly_the_loader_pixels_and_rebuilds_when_a_file_changes(
                                                                                 tmp_path: Path) -> None:
     rows = read_odir(odir_like / "labels.csv")
     cache = tmp_path / "cache"
-    pixels = preprocessed_array(rows, size=32, preprocessing=FOV_LOCAL_MEAN, cache_dir=cache)
+    transform = ImageTransform(size=32, preprocessing=FOV_LOCAL_MEAN)
+    pixels = preprocessed_array(rows, transform=transform, cache_dir=cache)
     assert pixels.shape == (4, 32, 32, 3) and pixels.dtype == np.uint8
     for i, row in enumerate(rows):
         np.testing.assert_array_equal(pixels[i], load_image(row.path, 32, FOV_LOCAL_MEAN))
     assert len(list(cache.glob("*.u8"))) == 1
-    ds = ManifestDataset(rows, size=32, preprocessing=FOV_LOCAL_MEAN).use_cache(cache)
+    ds = ManifestDataset(rows, transform=transform).use_cache(cache)
     assert len(list(cache.glob("*.u8"))) == 1  # the same images: the same cache, not a second one
-    np.testing.assert_array_equal(ds[1][0].numpy(), ManifestDataset(rows, size=32, preprocessing=FOV_LOCAL_MEAN)[1][0])
+    np.testing.assert_array_equal(ds[1][0].numpy(), ManifestDataset(rows, transform=transform)[1][0])
     _disc_jpeg(rows[0].path, 99)  # a changed image is a new key: never the old pixels
-    fresh = preprocessed_array(rows, size=32, preprocessing=FOV_LOCAL_MEAN, cache_dir=cache, workers=2)
+    fresh = preprocessed_array(rows, transform=transform, cache_dir=cache, workers=2)
     np.testing.assert_array_equal(fresh[0], load_image(rows[0].path, 32, FOV_LOCAL_MEAN))
     assert len(list(cache.glob("*.u8"))) == 2 and not list(cache.glob("*.part-*"))
 

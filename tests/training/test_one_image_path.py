@@ -19,7 +19,7 @@ from models.decode import decode_side
 from models.preprocessing import FOV_LOCAL_MEAN, LEGACY, PREPROCESSINGS
 from models.transform import ImageTransform
 from service.inference.imaging import ImagePipeline, decode_rgb
-from service.inference.scoring import prepare_image
+from service.inference.prepare import prepare_image
 from support.shared_data import ODIR, missing_reason
 from training.data.dataset import ManifestDataset
 from training.data.manifest import ManifestRow, read_odir, read_synthetic
@@ -35,9 +35,14 @@ def served(path: Path, preprocessing: str, size: int = SIZE) -> np.ndarray:
     return prepare_image(path.read_bytes(), pipeline).pixels
 
 
+def transform_for(preprocessing: str) -> ImageTransform:
+    """The transform a run of this size and contract reads its images through (``TrainConfig.image_transform``)."""
+    return ImageTransform(size=SIZE, preprocessing=preprocessing)
+
+
 def assert_loader_equals_service(dataset: ManifestDataset) -> None:
     for i, row in enumerate(dataset.rows):
-        np.testing.assert_array_equal(dataset[i][0].numpy(), served(Path(row.path), dataset.preprocessing),
+        np.testing.assert_array_equal(dataset[i][0].numpy(), served(Path(row.path), dataset.transform.preprocessing),
                                       err_msg=str(row.path))
 
 
@@ -47,7 +52,7 @@ def test_synthetic_renders_through_the_training_loader_equal_the_service(tiny_da
     rows = list(read_synthetic(tiny_data))
     frames = {Image.open(r.path).size for r in rows[:8]}
     assert len(frames) > 1  # square and non-square camera frames both taken
-    assert_loader_equals_service(ManifestDataset(rows[:8], size=SIZE, preprocessing=preprocessing))
+    assert_loader_equals_service(ManifestDataset(rows[:8], transform=transform_for(preprocessing)))
 
 
 @needs_odir
@@ -56,8 +61,8 @@ def test_odir_photographs_through_the_manifest_and_its_cache_equal_the_service(t
                                                                                preprocessing: str) -> None:
     rows = read_odir(ODIR / "labels.csv", verify_images=False)
     picks = [next(r for r in rows if r.category == c) for c in ("normal_fundus", "dr_keyword", "other_non_dr")]
-    assert_loader_equals_service(ManifestDataset(picks, size=SIZE, preprocessing=preprocessing))
-    cached = ManifestDataset(picks, size=SIZE, preprocessing=preprocessing).use_cache(tmp_path / "cache")
+    assert_loader_equals_service(ManifestDataset(picks, transform=transform_for(preprocessing)))
+    cached = ManifestDataset(picks, transform=transform_for(preprocessing)).use_cache(tmp_path / "cache")
     assert_loader_equals_service(cached)
 
 
@@ -83,7 +88,7 @@ def test_a_large_jpeg_is_decoded_at_one_reduced_size_by_both(large_jpeg: Path, p
     data = path.read_bytes()
     np.testing.assert_array_equal(rgb, decode_rgb(data, max_pixels=10**8, max_bytes=len(data), size=SIZE))
     row = ManifestRow(path=path, grade=0, patient_id="7", eye="left", row_no=2)
-    assert_loader_equals_service(ManifestDataset([row], size=SIZE, preprocessing=preprocessing))
+    assert_loader_equals_service(ManifestDataset([row], transform=transform_for(preprocessing)))
 
 
 def test_the_artifact_hands_out_the_transform_the_service_runs(tiny_data: Path) -> None:

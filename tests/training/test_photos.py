@@ -7,7 +7,7 @@ import pytest
 
 from models.preprocessing import FOV_LOCAL_MEAN, LEGACY
 from service.inference.imaging import ImagePipeline
-from service.inference.scoring import prepare_image
+from service.inference.prepare import prepare_image
 from support.images import IDRID
 from support.shared_data import missing_reason
 from training.data.photos import PhotoDataset, list_photos, serving_square

@@ -10,27 +10,38 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.cpu import detect_cpu
+from models.cpu import CpuCapability, detect_cpu
 from training.cli import main as train_main
 from training.config import TrainConfig
-from training.loop import Trainer, resolve_precision
+from training.loop import Trainer, training_runtime
 
 AVX2_ONLY = detect_cpu(cpuinfo="model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx fma avx2\n", isa="AVX2")
 AMX = detect_cpu(cpuinfo="model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: avx2 avx512f avx512_bf16 "
                          "amx_bf16 amx_tile\n", isa="AVX512")
-CPU = torch.device("cpu")
+
+
+def resolve_precision(requested: str, *, cpu: CpuCapability, device: str = "cpu") -> str:
+    config = TrainConfig(data="d", out="o", precision=requested, device=device)  # type: ignore[arg-type]
+    return training_runtime(config, cpu=cpu).precision
 
 
 def test_auto_takes_bf16_only_where_it_is_native() -> None:
-    assert resolve_precision("auto", CPU, cpu=AVX2_ONLY) == "fp32"
-    assert resolve_precision("auto", CPU, cpu=AMX) == "bf16"
-    assert resolve_precision("bf16", CPU, cpu=AMX) == "bf16"
-    assert resolve_precision("fp32", CPU, cpu=AMX) == "fp32"  # an explicit fp32 is never upgraded
+    assert resolve_precision("auto", cpu=AVX2_ONLY) == "fp32"
+    assert resolve_precision("auto", cpu=AMX) == "bf16"
+    assert resolve_precision("bf16", cpu=AMX) == "bf16"
+    assert resolve_precision("fp32", cpu=AMX) == "fp32"  # an explicit fp32 is never upgraded
 
 
 def test_explicit_bf16_on_an_emulating_cpu_is_refused_with_the_fix() -> None:
     with pytest.raises(ValueError, match=r"no native bf16 \(AMD EPYC.*--precision fp32, or auto"):
-        resolve_precision("bf16", CPU, cpu=AVX2_ONLY)
+        resolve_precision("bf16", cpu=AVX2_ONLY)
+
+
+def test_a_cuda_device_where_none_is_visible_names_the_flag() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible here")
+    with pytest.raises(ValueError, match=r"--device cuda: .*no CUDA device is available"):
+        resolve_precision("fp32", cpu=AMX, device="cuda")
 
 
 def test_the_config_rejects_an_unknown_precision() -> None:

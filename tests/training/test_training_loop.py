@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from models.artifact import load_artifact
+from models.artifact.schema import ServingDraws
 from models.draws import materialise_draws
 from training.cli import main as train_main
 from training.config import TrainConfig
@@ -129,6 +131,8 @@ def test_cli_fit_evaluate_export_round_trip(tiny_data: Path, tmp_path: Path, cap
     model = artifact.build_model()
     net = materialise_draws(model, k=16, seed=artifact.config.draw_seed, head_draws=64)
     assert net(torch.zeros(1, 3, 32, 32)).shape == (16 * 64, 1, 1)
+    # calibration scored with the draws the artifact now hands out (TrainConfig.serving_draws before it existed)
+    assert TrainConfig.load(tmp_path / "run" / "config.json").serving_draws() == artifact.serving_draws()
     # The run kept the test draws its report was computed from: re-evaluating them gives the same numbers.
     draws = load_draws(tmp_path / "run" / "eval_test" / DRAWS_FILENAME)
     saved = json.loads((tmp_path / "run" / "eval_test" / "evaluation.json").read_text())
@@ -195,7 +199,7 @@ def test_mc_probabilities_refuses_head_draws_for_a_baseline() -> None:
 
     model = create_model("dropout_vgg16_star", width=2, input_size=32)
     with pytest.raises(ValueError, match="only a Bayesian model's last layer has a posterior"):
-        mc_probabilities(model, [], mean=(0.5,) * 3, std=(0.2,) * 3, samples=2, seed=0, head_draws=4)  # type: ignore[arg-type]
+        mc_probabilities(model, [], mean=(0.5,) * 3, std=(0.2,) * 3, draws=ServingDraws(2, 0, 4))  # type: ignore[arg-type]
 
 
 def test_the_cpu_suite_trains_on_the_cpu_on_a_gpu_machine_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -222,11 +226,12 @@ def test_a_cuda_trainer_runs_ieee_fp32_with_deterministic_cudnn(tmp_path: Path, 
 
 
 def test_training_bf16_on_a_gpu_counts_only_native_support(monkeypatch: pytest.MonkeyPatch) -> None:
-    from training.loop import resolve_precision
+    from training.loop import training_runtime
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
-    assert resolve_precision("auto", torch.device("cuda")) == "fp32"
+    on_gpu = TrainConfig(data="d", out="o", device="cuda", precision="auto")
+    assert training_runtime(on_gpu).precision == "fp32"
     with pytest.raises(ValueError, match=r"this GPU has no native bf16 \(Tesla T4"):
-        resolve_precision("bf16", torch.device("cuda"))
+        training_runtime(replace(on_gpu, precision="bf16"))

@@ -5,7 +5,7 @@ Example::
     from training.data import read_synthetic, split_by_patient, ManifestDataset, channel_stats
     rows = read_synthetic(Path("data/synth"))
     split = split_by_patient(rows, (0.7, 0.15, 0.15), seed=0)
-    train = ManifestDataset(split.train, size=256)
+    train = ManifestDataset(split.train, transform=ImageTransform(size=256, preprocessing=FOV_LOCAL_MEAN))
     mean, std = channel_stats(train, max_images=500)
 """
 
@@ -20,7 +20,8 @@ from training.data.augment import (
     normalise,
     sample_params,
 )
-from training.data.dataset import ImageLoadError, ManifestDataset, channel_stats, load_image, to_tensor
+from training.data.dataset import ManifestDataset, channel_stats
+from training.data.images import ImageLoadError, load_image, to_tensor
 from training.data.manifest import (
     Manifest,
     ManifestError,

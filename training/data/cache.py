@@ -11,7 +11,7 @@ could be mistaken for a finished one.
 
 Example::
 
-    pixels = preprocessed_array(rows, size=256, preprocessing=FOV_LOCAL_MEAN, cache_dir=Path("runs/x/cache"))
+    pixels = preprocessed_array(rows, transform=config.image_transform(), cache_dir=Path("runs/x/cache"))
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ import numpy as np
 from tqdm import tqdm
 
 from models.atomic import atomic_write_bytes
-from training.data.dataset import load_image
+from models.transform import ImageTransform
+from training.data.images import read_square
 from training.data.manifest import ManifestRow
 
 log = logging.getLogger(__name__)
@@ -42,9 +43,9 @@ def _code_digest() -> bytes:
     import models.fov
     import models.preprocessing
     import models.transform
-    import training.data.dataset
+    import training.data.images
 
-    modules = (models.decode, models.fov, models.preprocessing, models.transform, training.data.dataset)
+    modules = (models.decode, models.fov, models.preprocessing, models.transform, training.data.images)
     return b"".join(inspect.getsource(m).encode() for m in modules)
 
 
@@ -59,14 +60,16 @@ def cache_key(paths: Sequence[Path], size: int, preprocessing: str) -> str:
     return h.hexdigest()[:32]
 
 
-def _load_chunk(args: tuple[list[str], int, str]) -> np.ndarray:
-    paths, size, preprocessing = args
-    return np.stack([load_image(p, size, preprocessing) for p in paths])  # [n, size, size, 3]
+def _load_chunk(args: tuple[list[str], ImageTransform]) -> np.ndarray:
+    paths, transform = args
+    return np.stack([read_square(p, transform) for p in paths])  # [n, size, size, 3]
 
 
-def preprocessed_array(rows: Sequence[ManifestRow], *, size: int, preprocessing: str, cache_dir: Path,
+def preprocessed_array(rows: Sequence[ManifestRow], *, transform: ImageTransform, cache_dir: Path,
                        workers: int = 1, progress: bool = False) -> np.ndarray:
-    """The preprocessed images of ``rows`` in order, uint8 ``[N, size, size, 3]`` (a read-only memmap)."""
+    """The images of ``rows`` in order through ``transform``'s decode and contract, uint8 ``[N, size, size, 3]``
+    (a read-only memmap)."""
+    size, preprocessing = transform.size, transform.preprocessing
     paths = [Path(r.path) for r in rows]
     cache_dir.mkdir(parents=True, exist_ok=True)
     key = cache_key(paths, size, preprocessing)
@@ -78,7 +81,7 @@ def preprocessed_array(rows: Sequence[ManifestRow], *, size: int, preprocessing:
             return np.memmap(data_path, dtype=np.uint8, mode="r", shape=shape)
     tmp = data_path.with_suffix(f".part-{os.getpid()}")
     out = np.memmap(tmp, dtype=np.uint8, mode="w+", shape=shape)
-    tasks = [([str(p) for p in paths[i:i + CHUNK]], size, preprocessing) for i in range(0, len(paths), CHUNK)]
+    tasks = [([str(p) for p in paths[i:i + CHUNK]], transform) for i in range(0, len(paths), CHUNK)]
     bar = tqdm(total=len(paths), desc=f"preprocessing {len(paths)} images", disable=not progress)
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:

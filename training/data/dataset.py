@@ -1,13 +1,11 @@
-"""Image loading and the ``ManifestDataset``: labelled fundus images as float tensors.
+"""The ``ManifestDataset``: labelled fundus images as float tensors, and their channel statistics.
 
-An image is read exactly as the service reads it: the artifact contract's ``models.transform.ImageTransform``
-decodes the file (``models.decode``: JPEG draft at ``2 * max(size, 512)`` px, EXIF orientation, 8-bit RGB)
-and preprocesses it (``models.preprocessing``: ``FOV_LOCAL_MEAN`` crops to the fitted FOV circle and
-subtracts the local mean; ``LEGACY`` centres the field of view on a square and resizes bilinearly), so a
-file gives the service's pixels (tests/training/test_one_image_path.py).
-
-Then scale to [0, 1]. Channel normalisation is *not* done here: it runs after augmentation, on the
-training device (``augment.normalise``), with the statistics from ``channel_stats``.
+Every image of a dataset is read through ONE ``models.transform.ImageTransform``, the artifact-to-be's
+(``TrainConfig.image_transform()``) or an artifact's own (``Artifact.image_transform()``, for evaluation):
+its decode and contract run on each file exactly as the service runs them (``training.data.images``;
+tests/training/test_one_image_path.py), then the pixels are scaled to [0, 1]. Channel normalisation is
+*not* done here: it runs after augmentation, on the training device (``augment.normalise``), with the
+statistics from ``channel_stats``.
 """
 
 from __future__ import annotations
@@ -21,54 +19,31 @@ from torch.utils.data import Dataset
 
 from models.preprocessing import LEGACY
 from models.transform import ImageTransform
+from training.data.images import load_image, read_square, to_tensor
 from training.data.manifest import ManifestRow
 
 
-class ImageLoadError(OSError):
-    """An image that cannot be decoded; the message names the file (one-argument form for DataLoader)."""
-
-
-def load_image(path: Path | str, size: int, preprocessing: str = LEGACY) -> np.ndarray:
-    """Decode ``path`` and return it preprocessed as uint8 ``[size, size, 3]`` RGB (see module docstring)."""
-    return read_square(path, ImageTransform(size=size, preprocessing=preprocessing))
-
-
-def read_square(path: Path | str, transform: ImageTransform) -> np.ndarray:
-    """``transform``'s decode and contract on the file ``path``: uint8 ``[size, size, 3]``; ImageLoadError names it."""
-    try:
-        rgb = transform.decode(path)
-    except Exception as exc:
-        raise ImageLoadError(f"cannot read image {path}: {type(exc).__name__}: {exc}") from exc
-    return transform.square(rgb)
-
-
-def to_tensor(image: np.ndarray) -> torch.Tensor:
-    """uint8 ``[H, W, 3]`` -> float32 ``[3, H, W]`` in [0, 1]."""
-    return torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1))).float().div_(255.0)
-
-
 class ManifestDataset(Dataset[tuple[torch.Tensor, torch.Tensor, int]]):
-    """Images of a manifest, resized to ``size``: items are ``(image [3, H, W] float32 in [0, 1], label, index)``.
+    """Images of a manifest through ``transform``: items are ``(image [3, size, size] float32 in [0, 1], label,
+    index)``; only the transform's decode and contract run here (its mean/std are applied after augmentation).
 
     ``label`` is a float32 scalar tensor, 1.0 for referable DR (grade >= 2) else 0.0; ``index`` is the
     position in ``rows`` so predictions can be joined back to the manifest.
     """
 
-    def __init__(self, rows: Sequence[ManifestRow], *, size: int, preprocessing: str = LEGACY) -> None:
-        if size < 8:
-            raise ValueError(f"size must be >= 8, got {size}")
+    def __init__(self, rows: Sequence[ManifestRow], *, transform: ImageTransform) -> None:
+        if transform.size < 8:
+            raise ValueError(f"size must be >= 8, got {transform.size}")
         self.rows = list(rows)
-        self.transform = ImageTransform(size=size, preprocessing=preprocessing)  # the artifact-to-be's transform
-        self.size = size
-        self.preprocessing = preprocessing
+        self.transform = transform
         self.pixels: np.ndarray | None = None  # preprocessed images [N, size, size, 3] uint8 (use_cache)
 
     def use_cache(self, cache_dir: Path, *, workers: int = 1, progress: bool = False) -> ManifestDataset:
         """Preprocess every image once into ``cache_dir`` (``training.data.cache``) and read items from there."""
         from training.data.cache import preprocessed_array
 
-        self.pixels = preprocessed_array(self.rows, size=self.size, preprocessing=self.preprocessing,
-                                         cache_dir=cache_dir, workers=workers, progress=progress)
+        self.pixels = preprocessed_array(self.rows, transform=self.transform, cache_dir=cache_dir, workers=workers,
+                                         progress=progress)
         return self
 
     def __len__(self) -> int:

@@ -93,14 +93,14 @@ def prepare_data(config: TrainConfig) -> PreparedData:
     split = source_split(rows, config)
     if not split.train or not split.val:
         raise ValueError(f"{config.data}: too few images for a train/validation split ({len(rows)} rows).")
-    pre = config.preprocessing
-    train, val, test = (ManifestDataset(part, size=config.input_size, preprocessing=pre) for part in split)
+    transform = config.image_transform()  # the artifact-to-be's: every image of the run goes through it
+    train, val, test = (ManifestDataset(part, transform=transform) for part in split)
     if config.cache_images:  # preprocess once: decoding + FOV fit + local mean cost more than a step per image
         for dataset in (train, val, test):
             dataset.use_cache(Path(config.cache_dir or Path(config.out) / "cache"), workers=max(config.workers, 2),
                               progress=True)
     if config.init_from:  # a warm start keeps the input normalisation its weights were trained with
-        mean, std = input_statistics(config.init_from, preprocessing=pre)
+        mean, std = input_statistics(config.init_from, preprocessing=config.preprocessing)
     else:
         mean, std = channel_stats(train, max_images=500)
     return PreparedData(split, train, val, test, mean, std)

@@ -15,7 +15,6 @@ Example::
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import multiprocessing
@@ -29,6 +28,7 @@ import numpy as np
 from PIL import Image
 
 from models.atomic import atomic_write, atomic_write_bytes
+from models.csv_cells import write_csv
 from training.synthetic.fundus import Eye, draw_frame
 from training.synthetic.lesions import CONFOUNDER_KINDS, LESION_KINDS
 from training.synthetic.render import render_fundus
@@ -180,10 +180,8 @@ def _render_chunk(job: _Job) -> list[dict[str, Any]]:
 
 
 def _write_csv(path: Path, columns: Sequence[str], rows: list[dict[str, Any]]) -> None:
-    with atomic_write(path, fsync=False) as tmp, tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
+    with atomic_write(path, fsync=False) as tmp, tmp.open("w", newline="") as f:  # the one CSV rule
+        write_csv(f, columns, ([row.get(c) for c in columns] for row in rows))
 
 
 def generate_dataset(

@@ -50,9 +50,10 @@ def other_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def batch_scorer(batch_artifact: Path) -> Scorer:
-    from service.inference.scoring import Scorer
+    from service.inference.loading import load_scorer
+    from service.inference.spec import ScorerSpec
 
-    return Scorer.from_artifact(batch_artifact, device="cpu")
+    return load_scorer(ScorerSpec(model_dir=batch_artifact, device="cpu"))
 
 
 def _write_fundus_png(path: Path, seed: int, size: int = 80) -> Path:

@@ -14,7 +14,9 @@ from service.batch.job import BatchJobConfig, parts_dir_for, run_job, scoring_co
 from service.batch.output import read_output
 from service.batch.parts import PartStoreError
 from service.batch.rows import scored_row
-from service.inference.scoring import Scorer, prepare_image
+from service.inference.loading import load_scorer
+from service.inference.prepare import prepare_image
+from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
 from service.payload import score_payload
 
@@ -117,7 +119,7 @@ def test_a_different_model_is_refused_unless_restart(
     with pytest.raises(PartStoreError, match="not from the loaded model"):
         run_job(config(folder, out, other_artifact))
     assert main([*args, "--model-dir", str(other_artifact), "--restart"]) == 0
-    other_sha = Scorer.from_artifact(other_artifact, device="cpu").model_identity.sha256
+    other_sha = load_scorer(ScorerSpec(model_dir=other_artifact, device="cpu")).model_identity.sha256
     assert {r["model_sha256"] for r in read_output(out)} == {other_sha}
 
 

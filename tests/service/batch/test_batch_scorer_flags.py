@@ -14,7 +14,9 @@ from service.batch.cli import main
 from service.batch.inputs import discover_folder
 from service.batch.output import read_output
 from service.batch.rows import scored_row
-from service.inference.scoring import Scorer, prepare_image
+from service.inference.loading import load_scorer
+from service.inference.prepare import prepare_image
+from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
 from service.payload import score_payload
 
@@ -43,8 +45,8 @@ def test_flags_and_variables_shape_the_scorer_of_the_job(
     assert rows["big.png"]["model_sha256"] == batch_scorer.model_identity.sha256
 
     # every scored row equals the scorer the same spec describes (one batched forward, as the job ran it)
-    reference = ScorerSpec(model_dir=batch_artifact, device="cpu", backend="torch", strategy="grouped",
-                           mc_samples=4, max_pixels=10_000).load()
+    reference = load_scorer(ScorerSpec(model_dir=batch_artifact, device="cpu", backend="torch", strategy="grouped",
+                                       mc_samples=4, max_pixels=10_000))
     items = [it for it in discover_folder(folder).items if it.error is None and it.id != "big.png"]
     prepared = [prepare_image(it.file.read_bytes(), reference.pipeline) for it in items]  # type: ignore[union-attr]
     for it, score in zip(items, reference.score_batch(prepared), strict=True):
