@@ -9,7 +9,9 @@
 # the first call, so that a later models/default cannot change a resumed run), train/ (checkpoint, history,
 # reports) and artifact-2.0.0/. Environment: RADSCREEN_SHARED_DATA (default ../shared/data beside the checkout:
 # odir-5k/ and eyepacs-5k/), RADSCREEN_CACHE (the manifest and the preprocessed images; default RUN_DIR/cache),
-# PYTHON (default .venv/bin/python), DRY_RUN=1 prints the fit command instead of running it.
+# PYTHON (default .venv/bin/python), DRY_RUN=1 prints the fit command instead of running it, STRETCHED (the
+# EyePACS stretched-256 copy: train = in training only, the recipe's choice; exclude = left out; all = in every
+# split) for the with/without comparison, each arm in its own RUN_DIR: the same validation and test patients.
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 RUN_DIR [extra fit flags]" >&2; exit 2; }
 run=$(realpath -ms "$1"); shift
@@ -18,10 +20,16 @@ python=$(realpath -ms "${PYTHON:-$(dirname "$0")/../.venv/bin/python}")
 cd "$(dirname "$0")/.."   # python -m runs this checkout's training package
 data=$(realpath -ms "${RADSCREEN_SHARED_DATA:-../shared/data}")
 manifest=$cache/manifests/odir-eyepacs.csv
+case "${STRETCHED:-train}" in
+    train) copies=(--train-only-copy stretched-256) ;;
+    exclude) copies=(--exclude-copy stretched-256) ;;
+    all) copies=() ;;
+    *) echo "STRETCHED must be train, exclude or all (got '$STRETCHED')" >&2; exit 2 ;;
+esac
 
 fit=(-v fit --layout manifest --data "$manifest" --out "$run/train" --artifact "$run/artifact-2.0.0"
      --name radscreen-radial-vgg16-odir-eyepacs --version 2.0.0
-     --train-only-copy stretched-256 --source-weight odir=0.5 --source-weight eyepacs=0.5
+     "${copies[@]}" --source-weight odir=0.5 --source-weight eyepacs=0.5
      --init-from "$run/init-1.0.0" --nll-epochs 0 --epochs 30 --lr 1e-4 --rho-lr 2e-3 --lr-warmup-steps 200
      --lr-schedule cosine --seed 0 --split 0.7 0.15 0.15 --eval-samples 4 --precision auto
      --checkpoint-every 60 --max-missed-share 0.03 --cache-dir "$cache/images-256" "$@")

@@ -15,8 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 STEPS_PER_EPOCH = 512  # 8,190 training draws an epoch (4,437 ODIR + 3,753 EyePACS eyes) in batches of 16
 
 
-def _recipe(tmp_path: Path) -> list[str]:
-    env = {**os.environ, "DRY_RUN": "1", "RADSCREEN_CACHE": str(tmp_path / "cache")}
+def _recipe(tmp_path: Path, **extra: str) -> list[str]:
+    env = {**os.environ, "DRY_RUN": "1", "RADSCREEN_CACHE": str(tmp_path / "cache"), **extra}
     out = subprocess.run(["bash", str(REPO / "scripts" / "train-2.0.0.sh"), str(tmp_path / "run")], env=env,
                          capture_output=True, text=True, check=True).stdout
     argv = shlex.split(out)
@@ -44,3 +44,16 @@ def test_the_rho_budget_is_far_beyond_the_distance_rho_moved_in_model_1_0_0(tmp_
     # 1.0.0 moved ρ by 0.233 of a 0.234 budget (ratio 0.99): σ was still rising. A budget ~60x larger lets ρ
     # reach the level the ELBO sets and stay there, which is what brings Δρ/(lr·steps) below 0.9.
     assert budget > 50 * 0.2341
+
+
+def test_the_stretched_copy_arms_differ_only_in_their_copy_filter(tmp_path: Path) -> None:
+    arms = {name: config_from_args(build_parser().parse_args(_recipe(tmp_path, STRETCHED=name)))
+            for name in ("train", "exclude", "all")}
+    assert arms["exclude"].exclude_copies == ("stretched-256",) and arms["exclude"].train_only_copies == ()
+    assert arms["all"].exclude_copies == arms["all"].train_only_copies == ()
+    keys = {name: {k: v for k, v in c.resume_key().items() if k not in ("exclude_copies", "train_only_copies")}
+            for name, c in arms.items()}
+    assert keys["train"] == keys["exclude"] == keys["all"]
+    refused = subprocess.run(["bash", str(REPO / "scripts" / "train-2.0.0.sh"), str(tmp_path / "run")],
+                             env={**os.environ, "DRY_RUN": "1", "STRETCHED": "half"}, capture_output=True, text=True)
+    assert refused.returncode == 2 and "STRETCHED must be" in refused.stderr
