@@ -1,8 +1,9 @@
 """Where the shared real photographs are, for the tests and benchmarks that read them.
 
 ``$RADSCREEN_SHARED_DATA`` when set, else ``../shared/data`` beside the checkout (the CI layout). The folder
-holds ``idrid-lesion-54/`` (54 IDRiD photographs, CC BY 4.0) and ``odir-5k/`` (with ``labels.csv``);
-research use only, never copied into the repository. Tests that need it skip, naming this path, without it.
+holds ``idrid-lesion-54/`` (54 IDRiD photographs, CC BY 4.0), ``odir-5k/`` and ``eyepacs-5k/`` (each with
+``labels.csv``); research use only, never copied into the repository. Tests that need it skip, naming this
+path, without it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def shared_data_dir() -> Path:
 SHARED_DATA = shared_data_dir()
 IDRID = SHARED_DATA / "idrid-lesion-54"
 ODIR = SHARED_DATA / "odir-5k"
+EYEPACS = SHARED_DATA / "eyepacs-5k"
 
 
 def missing_reason(folder: Path) -> str:

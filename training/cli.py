@@ -68,8 +68,9 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g.add_argument("--include-ungradable", action="store_true",
                    help="train on ungradable images too (by default they are the quality gate's job)")
     g.add_argument("--exclude-other-disease", action="store_true",
-                   help="odir layout: leave out the eyes with another eye disease and no DR (kept by default as "
-                        "non-referable: they are part of a real screening population)")
+                   help="odir layout, or a manifest with a category column: leave out the eyes with another eye "
+                        "disease and no DR (kept by default as non-referable: they are part of a real screening "
+                        "population)")
     g.add_argument("--no-augment", action="store_true", help="switch off the geometric/photometric augmentation")
     g.add_argument("--no-color-jitter", action="store_true",
                    help="keep the geometric augmentation but switch off the photometric one (contrast, colour "
@@ -83,6 +84,19 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g.add_argument("--workers", type=int, default=None,
                    help="DataLoader worker processes (default: on CUDA cores - 1 up to 8, where images are decoded "
                         "per step; on the CPU 0)")
+    g.add_argument("--cache-dir", default=None,
+                   help="where the preprocessed images are kept (default: <out>/cache); runs on the same images "
+                        "can share one")
+    g.add_argument("--source-weight", action="append", default=[], metavar="SOURCE=WEIGHT",
+                   help="a manifest with a source column: that source's share of the training draws (give one per "
+                        "source, e.g. --source-weight odir=0.5 --source-weight eyepacs=0.5; normalised to sum to "
+                        "1); without it every training image is drawn once an epoch")
+    g.add_argument("--exclude-copy", action="append", default=[], metavar="COPY",
+                   help="leave the images of this copy (the manifest's copy column, e.g. stretched-256) out of "
+                        "every split")
+    g.add_argument("--train-only-copy", action="append", default=[], metavar="COPY",
+                   help="train on the images of this copy but leave them out of validation and test (the patient "
+                        "split is made first, so validation and test patients do not change)")
     g.add_argument("--weights-dtype", choices=("fp32", "fp16"), default=d.weights_dtype,
                    help="artifact storage of μ and ρ (fp16: calibrated after the cast, rounding/sd ratio in the card)")
     m = p.add_argument_group("model")
@@ -171,6 +185,34 @@ def _parse_prior(text: str) -> dict[str, object]:
     raise SystemExit(f"--prior: unknown prior {text!r}; expected unit_gaussian or scale_mixture:PI,SIGMA1,SIGMA2")
 
 
+def _parse_weights(items: list[str]) -> dict[str, float] | None:
+    """``["odir=0.5", "eyepacs=0.5"]`` -> ``{"odir": 0.5, "eyepacs": 0.5}``; None when none are given."""
+    weights: dict[str, float] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            weights[name.strip()] = float(value)
+        except ValueError:
+            raise SystemExit(f"--source-weight: expected SOURCE=WEIGHT, got {item!r}") from None
+        if not name.strip() or not weights[name.strip()] > 0:
+            raise SystemExit(f"--source-weight: expected SOURCE=WEIGHT with a positive weight, got {item!r}")
+    return weights or None
+
+
+def _add_manifest(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    m = sub.add_parser("manifest", help="write one manifest CSV of several sources (ODIR-5K, EyePACS)",
+                       description="Write a --layout manifest CSV holding the eyes of several sources, each row "
+                                   "naming its source (and, for EyePACS, its copy): training.data.sources. Every "
+                                   "copy is written; a recipe leaves one out with --exclude-copy or keeps it for "
+                                   "training only with --train-only-copy.",
+                       formatter_class=_HelpFormatter)
+    m.add_argument("--odir", default=None, help="the ODIR-5K folder holding labels.csv and images/")
+    m.add_argument("--eyepacs", default=None, help="the EyePACS folder holding labels.csv and images/")
+    m.add_argument("--exclude-other-disease", action="store_true",
+                   help="ODIR: leave out the eyes with another eye disease and no DR")
+    m.add_argument("--out", required=True, help="the CSV to write (image paths are stored relative to it)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="radscreen-train", description=__doc__, formatter_class=_HelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -188,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ungradable-fraction", type=float, default=0.08, help="share of deliberately ungradable images")
     s.add_argument("--workers", type=int, default=2, help="worker processes")
     _add_fit(sub)
+    _add_manifest(sub)
     e = sub.add_parser("evaluate", help="evaluate an artifact's serving draws on a labelled data set",
                        description="Score a labelled data set with the artifact's fixed serving draws and write "
                                    "evaluation.json and PNG plots (referral curves, reliability, MI histogram).",
@@ -212,13 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _fit(args: argparse.Namespace) -> int:
-    from models.cpu import detect_cpu
-    from training.data.prepare import prepare_data
-    from training.finalise import finalise_run, summary_lines
-    from training.loop import Trainer
-
-    config = TrainConfig(
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The ``TrainConfig`` of parsed ``fit`` arguments."""
+    return TrainConfig(
         data=args.data, layout=args.layout, out=args.out, artifact=args.artifact, name=args.name,
         version=args.version, model=args.model, width=args.width, input_size=args.input_size,
         rho_init=args.rho_init, prior=_parse_prior(args.prior), epochs=args.epochs, nll_epochs=args.nll_epochs,
@@ -236,7 +275,18 @@ def _fit(args: argparse.Namespace) -> int:
         lr_schedule=args.lr_schedule, lr_step_epochs=args.lr_step_epochs, lr_gamma=args.lr_gamma,
         lr_warmup_steps=args.lr_warmup_steps,
         select_by=args.select_by, grad_sd_samples=args.grad_sd_samples, weights_dtype=args.weights_dtype,
-        preprocessing=PREPROCESSING_BY_NAME[args.preprocessing], init_from=args.init_from)
+        preprocessing=PREPROCESSING_BY_NAME[args.preprocessing], init_from=args.init_from,
+        source_weights=_parse_weights(args.source_weight), exclude_copies=tuple(args.exclude_copy),
+        train_only_copies=tuple(args.train_only_copy), cache_dir=args.cache_dir)
+
+
+def _fit(args: argparse.Namespace) -> int:
+    from models.cpu import detect_cpu
+    from training.data.prepare import prepare_data
+    from training.finalise import finalise_run, summary_lines
+    from training.loop import Trainer
+
+    config = config_from_args(args)
     # before any data is read: a precision this machine cannot run natively stops here
     trainer = Trainer(config, progress=not args.no_progress, cpu=detect_cpu(override=args.native_bf16))
     config = trainer.config  # precision 'auto' resolved: the card names what ran
@@ -268,6 +318,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from training.data.dataset import ManifestDataset
     from training.data.prepare import read_rows
     from training.evaluation import evaluate_predictions, write_report
+    from training.evaluation.by_source import report_by_source
     from training.predict import mc_probabilities
 
     artifact = load_artifact(args.artifact)
@@ -283,6 +334,11 @@ def _evaluate(args: argparse.Namespace) -> int:
                                   decision_threshold=artifact.calibration.decision_threshold,
                                   referral_threshold_mi=artifact.calibration.referral_threshold_mi)
     paths = write_report(report, args.out)
+    by_source = Path(args.out) / "by_source.json"
+    if report_by_source(probs, labels, rows, by_source, n_bootstrap=args.n_bootstrap,
+                        decision_threshold=artifact.calibration.decision_threshold,
+                        referral_threshold_mi=artifact.calibration.referral_threshold_mi) is not None:
+        paths["by_source"] = by_source  # a manifest with a source column: the figures per source as well
     print(json.dumps(_evaluation_summary(report.calibration_summary(), data=args.data, images=len(rows),
                                          listed=listed), indent=2))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
@@ -334,13 +390,26 @@ def _synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _manifest(args: argparse.Namespace) -> int:
+    from training.data.sources import build_sources_manifest, source_counts, write_sources_manifest
+
+    rows = build_sources_manifest(odir=Path(args.odir) if args.odir else None,
+                                  eyepacs=Path(args.eyepacs) if args.eyepacs else None,
+                                  include_other_disease=not args.exclude_other_disease)
+    path = write_sources_manifest(rows, Path(args.out))
+    print(json.dumps(source_counts(rows), indent=2))
+    print(f"wrote {path} ({len(rows)} eyes)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # the model card records the command that was actually run
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handlers = {"synth": _synth, "fit": _fit, "evaluate": _evaluate, "export": _export, **LEASE_HANDLERS}
+    handlers = {"synth": _synth, "fit": _fit, "evaluate": _evaluate, "export": _export, "manifest": _manifest,
+                **LEASE_HANDLERS}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:  # Ctrl-C: fit resumes from its last checkpoint (every --checkpoint-every steps)

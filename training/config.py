@@ -85,6 +85,12 @@ class TrainConfig:
     grad_sd_samples: int = 8  # MC gradient estimates for the per-epoch SD of the NLL gradient (0: off)
     weights_dtype: WeightsDtype = "fp32"  # artifact storage of μ and ρ; fp16 rounding is measured in the card
     init_from: str | None = None  # artifact directory whose posterior the run starts from (training.warm_start)
+    # --- several sources (a manifest with a "source" column: training.data.sources) ---
+    # each source's share of the training draws (training.data.sampler); None: every image once an epoch
+    source_weights: dict[str, float] | None = None
+    exclude_copies: tuple[str, ...] = ()  # image copies left out of every split (e.g. EyePACS "stretched-256")
+    train_only_copies: tuple[str, ...] = ()  # image copies trained on but left out of validation and test
+    cache_dir: str | None = None  # where preprocessed images are kept (default: <out>/cache)
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -111,6 +117,11 @@ class TrainConfig:
                 self.checkpoint_minutes is not None and self.checkpoint_minutes <= 0):
             raise ValueError(f"checkpoint_every must be >= 1 and checkpoint_minutes > 0 (or unset), got "
                              f"{self.checkpoint_every} and {self.checkpoint_minutes}.")
+        if set(self.exclude_copies) & set(self.train_only_copies):
+            raise ValueError(f"a copy cannot be both excluded and train-only: "
+                             f"{sorted(set(self.exclude_copies) & set(self.train_only_copies))}")
+        if self.source_weights is not None and any(not v > 0 for v in self.source_weights.values()):
+            raise ValueError(f"source weights must be positive, got {self.source_weights}")
         if self.grad_sd_samples == 1 or self.grad_sd_samples < 0:
             raise ValueError(f"grad_sd_samples must be 0 (off) or >= 2, got {self.grad_sd_samples}.")
 
@@ -136,7 +147,8 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["split"] = list(self.split)
+        for name in ("split", "exclude_copies", "train_only_copies"):
+            d[name] = list(getattr(self, name))
         return d
 
     @classmethod
@@ -149,8 +161,9 @@ class TrainConfig:
         d.setdefault("head_draws", 1)  # a run saved before head draws existed was scored with the plain K draws
         d.setdefault("color_jitter", False)  # runs saved before photometric augmentation existed trained without it
         d.setdefault("frame_cuts", False)  # likewise for the framing augmentation
-        if "split" in d:
-            d["split"] = tuple(d["split"])
+        for name in ("split", "exclude_copies", "train_only_copies"):
+            if name in d:
+                d[name] = tuple(d[name])
         return cls(**d)
 
     def save(self, path: Path) -> None:
@@ -165,6 +178,6 @@ class TrainConfig:
         finished run is served: ``head_draws`` only changes the final scoring, never a training step)."""
         d = self.to_dict()
         for k in ("epochs", "artifact", "workers", "n_bootstrap", "out", "weights_dtype", "head_draws",
-                  "cache_images", "max_missed_share", "checkpoint_every", "checkpoint_minutes"):
+                  "cache_images", "max_missed_share", "checkpoint_every", "checkpoint_minutes", "cache_dir"):
             d.pop(k)
         return d

@@ -58,7 +58,21 @@ def rho_shift(model: nn.Module, rho_init: float | Mapping[str, Tensor]) -> dict[
     origin = (torch.cat([rho_init[n].detach().flatten().double().to(rhos.device) for n, _ in named])
               if isinstance(rho_init, Mapping) else rho_init)
     shift = (rhos - origin).abs()
-    return {"rho_shift_mean": float(shift.mean()), "rho_shift_max": float(shift.max())}
+    out = {"rho_shift_mean": float(shift.mean()), "rho_shift_max": float(shift.max())}
+    layers: dict[str, list[Tensor]] = {}
+    for (name, _), part in zip(named, torch.split(shift, [r.numel() for _, r in named]), strict=True):
+        layers.setdefault(name.rsplit(".", 1)[0] if "." in name else "layer", []).append(part)
+    out.update({f"rho_shift/{layer}": float(torch.cat(parts).mean()) for layer, parts in layers.items()})
+    return out
+
+
+def layer_budget_ratios(shift: Mapping[str, float], rho_budget: float) -> dict[str, float]:
+    """``rho_ratio/<layer>``: each layer's mean |ρ − ρ0| over the step budget (issue of σ per layer: a layer
+    whose ratio stays near 1 was still moving at Adam's full speed; one well below has found its level)."""
+    if rho_budget <= 0:
+        return {}
+    return {f"rho_ratio/{key.split('/', 1)[1]}": value / rho_budget for key, value in shift.items()
+            if key.startswith("rho_shift/")}
 
 
 def budget_ratio(shift_mean: float | None, rho_budget: float) -> float | None:

@@ -21,7 +21,9 @@ from training.config import TrainConfig
 from training.data.manifest import ManifestRow
 from training.data.prepare import PreparedData, prepare_data
 from training.data.shards import read_index
+from training.data.sources import EYEPACS, ODIR
 from training.evaluation import EvaluationReport, evaluate_predictions, write_report
+from training.evaluation.by_source import report_by_source
 from training.evaluation.ensemble import DRAWS_FILENAME, save_draws
 from training.evaluation.operating_point import OperatingPoint, outcome_shares, screening_operating_point
 from training.evaluation.uncertainty import mc_uncertainty
@@ -50,7 +52,41 @@ ODIR_DESCRIPTION = (
 )
 
 
-def _dataset_description(config: TrainConfig) -> tuple[str, bool, str | None]:
+EYEPACS_DESCRIPTION = (
+    "EyePACS (the Kaggle Diabetic Retinopathy Detection 2015 training part, California screening programme; "
+    "non-commercial research use). The programme's own per-eye grades 0-4"
+)
+SOURCE_DESCRIPTIONS = {ODIR: ODIR_DESCRIPTION, EYEPACS: EYEPACS_DESCRIPTION}
+
+
+def sources_description(config: TrainConfig, rows: Sequence[ManifestRow]) -> str:
+    """The data of a multi-source manifest: each source, its eyes, how its copies were used, and the sampling
+    weights (or that every image was drawn once an epoch)."""
+    parts = []
+    for name in sorted({row.source or "unnamed" for row in rows}):
+        mine = [row for row in rows if (row.source or "unnamed") == name]
+        copies = sorted({row.copy for row in mine if row.copy})
+        text = f"{SOURCE_DESCRIPTIONS.get(name, name)}: {len(mine)} eyes"
+        if copies:
+            text += " (copies: " + ", ".join(_copy_use(copy, config) for copy in copies) + ")"
+        parts.append(text)
+    weights = (", ".join(f"{k} {v:g}" for k, v in sorted(config.source_weights.items()))
+               if config.source_weights else None)
+    return ("; ".join(parts) + ". Referable = grade >= 2 (moderate NPDR or worse) for every source; patients split "
+            "within each source. Sampling weights by source: "
+            + (f"{weights} (each source's share of the training draws)" if weights else
+               "none (every training image drawn once an epoch)"))
+
+
+def _copy_use(copy: str, config: TrainConfig) -> str:
+    if copy in config.exclude_copies:
+        return f"{copy} left out"
+    if copy in config.train_only_copies:
+        return f"{copy} in training only"
+    return f"{copy} in every split"
+
+
+def _dataset_description(config: TrainConfig, rows: Sequence[ManifestRow] = ()) -> tuple[str, bool, str | None]:
     """(description, synthetic?, the command that regenerates the data set or None).
 
     Names the data set, never a path on the training machine (the card travels with the artifact). Packed
@@ -64,6 +100,8 @@ def _dataset_description(config: TrainConfig) -> tuple[str, bool, str | None]:
         return f"{description} (packed shards)", synthetic, command
     info = Path(config.data) / "dataset.json"
     meta = json.loads(info.read_text()) if config.layout == "synthetic" and info.is_file() else None
+    if any(row.source for row in rows):
+        return sources_description(config, rows), False, None
     return _describe(config.layout, meta, config.include_other_disease, Path(config.data).name)
 
 
@@ -122,6 +160,14 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         write_report(report, run_dir / f"eval_{split}")
         return report
 
+    def per_source(split: str, probs: Any, labels: Any, report: EvaluationReport) -> dict[str, Any] | None:
+        """The split's figures per source (and per copy) beside the pooled ones, at the pooled thresholds."""
+        return report_by_source(probs, labels, (data.val if split == "val" else data.test).rows,
+                                run_dir / f"eval_{split}" / "by_source.json", n_bootstrap=config.n_bootstrap,
+                                seed=config.seed, target_referral_rate=config.target_referral_rate,
+                                decision_threshold=report.decision_threshold,
+                                referral_threshold_mi=float(report.referral_threshold.threshold))
+
     val_probs, val_labels = score("val")
     operating: OperatingPoint | None = None
     referral_threshold_mi: float | None = None
@@ -133,11 +179,13 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         referral_threshold_mi, decision = operating.referral_threshold_mi, operating.decision_threshold
     val = evaluate("val", val_probs, val_labels, referral_threshold_mi, decision)
     val_summary = val.calibration_summary()
+    sources: dict[str, Any] = {"val": per_source("val", val_probs, val_labels, val)}
     test = None
     test_shares: dict[str, float] | None = None
     if len(data.test) > 1:
         test_probs, test_labels = score("test")
         test = evaluate("test", test_probs, test_labels, val_summary["referral_threshold_mi"], decision)
+        sources["test"] = per_source("test", test_probs, test_labels, test)
         if operating is not None:
             unc = mc_uncertainty(test_probs)
             test_shares = outcome_shares(unc.probability, unc.mutual_information, test_labels,
@@ -147,7 +195,8 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         log.warning("%s is a baseline without fixed posterior draws: reports written, no serving artifact",
                     config.model)
         return FinalResult(None, None, val, test)
-    description, synthetic, data_command = _dataset_description(config)
+    description, synthetic, data_command = _dataset_description(
+        config, [*data.train.rows, *data.val.rows, *data.test.rows])
     validation: dict[str, Any] = {**val_summary["validation"],
                                   "test": test.calibration_summary()["validation"] if test else None}
     if operating is not None:
@@ -172,7 +221,8 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         train_seconds=train_seconds, synthetic=synthetic, n_parameters=count_parameters(model),
         posterior_sigma=mean_posterior_sigma(model), best_epoch=_best_epoch(history, config),
         storage=storage_line(rounding, config.weights_dtype), init=load_init_record(run_dir),
-        operating=operating.as_dict() if operating is not None else None, operating_test=test_shares)
+        operating=operating.as_dict() if operating is not None else None, operating_test=test_shares,
+        by_source=sources if sources["val"] is not None else None)
     art_config = ArtifactConfig(
         name=config.name, version=config.version, architecture=model.config, mean=data.mean, std=data.std,
         posterior=model.config.layer, prior=dict(config.prior), draw_seed=config.draw_seed,

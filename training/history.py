@@ -18,9 +18,10 @@ CURVES_PNG = "training_curves.png"
 
 
 def write_history(run_dir: Path, history: list[dict[str, Any]]) -> None:
-    """Write the rows as JSON and CSV (the first row's columns) and plot them."""
+    """Write the rows as JSON and CSV (every row's columns, in the order first seen; a column a row lacks, such
+    as the per-layer Δρ ratio before the first ELBO step, is left empty) and plot them."""
     (run_dir / HISTORY_FILE).write_text(json.dumps(history, indent=2) + "\n")
-    columns = list(history[0])
+    columns = list(dict.fromkeys(key for row in history for key in row))
     with (run_dir / "history.csv").open("w", newline="") as f:  # the one CSV rule: models.csv_cells
         write_csv(f, columns, ([row.get(c) for c in columns] for row in history))
     plot_training_curves(history, run_dir / CURVES_PNG)

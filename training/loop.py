@@ -29,6 +29,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -56,9 +57,11 @@ from training.checkpoint import TrainState, load_checkpoint, restore, save_check
 from training.config import Precision, TrainConfig
 from training.data.augment import augment_batch, color_jitter, frame_cuts, normalise
 from training.data.prepare import PreparedData, prepare_data
+from training.data.sampler import weighted_order
 from training.device_data import DeviceSums, ResidentPixels, StepResult, epoch_batches, loader_workers
-from training.diagnostics import budget_ratio, nll_gradient_sd, rho_shift, sigma_stats
+from training.diagnostics import budget_ratio, layer_budget_ratios, nll_gradient_sd, rho_shift, sigma_stats
 from training.elbo import elbo_loss
+from training.evaluation.by_source import per_source_metrics
 from training.history import write_history
 from training.optim import RHO_GROUP, apply_schedule, build_optimizer, group_lr
 from training.predict import mc_probabilities
@@ -96,8 +99,12 @@ def build_model(config: TrainConfig) -> nn.Module:
     return create_model(config.model, width=config.width, input_size=config.input_size, rho_init=config.rho_init)
 
 
-def _batches(n: int, config: TrainConfig, epoch: int) -> list[list[int]]:
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(derived_seed(config.seed, epoch, 1)))
+def _batches(n: int, config: TrainConfig, epoch: int, sources: Sequence[str | None] = ()) -> list[list[int]]:
+    """The epoch's batches of training indices: a permutation, or with ``source_weights`` each source's share
+    of the draws set by its weight (``training.data.sampler``); a pure function of (seed, epoch)."""
+    generator = torch.Generator().manual_seed(derived_seed(config.seed, epoch, 1))
+    order = (weighted_order(sources, config.source_weights, generator) if config.source_weights
+             else torch.randperm(n, generator=generator))
     batches = [order[i:i + config.batch_size].tolist() for i in range(0, n, config.batch_size)]
     return batches[: config.max_steps_per_epoch] if config.max_steps_per_epoch else batches
 
@@ -251,7 +258,7 @@ class Trainer:
         cfg, state = self.config, run.state
         means_only = state.epoch < cfg.nll_epochs
         apply_schedule(run.optimizer, cfg, state.epoch)
-        batches = _batches(len(data.train), cfg, state.epoch)
+        batches = _batches(len(data.train), cfg, state.epoch, [row.source for row in data.train.rows])
         sums = DeviceSums(state.epoch_sums or {"nll": 0.0, "kl": 0.0, "correct": 0.0, "n": 0.0, "steps": 0.0},
                           self.device)
         # an epoch resumed mid-way counts the time its earlier calls spent on the steps they checkpointed
@@ -353,7 +360,7 @@ class Trainer:
                 probs, labels = mc_probabilities(run.model, data.val, mean=data.mean, std=data.std,
                                                  draws=ServingDraws(cfg.eval_samples, cfg.draw_seed),
                                                  workers=loader_workers(cfg.workers, self.device))
-            metrics = validation_metrics(probs, labels)
+            metrics = {**validation_metrics(probs, labels), **per_source_metrics(probs, labels, data.val.rows)}
         else:  # not validated this epoch (val_every): no score, so it cannot be chosen as the best
             metrics = {"val_nll": float("nan"), "val_accuracy": float("nan"), "val_auc": float("nan")}
         row = {**metrics, **self._posterior_diagnostics(run, len(data.train), epoch)}
@@ -391,6 +398,7 @@ class Trainer:
         shift = rho_shift(model, self.rho_origin)
         out.update({"kl_per_example": kl_n, "rho_budget": rho_budget, **shift,
                     "rho_budget_ratio": budget_ratio(shift.get("rho_shift_mean"), rho_budget),
+                    **layer_budget_ratios(shift, rho_budget),
                     **sigma_stats(model)})
         return out
 

@@ -58,7 +58,8 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
                       synthetic: bool, n_parameters: int, posterior_sigma: float | None = None,
                       best_epoch: int | None = None, storage: str | None = None,
                       init: InitSource | None = None, operating: dict[str, Any] | None = None,
-                      operating_test: dict[str, Any] | None = None) -> str:
+                      operating_test: dict[str, Any] | None = None,
+                      by_source: dict[str, dict[str, Any] | None] | None = None) -> str:
     val = val_summary.get("validation", {})
     sigma0 = init.sigma_mean if init is not None and init.sigma_mean is not None else softplus(config.rho_init)
     lines = [
@@ -88,7 +89,8 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         f"- Source: {dataset.get('description', config.data)}",
         *([f"- Regenerate: `{dataset['command']}`"] if dataset.get("command") else []),
         f"- Images: train {dataset.get('n_train')}, validation {dataset.get('n_val')}, test {dataset.get('n_test')} "
-        f"(patient-level split {list(config.split)}, split seed {config.effective_split_seed}, "
+        f"(patient-level split {list(config.split)}{' within each source' if by_source else ''}, "
+        f"split seed {config.effective_split_seed}, "
         f"weight seed {config.seed}; ungradable images "
         f"{'excluded' if config.gradable_only else 'included'}).",
         "",
@@ -136,11 +138,17 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
                 f"{_pct(float(k))} -> {_num(v)}" for k, v in sorted(at.items())))
     if operating is not None:
         lines += ["", *operating_point_lines(operating, operating_test)]
+    if by_source:
+        lines += ["", *by_source_lines(by_source)]
     if history:
         lines += ["", "## Training log (last epoch)", *last_epoch_lines(history[-1])]
     lines += ["", "## Limitations",
               "- Synthetic images differ from real fundus photographs in countless ways; performance on real "
-              "data is unknown." if synthetic else "- Trained and tested on one source (see Training data): its "
+              "data is unknown." if synthetic else
+              "- Trained and tested on the sources named under Training data (figures per source above): their "
+              "populations, cameras and labelling; other programmes' photographs may score differently. Labels "
+              "mapped from clinical keywords are noisy." if by_source else
+              "- Trained and tested on one source (see Training data): its "
               "population, cameras and labelling; other programmes' photographs may score differently. Labels "
               "mapped from clinical keywords are noisy.",
               "- Binary referable/non-referable output only; no lesion localisation; no macular-oedema grading.",
@@ -167,6 +175,24 @@ def operating_point_lines(op: dict[str, Any], test: dict[str, Any] | None) -> li
                      f"no_referable_dr, {_pct(test['auto_negative_share'])} of non-referable eyes answered "
                      f"no_referable_dr, {_pct(test['uncertain_share'])} deferred, {_pct(test['referred_share'])} "
                      "referred (every image scored; the service's quality gate comes on top).")
+    return lines
+
+
+def by_source_lines(by_source: dict[str, dict[str, Any] | None]) -> list[str]:
+    """Validation and test per source (and per copy) beside the pooled figures, at the pooled thresholds
+    (``training.evaluation.by_source``)."""
+    lines = ["## Per source",
+             "Every figure at the thresholds set on the pooled validation images; a source whose referable eyes "
+             "are answered no_referable_dr more often than the pooled rule allows is visible here.", "",
+             "| split | group | eyes | referable | AUC | ECE | referable answered no_referable_dr | "
+             "non-referable answered no_referable_dr | deferred as uncertain |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for split, label in (("val", "validation"), ("test", "test")):
+        for group, row in (by_source.get(split) or {}).items():
+            out = row.get("outcomes", {})
+            lines.append(f"| {label} | {group} | {row.get('n_images')} | {row.get('n_referable')} | "
+                         f"{_num(row.get('auc'))} | {_num(row.get('ece'))} | {_pct(out.get('missed_share'))} | "
+                         f"{_pct(out.get('auto_negative_share'))} | {_pct(out.get('uncertain_share'))} |")
     return lines
 
 
@@ -241,17 +267,23 @@ def last_epoch_lines(row: dict[str, Any]) -> list[str]:
     The per-layer keys ``sigma/<layer>/<stat>`` of the history become one row per layer instead of a
     single line of every statistic of every layer.
     """
-    scalars = [(k, v) for k, v in row.items() if not k.startswith("sigma/") and v is not None]
+    per_layer = ("sigma/", "rho_shift/", "rho_ratio/")
+    scalars = [(k, v) for k, v in row.items() if not k.startswith(per_layer) and v is not None]
     layers: dict[str, dict[str, Any]] = {}
     for key, value in row.items():
         if key.startswith("sigma/") and key.count("/") == 2:
             _, layer, stat = key.split("/")
             layers.setdefault(layer, {})[stat] = value
+        elif key.startswith("rho_ratio/"):
+            layers.setdefault(key.split("/", 1)[1], {})["ratio"] = value
+    if "rho_budget_ratio" in row and "all" in layers:
+        layers["all"]["ratio"] = row["rho_budget_ratio"]
     lines = ["", "| field | value |", "| --- | --- |", *(f"| {k} | {_fmt(v)} |" for k, v in scalars)]
     if layers:
-        lines += ["", "| layer | σ mean | σ 5 % | σ 50 % | σ 95 % |", "| --- | --- | --- | --- | --- |"]
+        lines += ["", f"| layer | σ mean | σ 5 % | σ 50 % | σ 95 % | Δρ/(lr·steps) (σ set by the optimiser above "
+                  f"{OPTIMISER_LIMIT}) |", "| --- | --- | --- | --- | --- | --- |"]
         for layer, stats in layers.items():
             name = "all weights" if layer == "all" else layer
-            cells = " | ".join(_fmt(stats.get(q, "-")) for q in ("mean", "q05", "q50", "q95"))
+            cells = " | ".join(_fmt(stats.get(q, "-")) for q in ("mean", "q05", "q50", "q95", "ratio"))
             lines.append(f"| {name} | {cells} |")
     return lines

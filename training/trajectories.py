@@ -55,7 +55,16 @@ def summary(label: str, history: list[dict[str, Any]]) -> str:
             f"train NLL {first_elbo['train_nll']:.3f} -> {last['train_nll']:.3f}, "
             f"KL/N {first_elbo['kl_per_example']:.4g} -> {last['kl_per_example']:.4g}, "
             f"grad SD(μ) {first_elbo['grad_sd_mu']:.3g} -> {last['grad_sd_mu']:.3g}, "
-            f"Δρ/(lr·steps) {last['rho_budget_ratio']:.3f}")
+            f"Δρ/(lr·steps) {last['rho_budget_ratio']:.3f}" + _layer_ratios(last))
+
+
+def _layer_ratios(row: dict[str, Any]) -> str:
+    """The per-layer Δρ/(lr·steps) range of a history row (``rho_ratio/<layer>``), or nothing for older runs."""
+    ratios = {k.split("/", 1)[1]: float(v) for k, v in row.items() if k.startswith("rho_ratio/") and v is not None}
+    if not ratios:
+        return ""
+    low, high = min(ratios, key=ratios.__getitem__), max(ratios, key=ratios.__getitem__)
+    return f" (per layer {ratios[low]:.3f} {low} to {ratios[high]:.3f} {high})"
 
 
 def main(argv: list[str] | None = None) -> int:

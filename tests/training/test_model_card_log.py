@@ -1,4 +1,4 @@
-"""The model card's last-epoch log is a table: scalars one per row, σ one row per layer."""
+"""The model card's last-epoch log is a table: scalars one per row, σ and Δρ/(lr·steps) one row per layer."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ def test_last_epoch_log_is_a_scalar_table_and_a_per_layer_sigma_table() -> None:
     row = {"epoch": 3, "phase": "elbo", "train_nll": 0.54971, "grad_sd_rho": None,
            "sigma/features.0/mean": 0.0213, "sigma/features.0/q05": 0.02129, "sigma/features.0/q50": 0.02131,
            "sigma/features.0/q95": 0.02132, "sigma/head/mean": 0.02128, "sigma/head/q05": 0.02123,
-           "sigma/head/q50": 0.0213, "sigma/head/q95": 0.02132, "sigma/all/mean": 0.0213}
+           "sigma/head/q50": 0.0213, "sigma/head/q95": 0.02132, "sigma/all/mean": 0.0213,
+           "rho_shift/features.0": 0.4, "rho_ratio/features.0": 0.5, "rho_shift/head": 0.8, "rho_ratio/head": 1.0,
+           "rho_budget_ratio": 0.75}
     assert last_epoch_lines(row) == [
         "",
         "| field | value |",
@@ -17,12 +19,13 @@ def test_last_epoch_log_is_a_scalar_table_and_a_per_layer_sigma_table() -> None:
         "| epoch | 3 |",
         "| phase | elbo |",
         "| train_nll | 0.5497 |",
+        "| rho_budget_ratio | 0.75 |",
         "",
-        "| layer | σ mean | σ 5 % | σ 50 % | σ 95 % |",
-        "| --- | --- | --- | --- | --- |",
-        "| features.0 | 0.0213 | 0.02129 | 0.02131 | 0.02132 |",
-        "| head | 0.02128 | 0.02123 | 0.0213 | 0.02132 |",
-        "| all weights | 0.0213 | - | - | - |",
+        "| layer | σ mean | σ 5 % | σ 50 % | σ 95 % | Δρ/(lr·steps) (σ set by the optimiser above 0.9) |",
+        "| --- | --- | --- | --- | --- | --- |",
+        "| features.0 | 0.0213 | 0.02129 | 0.02131 | 0.02132 | 0.5 |",
+        "| head | 0.02128 | 0.02123 | 0.0213 | 0.02132 | 1 |",
+        "| all weights | 0.0213 | - | - | - | 0.75 |",
     ]
 
 

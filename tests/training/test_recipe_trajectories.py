@@ -31,6 +31,15 @@ def test_summarises_from_the_first_elbo_epoch_and_writes_a_png(tmp_path: Path,
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_summary_names_the_per_layer_ratio_range(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _run(tmp_path, "a", [0.02, 0.03, 0.05])
+    rows = json.loads((run / "history.json").read_text())
+    rows[-1].update({"rho_ratio/features.0": 0.31, "rho_ratio/features.28": 0.97, "rho_ratio/head": 0.6})
+    (run / "history.json").write_text(json.dumps(rows))
+    assert main([str(run), "--out", str(tmp_path / "fig.png")]) == 0
+    assert "Δρ/(lr·steps) 0.500 (per layer 0.310 features.0 to 0.970 features.28)" in capsys.readouterr().out
+
+
 def test_refuses_a_folder_without_history(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"no history\.json"):
         main([str(tmp_path), "--out", str(tmp_path / "x.png")])

@@ -60,6 +60,8 @@ class ManifestRow:
     row_no: int
     gradable: bool = True
     category: str | None = None  # the data set's own category (ODIR: normal_fundus, dr_keyword, other_non_dr)
+    source: str | None = None  # the programme the eye comes from (multi-source manifests: "odir", "eyepacs")
+    copy: str | None = None  # which copy of that source's images (EyePACS: "natural-1024", "stretched-256")
 
     @property
     def referable(self) -> bool:
@@ -93,6 +95,7 @@ class _Layout:
     identify: Callable[[str, dict[str, str]], tuple[str, str | None]]  # (image name, record) -> (patient, eye)
     required: tuple[str, ...] = field(default=())
     category_column: str | None = None  # copied into ManifestRow.category when set
+    optional: tuple[str, ...] = ()  # copied into the ManifestRow field of the same name when the CSV has them
 
 
 def _verify_image(path: Path) -> str | None:
@@ -170,8 +173,10 @@ def _read(
             category = None
             if layout.category_column is not None:
                 category = record[layout.category_column].strip() or None
+            extra = {column: (record.get(column) or "").strip() or None for column in layout.optional}
             rows.append(ManifestRow(path=path, grade=grade, patient_id=patient, eye=eye, row_no=line,
-                                    category=category))
+                                    category=extra.get("category", category), source=extra.get("source"),
+                                    copy=extra.get("copy")))
     if skipped:
         reasons = Counter(s.reason for s in skipped)
         logger.warning(
@@ -239,7 +244,9 @@ def read_manifest(
     """Any CSV with an image path and a grade column; patient id and eye columns are used when present.
 
     Paths are relative to ``image_dir`` (default: the CSV's folder) unless absolute. Without a patient
-    column, each image is its own patient.
+    column, each image is its own patient. Optional ``source``, ``copy`` and ``category`` columns (a
+    multi-source manifest, ``training.data.sources``) are kept on each row; a patient id is unique within
+    its source, so the splits are made per source (``training.data.splits.split_by_source``).
     """
 
     def identify(name: str, record: dict[str, str]) -> tuple[str, str | None]:
@@ -247,7 +254,7 @@ def read_manifest(
         eye = (record.get(eye_column) or "").strip() or None
         return patient, eye
 
-    layout = _Layout(path_column, grade_column, None, identify)
+    layout = _Layout(path_column, grade_column, None, identify, optional=("source", "copy", "category"))
     return _read(csv_path, image_dir, layout, on_error=on_error, verify_images=verify_images)
 
 

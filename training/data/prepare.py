@@ -20,9 +20,18 @@ from pathlib import Path
 
 from training.config import TrainConfig
 from training.data.dataset import ManifestDataset, channel_stats
-from training.data.manifest import Manifest, read_aptos, read_eyepacs, read_manifest, read_odir, read_synthetic
+from training.data.manifest import (
+    OTHER_DISEASE,
+    Manifest,
+    read_aptos,
+    read_eyepacs,
+    read_manifest,
+    read_odir,
+    read_synthetic,
+)
 from training.data.shards import read_shards
-from training.data.splits import DataSplit, split_by_patient
+from training.data.sources import keep_copies
+from training.data.splits import DataSplit, split_by_source
 from training.warm_start import input_statistics
 
 log = logging.getLogger(__name__)
@@ -51,7 +60,21 @@ def read_rows(config: TrainConfig) -> Manifest:
                          include_other_disease=config.include_other_disease)
     if config.layout == "shards":
         raise ValueError(f"{root}: packed shards carry their pixels; read them with prepare_data")
-    return read_manifest(root)
+    rows = read_manifest(root)
+    if config.include_other_disease:
+        return rows
+    kept = [row for row in rows if row.category != OTHER_DISEASE]  # a multi-source manifest keeps ODIR's category
+    return Manifest(kept, source=rows.source, skipped=rows.skipped)
+
+
+def source_split(rows: Manifest, config: TrainConfig) -> DataSplit:
+    """The patient split within each source (``split_by_source``), then the recipe's image copies: those in
+    ``exclude_copies`` leave every split, those in ``train_only_copies`` leave validation and test. The split is
+    made before the filters, so recipes that differ only in them share their validation and test patients."""
+    split = split_by_source(rows, config.split, seed=config.effective_split_seed)
+    evaluated = (*config.exclude_copies, *config.train_only_copies)
+    return DataSplit(keep_copies(split.train, config.exclude_copies), keep_copies(split.val, evaluated),
+                     keep_copies(split.test, evaluated))
 
 
 @dataclass
@@ -74,7 +97,7 @@ def prepare_data(config: TrainConfig, *, progress: bool = True) -> PreparedData:
     rows = packed.rows if packed is not None else read_rows(config)
     if rows.skipped:
         log.warning("%d manifest rows skipped: %s", len(rows.skipped), rows.skipped[:3])
-    split = split_by_patient(rows, config.split, seed=config.effective_split_seed)
+    split = source_split(rows, config)
     if not split.train or not split.val:
         raise ValueError(f"{config.data}: too few images for a train/validation split ({len(rows)} rows).")
     transform = config.image_transform()  # the artifact-to-be's: every image of the run goes through it
@@ -85,7 +108,8 @@ def prepare_data(config: TrainConfig, *, progress: bool = True) -> PreparedData:
             dataset.pixels = packed.pixels[[position[id(row)] for row in dataset.rows]]
     elif config.cache_images:  # preprocess once: decoding + FOV fit + local mean cost more than a step per image
         for dataset in (train, val, test):
-            dataset.use_cache(Path(config.out) / "cache", workers=max(config.workers or 0, 2), progress=progress)
+            dataset.use_cache(Path(config.cache_dir or Path(config.out) / "cache"), workers=max(config.workers or 0, 2),
+                              progress=progress)
     if config.init_from:  # a warm start keeps the input normalisation its weights were trained with
         mean, std = input_statistics(config.init_from, preprocessing=config.preprocessing)
     else:

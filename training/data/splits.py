@@ -31,6 +31,18 @@ def split_by_patient(
     Within each stratum (patients with / without a referable eye) patients are shuffled with
     ``seed`` and dealt out in turn to whichever split is furthest below its target image count.
     """
+    return _parts(rows, assign_sides(rows, fractions, seed))
+
+
+def _parts(rows: Sequence[ManifestRow], side: np.ndarray) -> DataSplit:
+    parts: tuple[list[ManifestRow], list[ManifestRow], list[ManifestRow]] = ([], [], [])
+    for i, row in enumerate(rows):
+        parts[int(side[i])].append(row)
+    return DataSplit(*parts)
+
+
+def assign_sides(rows: Sequence[ManifestRow], fractions: Sequence[float], seed: int) -> np.ndarray:
+    """The split of each row (0 train, 1 validation, 2 test), ``[len(rows)]``: :func:`split_by_patient`'s rule."""
     fr = np.asarray(fractions, dtype=np.float64)
     if fr.shape != (3,) or (fr < 0).any() or not np.isclose(fr.sum(), 1.0):
         raise ValueError(f"fractions must be 3 non-negative numbers summing to 1, got {list(fractions)}")
@@ -53,7 +65,24 @@ def split_by_patient(
             k = int(np.argmax(target - filled))  # the split with the largest shortfall
             filled[k] += len(members)
             assignment[members] = k
-    parts: tuple[list[ManifestRow], list[ManifestRow], list[ManifestRow]] = ([], [], [])
+    return assignment
+
+
+def split_by_source(
+    rows: Sequence[ManifestRow], fractions: Sequence[float] = (0.7, 0.15, 0.15), seed: int = 0
+) -> DataSplit:
+    """:func:`split_by_patient` within each ``source`` (rows without one form one group), joined back in row order.
+
+    A patient is the pair (source, patient_id): programmes number their patients independently, so patient 7
+    of ODIR and patient 7 of EyePACS are two people, each split with their own source. Every source gets about
+    ``fractions`` of its own images in each split, stratified by referable as :func:`split_by_patient` does,
+    with the same ``seed``; a source's assignment does not depend on the other sources, so a single-source
+    manifest splits exactly as before (and ODIR's eyes land where a model trained on ODIR alone put them).
+    """
+    groups: dict[str | None, list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
-        parts[int(assignment[i])].append(row)
-    return DataSplit(*parts)
+        groups[row.source].append(i)
+    side = np.zeros(len(rows), dtype=np.int64)
+    for members in groups.values():
+        side[members] = assign_sides([rows[i] for i in members], fractions, seed)
+    return _parts(rows, side)
