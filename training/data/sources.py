@@ -25,12 +25,12 @@ Example::
 
 from __future__ import annotations
 
-import csv
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from models.csv_cells import write_csv
 from training.data.manifest import Manifest, ManifestError, ManifestRow, _Layout, _read, read_odir
 
 ODIR, EYEPACS = "odir", "eyepacs"
@@ -83,14 +83,15 @@ def write_sources_manifest(rows: Sequence[ManifestRow], path: Path) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(path) as tmp, Path(tmp).open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(COLUMNS)
-        for row in rows:
-            image, folder = Path(row.path).resolve(), path.parent.resolve()
-            stored = image.relative_to(folder) if image.is_relative_to(folder) else image
-            writer.writerow([stored.as_posix(), row.grade, row.patient_id, row.eye or "", row.source or "",
-                             row.copy or "", row.category or ""])
+    folder = path.parent.resolve()
+
+    def stored(row: ManifestRow) -> str:
+        image = Path(row.path).resolve()
+        return (image.relative_to(folder) if image.is_relative_to(folder) else image).as_posix()
+
+    with atomic_write(path) as tmp, Path(tmp).open("w", newline="", encoding="utf-8") as f:  # the one CSV rule
+        write_csv(f, COLUMNS, ([stored(row), row.grade, row.patient_id, row.eye or "", row.source or "",
+                                row.copy or "", row.category or ""] for row in rows))
     return path
 
 
