@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +14,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.inference.loading import load_scorer
-from service.inference.prepare import PreparedImage
-from service.inference.scoring import ImageScore, Scorer
+from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
 from service.schemas import ModelIdentity, PredictionResponse, Timing
 from support.images import encode, fundus_like
 from support.live_server import live_server, settings_for, wait_until_ready
+from tests.helpers.gated_scorer import GatedScorer
 
 VOLATILE = ("request_id", "timing_ms")
 
@@ -247,25 +247,6 @@ def test_api_key_and_cors(tiny_artifact: Path) -> None:
             f"{base}/v1/predict", headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}
         )
         assert "access-control-allow-origin" not in evil.headers
-
-
-class GatedScorer(Scorer):
-    """The real tiny scorer, whose forwards wait for ``gate`` (makes queue states deterministic)."""
-
-    def __init__(self, inner: Scorer) -> None:
-        super().__init__(
-            backend=inner.backend,
-            pipeline=inner.pipeline,
-            model_identity=inner.model_identity,
-            calibration=inner.calibration,
-            model_card=inner.model_card,
-        )
-        self.gate, self.entered = threading.Event(), threading.Event()
-
-    def score_batch(self, images: Sequence[PreparedImage]) -> list[ImageScore]:
-        self.entered.set()
-        assert self.gate.wait(60)
-        return super().score_batch(images)
 
 
 def test_overload_answers_503_with_retry_after(tiny_artifact: Path) -> None:

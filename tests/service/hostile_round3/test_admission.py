@@ -40,7 +40,7 @@ from support.hostile_service import (
 from support.images import encode, fundus_like
 from support.live_server import live_server, settings_for
 from tests.helpers.dicom_files import op_dicom
-from tests.service.test_api import GatedScorer
+from tests.helpers.gated_scorer import GatedScorer
 
 PROBLEM = "application/problem+json"
 
