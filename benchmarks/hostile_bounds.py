@@ -28,7 +28,6 @@ import platform
 import resource
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -159,7 +158,7 @@ def _exam_body(parts: int, part_mib: float) -> tuple[bytes, str]:
 
 def _service(exams: int, parts: int, part_mib: float) -> None:
     from support.artifacts import build_tiny_artifact
-    from support.hostile_service import hostile_service, post, reset_peak_rss, rss_kib
+    from support.hostile_service import hostile_service, post, watch_rss
     from support.images import encode, fundus_like
 
     body, ctype = _exam_body(parts, part_mib)
@@ -169,25 +168,12 @@ def _service(exams: int, parts: int, part_mib: float) -> None:
         with hostile_service(artifact, Path(tmp) / "service.log", env) as svc:
             warm = post(svc, "/v1/predict", encode(fundus_like(1, size=128)), "image/png", "warm-0001")
             assert warm.status_code == 200, warm.text
-            base = rss_kib(svc.pid)["VmRSS"]
-            reset = reset_peak_rss(svc.pid)
-            samples: list[int] = []
-            stop = threading.Event()
-
-            def sample() -> None:
-                while not stop.wait(0.01):
-                    samples.append(rss_kib(svc.pid)["VmRSS"])
-
-            sampler = threading.Thread(target=sample, daemon=True)
-            sampler.start()
-            started = time.perf_counter()
-            with ThreadPoolExecutor(exams) as pool:
+            with watch_rss(svc.pid) as rss, ThreadPoolExecutor(exams) as pool:
+                started = time.perf_counter()
                 statuses = list(pool.map(lambda i: post(svc, "/v1/exams", body, ctype, f"exam-{i:04d}",
                                                          timeout=1800).status_code, range(exams)))
-            wall = time.perf_counter() - started
-            stop.set()
-            sampler.join(5)
-            peak = max([*samples, rss_kib(svc.pid)["VmHWM"] if reset else 0])
+                wall = time.perf_counter() - started
+            base, peak = rss.baseline, rss.peak()
     print(f"\nservice: {exams} concurrent exams of {parts} x {len(body) / parts / MIB:.1f} MiB DICOM "
           f"({len(body) / MIB:.0f} MiB each): statuses {sorted(set(statuses))}, {wall:.1f} s wall; "
           f"RSS baseline {base / 1024:.0f} MiB, peak +{(peak - base) / 1024:.0f} MiB (before the fix: ten 160 MB "

@@ -24,7 +24,6 @@ import math
 import platform
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -43,10 +42,9 @@ from support.hostile_service import (
     hostile_service,
     multipart_body,
     post,
-    reset_peak_rss,
-    rss_kib,
     stalled_upload,
     trickled_upload,
+    watch_rss,
 )
 
 # Measured peak bytes per pixel of one decode + quality gate + preprocessing at the pixel budget
@@ -107,25 +105,12 @@ def main(argv: list[str] | None = None) -> None:
         model_dir = build_tiny_artifact(Path(tmp) / "tiny") if args.model == "tiny" else None
         with hostile_service(model_dir, Path(tmp) / "service.log", env) as svc:
             assert post(svc, "/v1/predict", small_png(256), "image/png", "bench-warm-0001").status_code == 200
-            baseline = rss_kib(svc.pid)["VmRSS"]
-            reset = reset_peak_rss(svc.pid)
-            samples: list[int] = []
-            stop = threading.Event()
-
-            def sample() -> None:
-                while not stop.wait(0.01):
-                    samples.append(rss_kib(svc.pid)["VmRSS"])
-
-            sampler = threading.Thread(target=sample, daemon=True)
-            sampler.start()
             calls = requests_of(svc, args.max_pixels, max_batch_items) * args.rounds
-            started = time.perf_counter()
-            with ThreadPoolExecutor(args.concurrency) as pool:
+            with watch_rss(svc.pid) as rss, ThreadPoolExecutor(args.concurrency) as pool:
+                started = time.perf_counter()
                 statuses = list(pool.map(lambda call: (call[0], call[1]()), calls))
-            elapsed = time.perf_counter() - started
-            stop.set()
-            sampler.join()
-            peak = max([*samples, rss_kib(svc.pid)["VmHWM"] if reset else 0])
+                elapsed = time.perf_counter() - started
+            baseline, reset, peak = rss.baseline, rss.peak_reset, rss.peak()
             log = svc.log_path.read_text(errors="replace")
             tracebacks = log.count("Traceback")
 

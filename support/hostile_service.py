@@ -12,6 +12,7 @@ import contextlib
 import json
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -78,6 +79,39 @@ def reset_peak_rss(pid: int) -> bool:
     except OSError:
         return False
     return True
+
+
+@dataclass
+class RssWatch:
+    """What ``watch_rss`` saw of a process, in KiB."""
+
+    pid: int
+    baseline: int  # VmRSS when the watch began
+    peak_reset: bool  # VmHWM was reset at the start, so it holds the peak of the watch
+    samples: list[int]  # VmRSS every sampling interval
+
+    def peak(self) -> int:
+        """The highest RSS seen: the samples and, when it was reset, the kernel's own high-water mark."""
+        return max([self.baseline, *self.samples, rss_kib(self.pid)["VmHWM"] if self.peak_reset else 0])
+
+
+@contextlib.contextmanager
+def watch_rss(pid: int, every_s: float = 0.01) -> Iterator[RssWatch]:
+    """Sample ``pid``'s RSS every ``every_s`` seconds in a thread for the ``with`` block (baseline taken first)."""
+    watch = RssWatch(pid, rss_kib(pid)["VmRSS"], reset_peak_rss(pid), [])
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(every_s):
+            watch.samples.append(rss_kib(pid)["VmRSS"])
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield watch
+    finally:
+        stop.set()
+        sampler.join(5)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,17 +29,17 @@ from support.artifacts import edit_config
 from support.hostile import hostile_bodies, png_black, png_claiming
 from support.hostile_decode import jpeg_many_scans, tiff_tile_bomb, truncated_jpeg
 from support.hostile_service import (
+    RssWatch,
     Service,
     disconnect_mid_body,
     disconnect_while_processing,
     hostile_service,
     multipart_body,
     post,
-    reset_peak_rss,
-    rss_kib,
     stalled_upload,
     trickled_headers,
     trickled_upload,
+    watch_rss,
 )
 from support.images import encode, fundus_like
 from support.overload import drive, summary
@@ -70,10 +70,7 @@ VOLATILE = ("request_id", "study_id", "timing_ms")  # everything else must be th
 class Suite:
     svc: Service
     before: dict[str, Any]
-    baseline_kib: int
-    peak_reset: bool
-    samples: list[int] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
+    rss: RssWatch  # the service's RSS, sampled through the whole suite
 
 
 def _normal_image() -> bytes:
@@ -90,19 +87,8 @@ def suite(tiny_artifact: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     with hostile_service(tiny_artifact, log, ENV) as svc:
         r = post(svc, "/v1/predict", _normal_image(), "image/png", "hostile-before-0001")
         assert r.status_code == 200, r.text
-        state = Suite(svc, _numbers(r.json()), rss_kib(svc.pid)["VmRSS"], reset_peak_rss(svc.pid))
-
-        def sample() -> None:
-            while not state.stop.wait(0.01):
-                state.samples.append(rss_kib(svc.pid)["VmRSS"])
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        try:
-            yield state
-        finally:
-            state.stop.set()
-            sampler.join(timeout=5)
+        with watch_rss(svc.pid) as rss:
+            yield Suite(svc, _numbers(r.json()), rss)
 
 
 def _assert_problem(r: Any, status: int, slug: str, needle: str) -> dict[str, Any]:
@@ -308,11 +294,10 @@ def test_afterwards_clean_log_bounded_memory_same_answer(suite: Suite) -> None:
     svc = suite.svc
     r = post(svc, "/v1/predict", _normal_image(), "image/png", "hostile-after-0001")
     assert r.status_code == 200 and _numbers(r.json()) == suite.before
-    suite.stop.set()
-    peak = max([*suite.samples, rss_kib(svc.pid)["VmHWM"] if suite.peak_reset else 0])
-    grown_mib = (peak - suite.baseline_kib) / 1024
-    print(f"\nservice RSS: baseline {suite.baseline_kib / 1024:.0f} MiB, peak {peak / 1024:.0f} MiB "
-          f"(+{grown_mib:.0f} MiB; bound +{RSS_BOUND_MIB} MiB; VmHWM reset: {suite.peak_reset})")
+    peak = suite.rss.peak()
+    grown_mib = (peak - suite.rss.baseline) / 1024
+    print(f"\nservice RSS: baseline {suite.rss.baseline / 1024:.0f} MiB, peak {peak / 1024:.0f} MiB "
+          f"(+{grown_mib:.0f} MiB; bound +{RSS_BOUND_MIB} MiB; VmHWM reset: {suite.rss.peak_reset})")
     assert grown_mib <= RSS_BOUND_MIB
     entries = svc.log_entries()
     text = svc.log_path.read_text(errors="replace")
@@ -426,7 +411,6 @@ def test_integer_alpha_and_16_bit_paths_equal_exact_rounding() -> None:
 
 def test_a_cancelled_or_expired_decode_stops_with_its_problem() -> None:
     """The decode deadline and the cancellation flag stop the decoder at its next read."""
-    import threading
 
     from service.inference.decode_deadline import DecodeDeadline
     from service.inference.imaging import ImageRejected, decode_rgb
