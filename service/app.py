@@ -11,7 +11,6 @@ Run it with ``radscreen serve`` or ``uvicorn --factory service.app:create_app``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -59,12 +58,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await host.stop()
+        await host.stop(tasks)
 
 
 def create_app(settings: Settings | None = None, *, scorer_factory: ScorerFactory | None = None,

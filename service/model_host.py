@@ -18,10 +18,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from service.admission import Admission
 from service.batcher import MicroBatcher, RetryLater, Scored
@@ -138,8 +138,16 @@ class ModelHost:
                    "precision": rt.get("precision"), "strategy": rt.get("strategy")},
         )
 
-    async def stop(self) -> None:
+    async def stop(self, tasks: Iterable[asyncio.Task[Any]] = ()) -> None:
+        """Stop serving: cancel and await ``tasks`` (the process's work on this host: its load, the PACS
+        worker), then the batcher and the decode pool."""
         self.metrics.ready.set(0)
+        tasks = list(tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if self.batcher is not None:
             await self.batcher.stop()
         self._decode_pool.shutdown(wait=False, cancel_futures=True)

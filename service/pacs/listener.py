@@ -23,7 +23,6 @@ and pydicom's loggers are silenced: at their debug level they print data sets, i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 from typing import Any
@@ -120,9 +119,4 @@ async def serve_listener(service_settings: Any, settings: PacsSettings) -> None:
         await stop.wait()
     finally:
         scp.stop()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await host.stop()
+        await host.stop(tasks)
