@@ -170,10 +170,9 @@ class ModelHost:
         scorer = self.require_ready()
         loop = asyncio.get_running_loop()
         cancelled = threading.Event()
-        seconds = self.settings.decode_timeout_s
 
         def work() -> PreparedImage:
-            deadline = DecodeDeadline(seconds, cancelled)
+            deadline = DecodeDeadline(scorer.pipeline.decode_timeout_s, cancelled)
             return prepare_image(source() if callable(source) else source, scorer.pipeline, deadline)
 
         try:

@@ -73,6 +73,7 @@ class ScorerSettings(BaseSettings):
     threads: int | None = spec_setting("threads")
     max_pixels: int = spec_setting("max_pixels")
     max_upload_bytes: int = spec_setting("max_upload_bytes")
+    decode_timeout_s: float = spec_setting("decode_timeout_s")
 
     def scorer_spec(self) -> ScorerSpec:
         """The :class:`ScorerSpec` these settings describe.
@@ -118,10 +119,6 @@ class Settings(ScorerSettings):
     header_timeout_s: float = Field(
         default=10.0, gt=0, le=3600,
         description="Longest time to receive a request's headers (else 408 and the connection is closed).",
-    )
-    decode_timeout_s: float = Field(
-        default=10.0, gt=0, le=600,
-        description="Longest time one image may take to decode once a worker starts it (else 422 image-too-complex).",
     )
     decode_workers: int | None = Field(
         default=None, ge=1, le=64,

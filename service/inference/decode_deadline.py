@@ -39,7 +39,8 @@ class DecodeDeadline:
             raise DecodeAborted("The request was abandoned; its decode was stopped.", timed_out=False)
         if time.monotonic() > self.expires:
             raise DecodeAborted(
-                f"Decoding took longer than {self.seconds:g} s (RADSCREEN_DECODE_TIMEOUT_S).", timed_out=True
+                f"Decoding took longer than {self.seconds:g} s (RADSCREEN_DECODE_TIMEOUT_S, or "
+                "--decode-timeout-s of radscreen-batch score).", timed_out=True
             )
 
 

@@ -55,7 +55,7 @@ from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
 from models.transform import ImageTransform
 from service.inference.decode_deadline import CHUNK, DeadlineReader, DecodeAborted, DecodeDeadline
 from service.inference.jpeg_structure import GREY_BLOCK, count_scans, has_grey_tail, scan_problem
-from service.inference.spec import DEFAULT_MAX_PIXELS, DEFAULT_MAX_UPLOAD_BYTES
+from service.inference.spec import DEFAULT_DECODE_TIMEOUT_S, DEFAULT_MAX_PIXELS, DEFAULT_MAX_UPLOAD_BYTES
 from service.inference.tiff_layout import tile_problem
 
 MIN_SIDE = 16
@@ -113,7 +113,7 @@ class ImageRejected(Exception):  # noqa: N818 (contract name)
 
 @dataclass(frozen=True)
 class ImagePipeline:
-    """The artifact's image transform (size, mean, std, preprocessing) plus the upload limits."""
+    """The artifact's image transform (size, mean, std, preprocessing) plus the upload and decode limits."""
 
     size: int  # square input side in px
     mean: tuple[float, float, float]  # per-channel mean of [0, 1] RGB
@@ -121,13 +121,15 @@ class ImagePipeline:
     max_pixels: int = DEFAULT_MAX_PIXELS
     max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     preprocessing: str = LEGACY_PREPROCESSING  # models.preprocessing contract named by the artifact
+    decode_timeout_s: float = DEFAULT_DECODE_TIMEOUT_S  # one image's decode, from when a worker starts it
 
     @classmethod
     def of(cls, transform: ImageTransform, *, max_pixels: int = DEFAULT_MAX_PIXELS,
-           max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES) -> ImagePipeline:
-        """The pipeline of an artifact's transform (``artifact.image_transform()``) under these upload limits."""
+           max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+           decode_timeout_s: float = DEFAULT_DECODE_TIMEOUT_S) -> ImagePipeline:
+        """The pipeline of an artifact's transform (``artifact.image_transform()``) under these limits."""
         return cls(size=transform.size, mean=transform.mean, std=transform.std, max_pixels=max_pixels,
-                   max_bytes=max_bytes, preprocessing=transform.preprocessing)
+                   max_bytes=max_bytes, preprocessing=transform.preprocessing, decode_timeout_s=decode_timeout_s)
 
     @property
     def transform(self) -> ImageTransform:

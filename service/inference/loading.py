@@ -88,7 +88,7 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
         intended_use=cfg.intended_use,
     )
     pipeline = ImagePipeline.of(artifact.image_transform(), max_pixels=spec.max_pixels,
-                                max_bytes=spec.max_upload_bytes)
+                                max_bytes=spec.max_upload_bytes, decode_timeout_s=spec.decode_timeout_s)
     logger.info(
         "model loaded",
         extra={

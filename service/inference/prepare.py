@@ -37,15 +37,18 @@ class PreparedImage:
 
 
 def prepare_image(data: bytes, pipeline: ImagePipeline, deadline: DecodeDeadline | None = None) -> PreparedImage:
-    """Decode, validate, quality-check and preprocess one image; raises ImageRejected (400/413/415).
+    """Decode, validate, quality-check and preprocess one image; raises ImageRejected (400/413/415/422).
 
     JPEG/PNG/TIFF/WebP/BMP go through ``service.inference.imaging``, DICOM photographs through
     ``service.inference.dicom``; both end in the same uint8 RGB array, decoded by ``models.decode``'s rule
     for the model's input size. The FOV circle is fitted once on that frame and used by both the quality
     gate and the artifact's transform (``pipeline.transform``, the ``models.transform.ImageTransform``
     training ran on the same file). A DICOM header is read once, and its tags come back with the image.
+    The decode stops at ``deadline`` (default: ``pipeline.decode_timeout_s`` from now) with 422
+    ``image-too-complex``; the service passes its own, which also stops when the client has gone.
     """
     start = time.perf_counter()
+    deadline = deadline if deadline is not None else DecodeDeadline(pipeline.decode_timeout_s)
     transform = pipeline.transform
     limits = {"max_pixels": pipeline.max_pixels, "max_bytes": pipeline.max_bytes}
     tags = None

@@ -37,6 +37,7 @@ StrategySetting = Literal["auto", "grouped", "loop"]
 
 DEFAULT_MAX_PIXELS = 40_000_000
 DEFAULT_MAX_UPLOAD_BYTES = 20 * 1024 * 1024
+DEFAULT_DECODE_TIMEOUT_S = 10.0
 MAX_THREADS = 1024
 
 
@@ -45,13 +46,13 @@ class Knob:
     """What the spec says about one field besides its type and default: its meaning and its bounds."""
 
     doc: str  # one line, shown as the setting's description and the flag's help
-    ge: int | None = None  # smallest value allowed (None: no bound, or not a number)
-    le: int | None = None  # largest value allowed
+    ge: float | None = None  # smallest value allowed (None: no bound, or not a number)
+    le: float | None = None  # largest value allowed
     default_text: str | None = None  # how an unset (None) default reads, e.g. "the artifact's"
     metavar: str | None = None  # the flag's value name in --help
 
 
-def _knob(doc: str, *, ge: int | None = None, le: int | None = None, default_text: str | None = None,
+def _knob(doc: str, *, ge: float | None = None, le: float | None = None, default_text: str | None = None,
           metavar: str | None = None) -> dict[str, Knob]:
     """A field's metadata: ``field(default=..., metadata=_knob("what it means", ge=1))``."""
     return {"knob": Knob(doc, ge, le, default_text, metavar)}
@@ -97,6 +98,9 @@ class ScorerSpec:
         "larger images are refused (image-too-large).", ge=1))
     max_upload_bytes: int = field(default=DEFAULT_MAX_UPLOAD_BYTES, metadata=_knob(
         "Largest image file accepted, in bytes.", ge=1024))
+    decode_timeout_s: float = field(default=DEFAULT_DECODE_TIMEOUT_S, metadata=_knob(
+        "Longest time one image may take to decode once a worker starts it; a slower one is refused "
+        "(image-too-complex).", ge=0.001, le=600, metavar="SECONDS"))
 
     def __post_init__(self) -> None:
         """Refuse values the Scorer could only fail on later, naming the field and the valid choices or bounds."""
@@ -135,7 +139,7 @@ class SpecField:
 
     @property
     def value_type(self) -> type:
-        """The type a flag parses its text into (``Path``, ``int`` or ``str``)."""
+        """The type a flag parses its text into (``Path``, ``int``, ``float`` or ``str``)."""
         if self.choices:
             return str
         kinds = [t for t in get_args(self.hint) or (self.hint,) if t is not type(None)]
@@ -146,7 +150,7 @@ class SpecField:
         """The allowed range in words (``1-256``, ``>= 1024``), ``""`` when unbounded."""
         if self.knob.ge is None:
             return ""
-        return f"{self.knob.ge}-{self.knob.le}" if self.knob.le is not None else f">= {self.knob.ge}"
+        return f"{self.knob.ge:g}-{self.knob.le:g}" if self.knob.le is not None else f">= {self.knob.ge:g}"
 
     @property
     def default_text(self) -> str:

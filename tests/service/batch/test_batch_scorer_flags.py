@@ -56,3 +56,28 @@ def test_flags_and_variables_shape_the_scorer_of_the_job(
     assert any(abs(rows[it.id]["mutual_information"] - d.mutual_information) > 1e-9
                for it, d in zip(items, default, strict=True))
     assert rows[items[0].id]["model_sha256"] == batch_scorer.model_identity.sha256
+
+
+def test_decode_timeout_bounds_each_image_of_the_job(batch_artifact: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The service's decode deadline holds in the batch job too (``--decode-timeout-s``, RADSCREEN_DECODE_TIMEOUT_S):
+    an image past it is its own ``image-too-complex`` row and the job goes on; out of range is refused (exit 2)."""
+    monkeypatch.chdir(tmp_path)  # no stray .env
+    folder = tmp_path / "in"
+    folder.mkdir()
+    noise = np.random.default_rng(0).integers(0, 256, (1600, 1600, 3), dtype=np.uint8)  # ~7.7 MB: 470 reads
+    Image.fromarray(noise).save(folder / "slow.png", compress_level=0)
+    args = ["score", "--input", str(folder), "--model-dir", str(batch_artifact), "--no-progress", "--device", "cpu"]
+
+    assert main([*args, "--output", str(tmp_path / "fast.csv"), "--decode-timeout-s", "0.001"]) == 0
+    [row] = read_output(tmp_path / "fast.csv")
+    assert row["error"].startswith("image-too-complex: Decoding took longer than 0.001 s"), row
+    assert "--decode-timeout-s" in row["error"] and row["outcome"] is None
+
+    assert main([*args, "--output", str(tmp_path / "default.csv")]) == 0  # 10 s: the same file decodes
+    [row] = read_output(tmp_path / "default.csv")
+    assert not (row["error"] or "").startswith("image-too-complex"), row
+
+    assert main([*args, "--output", str(tmp_path / "zero.csv"), "--decode-timeout-s", "0"]) == 2
+    assert "--decode-timeout-s (or RADSCREEN_DECODE_TIMEOUT_S)" in capsys.readouterr().err
