@@ -195,10 +195,10 @@ class ModelHost:
         assert self.admission is not None  # set together with ready
         return self.admission.admit(images)
 
-    async def predict(self, data: bytes) -> Prediction:
-        """One image: admit, decode, then batch with whatever else is in flight."""
+    async def predict(self, source: ImageSource) -> Prediction:
+        """One image: admit, read and decode, then batch with whatever else is in flight."""
         with self.admit(1):
-            prepared = await self.prepare(data)
+            prepared = await self.prepare(source)
             assert self.batcher is not None  # set together with ready
             scored = await self.batcher.submit(prepared)
         return Prediction(scored, prepared.decode_ms)

@@ -33,7 +33,15 @@ from starlette.datastructures import FormData, UploadFile
 
 from models.decision import Eye, ScreeningOutcome
 from service.api.predict import FHIR_MEDIA_TYPE, FormatQuery, _result, _wants_fhir
-from service.api.uploads import PHOTO_SCHEMA, _field_error, _media_type, _read_form, check_opaque_id, request_body
+from service.api.uploads import (
+    PHOTO_SCHEMA,
+    _field_error,
+    _media_type,
+    _read_form,
+    check_opaque_id,
+    read_spooled,
+    request_body,
+)
 from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
 from service.errors import ServiceProblem, request_id_of
 from service.exam_identity import ExamIdentityError, PartIdentity, check_exam_identity, content_hash
@@ -71,11 +79,7 @@ class ExamPart:
 
     def read(self) -> bytes:
         """The part's bytes (blocking: called in the decode worker); at most ``max_bytes`` are ever held."""
-        size = self.upload.size
-        if size is not None and size > self.max_bytes:
-            raise ImageRejected("payload-too-large", f"The image is {size} bytes; the limit is {self.max_bytes} bytes.")
-        self.upload.file.seek(0)
-        data = self.upload.file.read(self.max_bytes + 1)  # prepare_image refuses one byte more
+        data = read_spooled(self.upload, self.max_bytes)
         self.sha256 = content_hash(data)
         return data
 

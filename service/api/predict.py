@@ -112,13 +112,14 @@ def _fhir(body: dict[str, Any], outcome: ScreeningOutcome | None = None) -> Resp
 async def predict(
     request: Request,
     host: ModelHostDep,
+    settings: SettingsDep,
     study_id: StudyIdQuery = None,
     format: FormatQuery = None,
 ) -> Any:
     scorer = host.require_ready()
-    uploads, form_ids = await read_uploads(request, max_files=1)
+    uploads, form_ids = await read_uploads(request, max_files=1, max_bytes=settings.max_upload_bytes)
     sid = check_study_id(form_ids[0] if form_ids else study_id)
-    pred = await host.predict(uploads[0].data)
+    pred = await host.predict(uploads[0].read)  # admitted before the worker reads the bytes
     body = _result(pred, scorer, sid)
     if _wants_fhir(request, format):
         return _fhir({"request_id": request_id_of(request), **body}, pred.scored.score.outcome)
@@ -150,7 +151,8 @@ router.add_api_route(
 )
 async def predict_batch(request: Request, host: ModelHostDep, settings: SettingsDep) -> BatchResponse:
     scorer = host.require_ready()
-    uploads, study_ids = await read_uploads(request, max_files=settings.max_batch_items)
+    uploads, study_ids = await read_uploads(request, max_files=settings.max_batch_items,
+                                            max_bytes=settings.max_upload_bytes)
     if study_ids and len(study_ids) != len(uploads):
         raise ServiceProblem(
             "validation-error",
@@ -158,7 +160,7 @@ async def predict_batch(request: Request, host: ModelHostDep, settings: Settings
             f"Got {len(study_ids)} study_id parts for {len(uploads)} images; give one per image or none.",
         )
     ids = [check_study_id(s) for s in study_ids] or [None] * len(uploads)
-    outcomes = await host.predict_many([u.data for u in uploads])
+    outcomes = await host.predict_many([u.read for u in uploads])  # admitted before any is read
     rid = request_id_of(request)
     items = []
     for i, (upload, outcome, sid) in enumerate(zip(uploads, outcomes, ids, strict=True)):

@@ -7,12 +7,18 @@ batch of 17 images against a limit of 16 is told "17 images; at most 16 (RADSCRE
 with 413, and a body of thousands of parts is refused as soon as the slack is passed (the whole body
 is also capped in bytes by the middleware). A client that disconnects mid-body makes Starlette raise
 ``ClientDisconnect`` here; ``service.errors`` maps it quietly (see ``service.middleware``).
+
+Nothing is held in memory before admission: a multipart part above 1 MiB spools to disk (Starlette), a raw
+body is spooled the same way (:func:`_spool_body`), and each :class:`Upload` is read by the decode worker
+that decodes it (:meth:`Upload.read`), after the request has been admitted (``ModelHost.admit``). A part
+over the upload limit is refused by its size, unread.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from tempfile import SpooledTemporaryFile
+from typing import Any, BinaryIO, cast
 
 from fastapi import Request
 from starlette.datastructures import FormData, UploadFile
@@ -20,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.errors import ServiceProblem
 from service.identifiers import OPAQUE_ID_MAX, OPAQUE_ID_PATTERN, OPAQUE_ID_RULE, is_opaque_id
+from service.inference.imaging import ImageRejected
 
 COUNT_SLACK = 48  # extra parts parsed beyond the limit, to say how many were sent
 STUDY_ID_MAX = OPAQUE_ID_MAX
@@ -27,6 +34,7 @@ STUDY_ID_PATTERN = OPAQUE_ID_PATTERN  # service.identifiers: the one rule for ev
 BATCH_LIMIT = "RADSCREEN_MAX_BATCH_ITEMS"
 RAW_TYPES = ("image/", "application/octet-stream", "application/dicom")
 PHOTO_SCHEMA = {"type": "string", "format": "binary", "description": "JPEG, PNG, TIFF, WebP, BMP or DICOM."}
+SPOOL_MEMORY_BYTES = 1024 * 1024  # a raw body beyond this goes to a temporary file, as Starlette's form parts do
 
 
 def request_body(properties: dict[str, Any], *, required: tuple[str, ...] = (),
@@ -44,10 +52,27 @@ HOW_TO_SEND = (
 )
 
 
+def read_spooled(upload: UploadFile, max_bytes: int) -> bytes:
+    """An uploaded file's bytes (blocking: call it in the decode worker); at most ``max_bytes`` are ever held,
+    and a file known to be larger is refused (413 ``payload-too-large``) unread."""
+    size = upload.size
+    if size is not None and size > max_bytes:
+        raise ImageRejected("payload-too-large", f"The image is {size} bytes; the limit is {max_bytes} bytes.")
+    upload.file.seek(0)
+    return upload.file.read(max_bytes + 1)  # prepare_image refuses one byte more
+
+
 @dataclass(frozen=True)
 class Upload:
-    data: bytes
+    """One photograph of a request, not yet read: its bytes stay in the spooled upload until :meth:`read`."""
+
+    file: UploadFile
     filename: str | None
+    max_bytes: int  # RADSCREEN_MAX_UPLOAD_BYTES
+
+    def read(self) -> bytes:
+        """The bytes, read in the decode worker after admission (``ModelHost.prepare`` calls it)."""
+        return read_spooled(self.file, self.max_bytes)
 
 
 def _field_error(field: str, msg: str) -> ServiceProblem:
@@ -112,8 +137,18 @@ async def _read_form(request: Request, max_files: int, *, limit_name: str = BATC
         raise ServiceProblem("validation-error", 422, f"Malformed multipart body: {detail}") from exc
 
 
-async def read_uploads(request: Request, *, max_files: int) -> tuple[list[Upload], list[str]]:
-    """All ``image`` parts (or the raw body) and any ``study_id`` form values, in request order."""
+async def _spool_body(request: Request) -> UploadFile:
+    """The raw body in a spooled file (memory up to ``SPOOL_MEMORY_BYTES``, then disk); the middleware has
+    already capped its length."""
+    spool = cast(BinaryIO, SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES))  # noqa: SIM115 (the upload owns it)
+    upload = UploadFile(spool, size=0)
+    async for chunk in request.stream():
+        await upload.write(chunk)  # moves to a thread once the file has rolled over to disk
+    return upload
+
+
+async def read_uploads(request: Request, *, max_files: int, max_bytes: int) -> tuple[list[Upload], list[str]]:
+    """All ``image`` parts (or the raw body), unread, and any ``study_id`` form values, in request order."""
     media = _media_type(request)
     if media == "multipart/form-data":
         form = await _read_form(request, max_files)
@@ -128,11 +163,11 @@ async def read_uploads(request: Request, *, max_files: int) -> tuple[list[Upload
         for part in parts:
             if not isinstance(part, UploadFile):
                 raise _field_error("image", "must be a file part (filename=...), not a text field")
-            uploads.append(Upload(await part.read(), part.filename))
+            uploads.append(Upload(part, part.filename, max_bytes))
         study_ids = [v for v in form.getlist("study_id") if isinstance(v, str)]
         return uploads, study_ids
     if media.startswith(RAW_TYPES):
-        return [Upload(await request.body(), None)], []
+        return [Upload(await _spool_body(request), None, max_bytes)], []
     shown = media or "none"
     raise ServiceProblem(
         "unsupported-media-type", 415, f"Content-Type {shown} is not accepted; {HOW_TO_SEND}."

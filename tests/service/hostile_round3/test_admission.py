@@ -4,6 +4,9 @@
   header is then parsed once, in a decode worker (where a deadline and the client's departure stop it), not
   in the default thread pool. Before the fix the route read every part and parsed every DICOM header before
   admission, in ``asyncio.to_thread``, and the decode parsed it again.
+- ``/v1/predict`` and ``/v1/predict/batch`` likewise: a raw body is spooled (memory up to 1 MiB, then disk)
+  and every image is read by its decode worker after admission. Before, each body was read whole into memory
+  first, so a refused request had already cost its upload's size in RAM.
 - Against a ``radscreen serve`` process: each DICOM bomb gets its 4xx on ``/v1/predict`` and ``/v1/exams``,
   exams of deflate bombs whose clients leave cost the service next to no CPU (79 CPU-s for six of them before
   the fix), a normal image is answered the same afterwards, and the log stays clean.
@@ -24,6 +27,7 @@ import httpx
 import pytest
 
 from service.api.exams import ExamPart
+from service.api.uploads import Upload
 from service.inference.dicom import MAX_HEADER_BYTES
 from service.inference.loading import load_scorer
 from service.inference.scoring import Scorer
@@ -96,6 +100,51 @@ def test_exam_parts_are_neither_read_nor_parsed_before_admission(tiny_artifact: 
     assert [im["format"] for im in admitted.json()["images"]] == ["dicom", "dicom"]
     assert sorted(read) == [0, 1]
     assert len(parsed) == 2 and all(name.startswith("radscreen-decode") for name in parsed), parsed  # once each
+
+
+def test_predict_bodies_are_read_only_after_admission(tiny_artifact: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[str] = []  # the thread of each image read into memory
+    real_read = Upload.read
+
+    def counted_read(self: Upload) -> bytes:
+        reads.append(threading.current_thread().name)
+        return real_read(self)
+
+    monkeypatch.setattr(Upload, "read", counted_read)
+    holder: dict[str, GatedScorer] = {}
+
+    def factory(spec: ScorerSpec) -> Scorer:
+        holder["s"] = GatedScorer(load_scorer(spec))
+        return holder["s"]
+
+    image = encode(fundus_like(6))
+    padded = image + bytes(3 * 1024 * 1024)  # a PNG with 3 MiB after its IEND: beyond the 1 MiB held in memory
+    settings = settings_for(tiny_artifact, max_batch_size=1, max_wait_ms=0.0, max_queue_wait_s=0.001,
+                            max_upload_bytes=4 * 1024 * 1024)
+    with live_server(settings, scorer_factory=factory) as base:
+
+        async def busy_then_more() -> list[httpx.Response]:
+            async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+                first = asyncio.ensure_future(client.post("/v1/predict", content=image,
+                                                          headers={"Content-Type": "image/png"}))
+                entered = await asyncio.to_thread(holder["s"].entered.wait, 60)
+                assert entered, "the first image never reached the forward"
+                reads.clear()  # the first image's own read
+                refused = [await client.post("/v1/predict", content=padded, headers={"Content-Type": "image/png"}),
+                           await client.post("/v1/predict", files={"image": ("e.png", padded, "image/png")}),
+                           await client.post("/v1/predict/batch", files=[("image", ("a.png", image, "image/png")),
+                                                                          ("image", ("b.png", padded, "image/png"))])]
+                holder["s"].gate.set()
+                return [*refused, await first]
+
+        *refused, first = asyncio.run(busy_then_more())
+        assert first.status_code == 200
+        for r in refused:
+            assert r.status_code == 503 and r.json()["type"].endswith("/overloaded"), r.text
+        assert reads == []  # refused before any image was read
+        admitted = httpx.post(f"{base}/v1/predict", content=padded, headers={"Content-Type": "image/png"}, timeout=60)
+    assert admitted.status_code == 200, admitted.text
+    assert len(reads) == 1 and reads[0].startswith("radscreen-decode"), reads  # read once, by its decode worker
 
 
 def test_an_exam_part_over_the_upload_limit_is_refused_unread(tiny_artifact: Path) -> None:
