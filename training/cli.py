@@ -120,6 +120,9 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.add_argument("--no-amsgrad", action="store_true", help="plain Adam/AdamW moments instead of amsgrad")
     r.add_argument("--lr", type=float, default=d.lr, help="learning rate of the means (and non-Bayesian weights)")
     r.add_argument("--rho-lr", type=float, default=d.rho_lr, help="learning rate of the ρ group (default: --lr)")
+    r.add_argument("--kl-weight", type=float, default=d.kl_weight,
+                   help="λ in NLL + λ·KL/N_train: 1 = the full ELBO (default); below 1 tempers it, and the card "
+                        "says so (the validation ELBO is always reported at λ = 1)")
     r.add_argument("--weight-decay", type=float, default=d.weight_decay, help="on the means only, never on ρ")
     r.add_argument("--lr-schedule", choices=SCHEDULES, default=d.lr_schedule,
                    help="per-epoch lr factor: constant, cosine (to 0 at the end) or step")
@@ -270,7 +273,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         gradable_only=not args.include_ungradable, include_other_disease=not args.exclude_other_disease,
         augment=not args.no_augment, color_jitter=not args.no_color_jitter, frame_cuts=not args.no_frame_cuts,
         cache_images=not args.no_cache,
-        workers=args.workers, device=args.device, rho_lr=args.rho_lr,
+        workers=args.workers, device=args.device, rho_lr=args.rho_lr, kl_weight=args.kl_weight,
         optimizer=args.optimizer, amsgrad=not args.no_amsgrad, weight_decay=args.weight_decay,
         lr_schedule=args.lr_schedule, lr_step_epochs=args.lr_step_epochs, lr_gamma=args.lr_gamma,
         lr_warmup_steps=args.lr_warmup_steps,

@@ -74,6 +74,7 @@ class TrainConfig:
     device: str = "auto"  # auto = cuda when available, else cpu (as the service)
     # --- the optimisation recipe: defaults are the authors' (Adam lr 1e-3, amsgrad, ρ0 = -4) ---
     rho_lr: float | None = None  # learning rate of the ρ parameter group (None: the same as lr)
+    kl_weight: float = 1.0  # λ in NLL + λ·KL/N: 1 = the full ELBO; < 1 tempers it (stated in the card)
     optimizer: Optimizer = "adam"
     amsgrad: bool = True
     weight_decay: float = 0.0  # decoupled (AdamW) or L2 (Adam); applied to the means only, never to ρ
@@ -111,6 +112,8 @@ class TrainConfig:
                 raise ValueError(f"Unknown {name} {value!r}; expected one of: {', '.join(valid)}.")
         if self.lr <= 0 or (self.rho_lr is not None and self.rho_lr <= 0):
             raise ValueError(f"learning rates must be > 0, got lr={self.lr}, rho_lr={self.rho_lr}.")
+        if not 0 < self.kl_weight <= 1:
+            raise ValueError(f"kl_weight must be in (0, 1] (1 = the full ELBO), got {self.kl_weight}.")
         if self.lr_warmup_steps < 0:
             raise ValueError(f"lr_warmup_steps must be >= 0, got {self.lr_warmup_steps}.")
         if (self.checkpoint_every is not None and self.checkpoint_every < 1) or (

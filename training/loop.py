@@ -323,7 +323,7 @@ class Trainer:
         nll = F.binary_cross_entropy_with_logits(logits, y.expand_as(logits))
         elbo = run.bayesian and not means_only
         kl = kl_divergence(model, run.prior) if elbo else torch.zeros((), device=nll.device)
-        loss = elbo_loss(nll, kl, len(data.train)) if elbo else nll
+        loss = elbo_loss(nll, kl, len(data.train), cfg.kl_weight) if elbo else nll
         run.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         apply_schedule(run.optimizer, cfg, run.state.epoch, run.state.global_step)

@@ -97,8 +97,8 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         "## Training",
         f"- Command: `{portable(command)}`",
         *(init_lines(init) if init is not None else []),
-        f"- Objective: {config.nll_epochs} NLL-only epoch(s) on the means, then the full ELBO "
-        f"(mean NLL + KL / N_train, no KL down-weighting); batch {config.batch_size}, "
+        f"- Objective: {config.nll_epochs} NLL-only epoch(s) on the means, then {objective_text(config)}"
+        f"; batch {config.batch_size}, "
         f"{config.train_samples} MC sample(s) per step, {config.precision} autocast, {config.epochs} epochs"
         + (f" of at most {config.max_steps_per_epoch} steps" if config.max_steps_per_epoch else "") + ".",
         *recipe_lines(config, history, best_epoch, init),
@@ -194,6 +194,15 @@ def by_source_lines(by_source: dict[str, dict[str, Any] | None]) -> list[str]:
                          f"{_num(row.get('auc'))} | {_num(row.get('ece'))} | {_pct(out.get('missed_share'))} | "
                          f"{_pct(out.get('auto_negative_share'))} | {_pct(out.get('uncertain_share'))} |")
     return lines
+
+
+def objective_text(config: TrainConfig) -> str:
+    """What the run maximised after its NLL-only epochs: the full ELBO, or a tempered one, said plainly."""
+    if config.kl_weight == 1:
+        return "the full ELBO (mean NLL + KL / N_train, no KL down-weighting)"
+    return (f"a TEMPERED ELBO (mean NLL + {config.kl_weight:g} · KL / N_train: the KL is down-weighted "
+            f"{1 / config.kl_weight:g}-fold, a colder posterior than the ELBO's; every validation ELBO reported "
+            "is the full one, at weight 1)")
 
 
 def softplus(rho: float) -> float:

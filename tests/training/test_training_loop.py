@@ -24,8 +24,34 @@ from training.loop import Trainer
 
 def test_elbo_is_mean_nll_plus_kl_over_n() -> None:
     assert elbo_loss(torch.tensor(0.7), torch.tensor(300.0), 1000).item() == pytest.approx(0.7 + 0.3)
+    assert elbo_loss(torch.tensor(0.7), torch.tensor(300.0), 1000, 0.1).item() == pytest.approx(0.7 + 0.03)
     with pytest.raises(ValueError, match="n_train must be >= 1"):
         elbo_loss(torch.tensor(0.0), torch.tensor(0.0), 0)
+    for weight in (0.0, 1.5):
+        with pytest.raises(ValueError, match="kl_weight must be in"):
+            elbo_loss(torch.tensor(0.0), torch.tensor(0.0), 10, weight)
+
+
+@pytest.mark.training
+def test_a_tempered_elbo_keeps_sigma_narrower_and_says_so(tiny_data: Path, tmp_path: Path) -> None:
+    """The KL pushes σ towards the prior; weighting it by λ < 1 pushes less, so with the same seeds, data and
+    steps the tempered posterior ends narrower, its validation ELBO is still the full one, and the card names
+    the tempering."""
+    from training.model_card import objective_text
+
+    rows = {}
+    for weight in (1.0, 0.01):
+        cfg = _config(tiny_data, tmp_path / f"w{weight}", rho_init=-5.0, kl_weight=weight)
+        Trainer(cfg, progress=False).fit(prepare_data(cfg))
+        rows[weight] = json.loads((tmp_path / f"w{weight}" / "history.json").read_text())[-1]
+        assert rows[weight]["val_elbo"] == pytest.approx(rows[weight]["val_nll"] + rows[weight]["kl_per_example"])
+    assert rows[0.01]["sigma/all/mean"] < rows[1.0]["sigma/all/mean"]
+    assert rows[0.01]["kl_per_example"] > rows[1.0]["kl_per_example"]  # the full KL, larger for the colder run
+    assert "full ELBO" in objective_text(_config(tiny_data, tmp_path))
+    assert "TEMPERED ELBO (mean NLL + 0.01 · KL / N_train" in objective_text(
+        _config(tiny_data, tmp_path, kl_weight=0.01))
+    with pytest.raises(ValueError, match="kl_weight must be in"):
+        _config(tiny_data, tmp_path, kl_weight=0.0)
 
 
 def _config(data: Path, out: Path, **kw: object) -> TrainConfig:
