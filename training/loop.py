@@ -29,8 +29,8 @@ import json
 import logging
 import math
 import time
-from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
@@ -52,7 +52,7 @@ from models.kl import bayesian_layers, kl_divergence
 from models.preprocessing import FOV_LOCAL_MEAN
 from models.priors import Prior, prior_from_config
 from models.registry import create_model
-from models.sampling import sampling_generator, use_means
+from models.sampling import sampling_generator, stochastic_layers, use_means
 from models.vgg import mc_logits
 from training.checkpoint import TrainState, load_checkpoint, restore, save_checkpoint
 from training.config import Precision, TrainConfig
@@ -243,6 +243,8 @@ class Trainer:
         resident = (ResidentPixels(data.train, self.device)
                     if self.device.type == "cuda" and data.train.pixels is not None else None)
         flat = FlatPosterior(model) if bayesian and FlatPosterior.supports(model, prior) else None
+        if flat is not None and {id(m) for m in stochastic_layers(model)} != {id(m) for m in flat.layers}:
+            flat = None  # another stochastic layer (dropout) draws from the generator: the layer-wise path
         return Run(model, optimizer, gens, state, prior, bayesian, autocast, probe, resident, flat, time.monotonic())
 
     def _validate_starting_point(self, run: Run, data: PreparedData) -> None:
@@ -321,8 +323,10 @@ class Trainer:
         with record_function(STEP_PHASES[1]):
             x = normalise(x, data.mean, data.std).contiguous(memory_format=torch.channels_last)
             draw = flat.draw(cfg.train_samples, gens["weights"]) if flat is not None else None
-            drawn = flat.drawn(draw) if flat is not None and draw is not None else nullcontext()
-            with sampling_generator(model, gens["weights"]), use_means(model, means_only), run.autocast, drawn:
+            # the flat draw covers every stochastic layer (Run.flat): none of them draws, so none needs the generator
+            sampling = (flat.drawn(draw) if flat is not None and draw is not None
+                        else _layer_sampling(model, gens["weights"], means_only))
+            with sampling, run.autocast:
                 logits = mc_logits(model, x, cfg.train_samples)[..., 0].float()  # [S, B]
             nll = F.binary_cross_entropy_with_logits(logits, y.expand_as(logits))
         with record_function(STEP_PHASES[2]):
@@ -424,6 +428,13 @@ class Trainer:
                     **layer_budget_ratios(shift, rho_budget),
                     **sigma_stats(model)})
         return out
+
+
+@contextmanager
+def _layer_sampling(model: nn.Module, generator: torch.Generator, means_only: bool) -> Iterator[None]:
+    """Every stochastic layer draws its own from ``generator`` (or sits at its mean when ``means_only``)."""
+    with sampling_generator(model, generator), use_means(model, means_only):
+        yield
 
 
 def _probe_batch(data: PreparedData, config: TrainConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

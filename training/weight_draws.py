@@ -105,6 +105,8 @@ class FlatPosterior:
     def drawn(self, draw: FlatDraw) -> Iterator[None]:
         """The layers forward with ``draw``'s weights (as views of it) for the duration of the block."""
         samples = draw.weights.shape[0]
+        if any(layer.use_mean for layer in self.layers):
+            raise RuntimeError("a flat draw for layers held at their means (models.sampling.use_means)")
         views = [w.view(samples, *shape) for w, shape in
                  zip(draw.weights.split(self.sizes, dim=1), self.shapes, strict=True)]
         for i, layer in enumerate(self.layers):
