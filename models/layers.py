@@ -53,8 +53,8 @@ class BayesianLayer(nn.Module):
         self.generator: torch.Generator | None = None
         self.use_mean = False
         self.last_sample: dict[str, Tensor] = {}  # "weight"/"bias" -> [S, *shape], kept for the KL term
-        # weight and bias draws made outside the layer for its next forwards (training draws every layer's at
-        # once: training.weight_draws); None: the layer draws its own, as serving always does
+        # weight and bias draws made outside the layer for its next forwards (a training step may draw every
+        # layer's at once); None: the layer draws its own, as serving always does
         self.drawn: tuple[Tensor, Tensor] | None = None
 
     def sample_parameters(self, samples: int) -> tuple[Tensor, Tensor]:

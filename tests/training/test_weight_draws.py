@@ -6,6 +6,7 @@ own weights exactly as serving does."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,10 @@ from models.layers import BayesConv2d, BayesLinear
 from models.posteriors import sample_noise, sigma_from_rho
 from models.priors import PosteriorPrior, ScaleMixturePrior, UnitGaussianPrior
 from models.sampling import seeded
+from training.config import TrainConfig
+from training.data.prepare import prepare_data
+from training.device_data import epoch_batches
+from training.loop import Trainer
 from training.weight_draws import FlatPosterior
 
 N = 4000
@@ -129,3 +134,21 @@ def test_a_named_prior_or_mixed_families_keep_the_layer_wise_path() -> None:
     assert not FlatPosterior.supports(mixed)
     with pytest.raises(ValueError, match="one posterior family"):
         FlatPosterior(mixed)
+
+
+@pytest.mark.training
+def test_the_trainer_draws_flat_for_a_radial_network_and_layer_wise_otherwise(tiny_data: Path, tmp_path: Path) -> None:
+    base: dict[str, object] = dict(data=str(tiny_data), device="cpu", precision="fp32", width=2, input_size=32,
+                                   epochs=2, batch_size=4, grad_sd_samples=0)
+    radial = TrainConfig(out=str(tmp_path / "radial"), **base)  # type: ignore[arg-type]
+    trainer = Trainer(radial, progress=False)
+    data = prepare_data(trainer.config)
+    run = trainer._start(data)
+    assert run.flat is not None and len(run.flat.layers) == 14  # 13 convolutions and the head
+    x, y = next(epoch_batches(None, data.train, [[0, 1, 2, 3]], torch.device("cpu"), 0))
+    step = trainer.train_step(run, x, y, data, means_only=False)
+    assert torch.isfinite(step.kl) and float(step.kl) > 0
+    assert all(layer.drawn is None and layer.generator is None for layer in run.flat.layers)  # nothing left set
+    dropout = TrainConfig(out=str(tmp_path / "dropout"), model="dropout_vgg16_star", **base)  # type: ignore[arg-type]
+    (tmp_path / "dropout").mkdir()
+    assert Trainer(dropout, progress=False)._start(data).flat is None
