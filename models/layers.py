@@ -53,6 +53,9 @@ class BayesianLayer(nn.Module):
         self.generator: torch.Generator | None = None
         self.use_mean = False
         self.last_sample: dict[str, Tensor] = {}  # "weight"/"bias" -> [S, *shape], kept for the KL term
+        # weight and bias draws made outside the layer for its next forwards (a training step may draw every
+        # layer's at once); None: the layer draws its own, as serving always does
+        self.drawn: tuple[Tensor, Tensor] | None = None
 
     def sample_parameters(self, samples: int) -> tuple[Tensor, Tensor]:
         """Draw ``samples`` weight and bias tensors: ([S, *weight_shape], [S, out])."""
@@ -60,6 +63,12 @@ class BayesianLayer(nn.Module):
             w = self.weight_mu.unsqueeze(0).expand(samples, *self.weight_mu.shape)
             b = self.bias_mu.unsqueeze(0).expand(samples, *self.bias_mu.shape)
             self.last_sample = {}
+            return w, b
+        if self.drawn is not None:
+            w, b = self.drawn
+            if w.shape[0] != samples:
+                raise ValueError(f"{samples} weight samples asked for, {w.shape[0]} drawn for this layer")
+            self.last_sample = {"weight": w, "bias": b}
             return w, b
         dev, dt = self.weight_mu.device, self.weight_mu.dtype
         eps_w = sample_noise(self.posterior, tuple(self.weight_mu.shape), samples=samples,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import torch
 from torch import nn
@@ -27,8 +27,11 @@ class StochasticLayer(Protocol):
 
 
 def stochastic_layers(model: nn.Module) -> list[StochasticLayer]:
-    """Every module of ``model`` whose forward draws random numbers, in registration (= forward) order."""
-    return [m for m in model.modules() if isinstance(m, StochasticLayer)]
+    """Every module of ``model`` whose forward draws random numbers, in registration (= forward) order.
+
+    The test is the protocol's (both attributes present), written out: ``isinstance`` against a runtime-checkable
+    protocol costs tens of microseconds a module, which every training step paid for every module twice."""
+    return [cast(StochasticLayer, m) for m in model.modules() if hasattr(m, "generator") and hasattr(m, "use_mean")]
 
 
 @contextmanager

@@ -12,7 +12,9 @@ and ``<out>/lease.md``, so a run cut off at its limit still returns what it meas
    CPU build is a reported skip);
 2. sizes: what a lease receives (the tree without the embedded weights, plus the shards) against 64 MiB;
 3. a training run (``radscreen-train fit``) on the shards (``--shards``, packed by ``radscreen-train pack``)
-   or on synthetic images made there, under a time budget; its images/s and the FLOP rate that makes;
+   or on synthetic images made there, under a time budget, at batch 256 with the lr by the square-root rule
+   (``support.lease.lease_recipe``: where the host's work per step is small against the GPU's); its images/s and
+   the FLOP rate that makes;
 4. the artifact it wrote, in parts of at most 16 MiB with their sha256 (``radscreen-train reassemble`` here);
 5. ``pytest -m gpu tests/gpu``: CUDA vs CPU parity on that artifact, exact resume on CUDA, each precision;
 6. the parity and precision-drift table on that artifact (``benchmarks/precision_drift.py``);
@@ -37,7 +39,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from support.lease import LeaseReport, returned_files, sent_bytes, step_flops, training_throughput  # noqa: E402
+from support.lease import (  # noqa: E402
+    LEASE_BATCH,
+    LeaseReport,
+    lease_recipe,
+    returned_files,
+    sent_bytes,
+    step_flops,
+    training_throughput,
+)
 
 TINY = ["--width", "2", "--input-size", "32", "--epochs", "2", "--batch-size", "8", "--eval-samples", "2",
         "--head-draws", "2", "--grad-sd-samples", "0", "--seed", "0"]
@@ -108,8 +118,8 @@ def train(report: LeaseReport, args: argparse.Namespace, work: Path, env: dict[s
         if code != 0:
             return None
         data = ["--data", str(synth), "--layout", "synthetic"]
-    recipe = TINY if args.tiny else ["--input-size", str(size), "--epochs", str(args.epochs), "--batch-size",
-                                     str(args.batch_size), "--val-every", str(args.val_every)]
+    recipe = TINY if args.tiny else lease_recipe(size=size, epochs=args.epochs, batch=args.batch_size,
+                                                 val_every=args.val_every)
     limit = SHARES["train"] * args.budget_s
     run_dir, artifact = work / "run", work / "artifact"
     cmd = [python, "-m", "training.cli", "fit", *data, "--out", str(run_dir), "--artifact", str(artifact),
@@ -139,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", type=Path, default=None, help="packed training shards (radscreen-train pack)")
     ap.add_argument("--tiny", action="store_true", help="a tiny model and data set: the CPU dry run")
     ap.add_argument("--epochs", type=int, default=100, help="epochs asked for (the time budget may stop sooner)")
-    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--batch-size", type=int, default=LEASE_BATCH,
+                    help="images per step; the lr follows by the square-root rule (support.lease.scaled_lr)")
     ap.add_argument("--val-every", type=int, default=5, help="epochs between validations")
     ap.add_argument("--work", type=Path, default=None, help="folder for the run (default: a temporary one)")
     ap.add_argument("fit_args", nargs="*", help="more `radscreen-train fit` options, after --")

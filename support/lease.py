@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import shlex
 import subprocess
 import time
@@ -23,6 +24,27 @@ SEND_LIMIT = 64 * MIB  # what one command receives: code and data together
 RETURN_FILE_LIMIT = 16 * MIB  # each file it returns
 RETURN_FILES = 8  # files it returns
 EMBEDDED_WEIGHTS = "models/default/weights.safetensors"  # left out of what a lease sends
+# The lease's training batch: at 512 px the host's work per step (~11 ms: benchmarks/train_step_host.py) is
+# about 10 % of a batch-256 step at 140 TFLOP/s (35 % of 400), where a batch-32 step would wait for the host;
+# the tensors kept for the backward are at most 52 GB (203 MB an image in fp32, counted on the meta device; bf16
+# halves most of them), within an H100's 80. docs/results-benchmarks.md, "The training step's host work".
+LEASE_BATCH = 256
+BASE_BATCH, BASE_LR = 16, 1e-3  # the recipe's defaults (TrainConfig): Adam at lr 1e-3 on batches of 16
+
+
+def scaled_lr(batch: int) -> float:
+    """The learning rate for ``batch`` by the square-root rule for Adam (Malladi et al. 2022, "On the SDEs and
+    scaling rules for adaptive gradient algorithms"): ``BASE_LR · √(batch / BASE_BATCH)``; ρ's group follows
+    (``--rho-lr`` unset)."""
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    return BASE_LR * math.sqrt(batch / BASE_BATCH)
+
+
+def lease_recipe(*, size: int, epochs: int, batch: int, val_every: int) -> list[str]:
+    """The ``radscreen-train fit`` options of the lease's training run (other than data, output and budget)."""
+    return ["--input-size", str(size), "--epochs", str(epochs), "--batch-size", str(batch),
+            "--lr", f"{scaled_lr(batch):.3g}", "--val-every", str(val_every)]
 
 
 @dataclass

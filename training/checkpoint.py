@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from models.atomic import atomic_write
+from training.optim import load_optimizer_state
 
 CHECKPOINT_FILE = "checkpoint.pt"
 
@@ -55,7 +56,7 @@ def load_checkpoint(run_dir: Path) -> dict[str, Any] | None:
 def restore(ckpt: dict[str, Any], *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
             generators: dict[str, torch.Generator]) -> TrainState:
     model.load_state_dict(ckpt["model"])
-    optimizer.load_state_dict(ckpt["optimizer"])
+    load_optimizer_state(optimizer, ckpt["optimizer"])  # keeps this build's update (fused where it can)
     for k, g in generators.items():
         g.set_state(ckpt["generators"][k])
     torch.set_rng_state(ckpt["torch_rng"])

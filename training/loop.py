@@ -29,8 +29,8 @@ import json
 import logging
 import math
 import time
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from sklearn.metrics import roc_auc_score
 from torch import nn
+from torch.profiler import record_function
 from tqdm import tqdm
 
 from models import compute
@@ -51,7 +52,7 @@ from models.kl import bayesian_layers, kl_divergence
 from models.preprocessing import FOV_LOCAL_MEAN
 from models.priors import Prior, prior_from_config
 from models.registry import create_model
-from models.sampling import sampling_generator, use_means
+from models.sampling import sampling_generator, stochastic_layers, use_means
 from models.vgg import mc_logits
 from training.checkpoint import TrainState, load_checkpoint, restore, save_checkpoint
 from training.config import Precision, TrainConfig
@@ -66,6 +67,7 @@ from training.history import write_history
 from training.optim import RHO_GROUP, apply_schedule, build_optimizer, group_lr
 from training.predict import mc_probabilities
 from training.warm_start import check_same_source, load_into, rho_reference, save_init_record
+from training.weight_draws import FlatPosterior
 
 log = logging.getLogger(__name__)
 BEST_WEIGHTS = "best.safetensors"
@@ -73,6 +75,7 @@ LOG_EVERY = 25  # steps between reads of the running sums (progress bar): the on
 CUDA_CHECKPOINT_MINUTES = 10.0  # checkpoint_minutes on CUDA when the config leaves it unset
 
 
+STEP_PHASES = ("augment", "forward", "kl", "backward", "optimizer")  # train_step's profiler ranges, in order
 TRAIN_FIX = "Use --precision fp32, or auto to take bf16 only where it is native."
 
 
@@ -130,6 +133,7 @@ class Run:
     autocast: AbstractContextManager[Any]  # bf16 autocast, or nothing (fp32)
     probe: tuple[torch.Tensor, torch.Tensor]  # the fixed batch of the gradient-SD probe: normalised x, y
     resident: ResidentPixels | None = None  # the training pixels on the GPU (CUDA with cached or packed pixels)
+    flat: FlatPosterior | None = None  # every layer's draws and the KL at once (training.weight_draws), or layer-wise
     last_checkpoint: float = 0.0  # time.monotonic() of the last checkpoint this call wrote (or of its start)
 
 
@@ -238,7 +242,10 @@ class Trainer:
         probe = _probe_batch(data, cfg, self.device)
         resident = (ResidentPixels(data.train, self.device)
                     if self.device.type == "cuda" and data.train.pixels is not None else None)
-        return Run(model, optimizer, gens, state, prior, bayesian, autocast, probe, resident, time.monotonic())
+        flat = FlatPosterior(model) if bayesian and FlatPosterior.supports(model, prior) else None
+        if flat is not None and {id(m) for m in stochastic_layers(model)} != {id(m) for m in flat.layers}:
+            flat = None  # another stochastic layer (dropout) draws from the generator: the layer-wise path
+        return Run(model, optimizer, gens, state, prior, bayesian, autocast, probe, resident, flat, time.monotonic())
 
     def _validate_starting_point(self, run: Run, data: PreparedData) -> None:
         """Epoch 0 of a warm start: the artifact as loaded, validated like every epoch. It competes for
@@ -309,29 +316,49 @@ class Trainer:
         the loss: the NLL of the draws' logits, plus KL/N (``elbo_loss``) once past the means-only epochs.
         """
         cfg, model, gens = self.config, run.model, run.generators
-        if cfg.augment:
-            fill = 0.5 if cfg.preprocessing == FOV_LOCAL_MEAN else 0.0  # the surround's value
-            x = augment_batch(x, generator=gens["augment"], fill=fill)
-            if cfg.frame_cuts:
-                x = frame_cuts(x, generator=gens["augment"], fill=fill or 0.5)
-            if cfg.color_jitter:
-                x = color_jitter(x, generator=gens["augment"], centre=fill or 0.5,
-                                 host_generator=gens.get("augment_host"))
-        x = normalise(x, data.mean, data.std).contiguous(memory_format=torch.channels_last)
-        with sampling_generator(model, gens["weights"]), use_means(model, means_only), run.autocast:
-            logits = mc_logits(model, x, cfg.train_samples)[..., 0].float()  # [S, B]
-        nll = F.binary_cross_entropy_with_logits(logits, y.expand_as(logits))
+        with record_function(STEP_PHASES[0]):  # the phases name themselves in a profile (benchmarks/train_step_host.py)
+            x = self._augment(x, gens)
         elbo = run.bayesian and not means_only
-        kl = kl_divergence(model, run.prior) if elbo else torch.zeros((), device=nll.device)
-        loss = elbo_loss(nll, kl, len(data.train), cfg.kl_weight) if elbo else nll
-        run.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        apply_schedule(run.optimizer, cfg, run.state.epoch, run.state.global_step)
-        run.optimizer.step()
+        flat = run.flat if elbo else None  # every layer's draws and the KL at once (training.weight_draws)
+        with record_function(STEP_PHASES[1]):
+            x = normalise(x, data.mean, data.std).contiguous(memory_format=torch.channels_last)
+            draw = flat.draw(cfg.train_samples, gens["weights"]) if flat is not None else None
+            # the flat draw covers every stochastic layer (Run.flat): none of them draws, so none needs the generator
+            sampling = (flat.drawn(draw) if flat is not None and draw is not None
+                        else _layer_sampling(model, gens["weights"], means_only))
+            with sampling, run.autocast:
+                logits = mc_logits(model, x, cfg.train_samples)[..., 0].float()  # [S, B]
+            nll = F.binary_cross_entropy_with_logits(logits, y.expand_as(logits))
+        with record_function(STEP_PHASES[2]):
+            if flat is not None and draw is not None:
+                kl = flat.kl(draw, run.prior)
+            else:
+                kl = kl_divergence(model, run.prior) if elbo else torch.zeros((), device=nll.device)
+            loss = elbo_loss(nll, kl, len(data.train), cfg.kl_weight) if elbo else nll
+        with record_function(STEP_PHASES[3]):
+            run.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+        with record_function(STEP_PHASES[4]):
+            apply_schedule(run.optimizer, cfg, run.state.epoch, run.state.global_step)
+            run.optimizer.step()
         if elbo:  # the most any ρ can have moved with Adam: Σ lr over ELBO steps
             run.state.rho_budget += group_lr(run.optimizer, RHO_GROUP)
         correct = ((logits.mean(0) > 0) == (y > 0.5)).sum()
         return StepResult(nll=nll.detach(), kl=kl.detach(), correct=correct, n=len(y))
+
+    def _augment(self, x: torch.Tensor, gens: dict[str, torch.Generator]) -> torch.Tensor:
+        """The step's augmentation of x [B, C, H, W] in [0, 1]: the D.1 warp, then the framings and the
+        photometric changes as configured, every draw from the run's augmentation generators."""
+        cfg = self.config
+        if not cfg.augment:
+            return x
+        fill = 0.5 if cfg.preprocessing == FOV_LOCAL_MEAN else 0.0  # the surround's value
+        x = augment_batch(x, generator=gens["augment"], fill=fill)
+        if cfg.frame_cuts:
+            x = frame_cuts(x, generator=gens["augment"], fill=fill or 0.5)
+        if cfg.color_jitter:
+            x = color_jitter(x, generator=gens["augment"], centre=fill or 0.5, host_generator=gens.get("augment_host"))
+        return x
 
     def _epoch_row(self, run: Run, data: PreparedData, sums: dict[str, float], means_only: bool) -> dict[str, Any]:
         """The history row of the epoch just trained: its schedule, training sums, validation and diagnostics."""
@@ -401,6 +428,13 @@ class Trainer:
                     **layer_budget_ratios(shift, rho_budget),
                     **sigma_stats(model)})
         return out
+
+
+@contextmanager
+def _layer_sampling(model: nn.Module, generator: torch.Generator, means_only: bool) -> Iterator[None]:
+    """Every stochastic layer draws its own from ``generator`` (or sits at its mean when ``means_only``)."""
+    with sampling_generator(model, generator), use_means(model, means_only):
+        yield
 
 
 def _probe_batch(data: PreparedData, config: TrainConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,7 +8,7 @@ import torch
 from models.draws import materialise_draws
 from models.layers import BayesConv2d, BayesLinear
 from models.registry import MODEL_BUILDERS, create_model
-from models.sampling import seeded, use_means
+from models.sampling import StochasticLayer, seeded, stochastic_layers, use_means
 from models.vgg import ConfigFieldError, VGGConfig, VGGStar, build_vgg16_star, count_parameters, mc_logits
 
 
@@ -25,6 +25,14 @@ def test_same_builder_yields_every_family() -> None:
     n = {k: count_parameters(create_model(k, width=4, input_size=64)) for k in MODEL_BUILDERS}
     assert n["radial_vgg16_star"] == n["gaussian_vgg16_star"] == 2 * n["deterministic_vgg16_star"]
     assert n["dropout_vgg16_star"] == n["deterministic_vgg16_star"]
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_BUILDERS))
+def test_the_stochastic_layers_are_the_protocols_members(name: str) -> None:
+    model = create_model(name, width=2, input_size=32)
+    expected = [m for m in model.modules() if isinstance(m, StochasticLayer)]
+    assert stochastic_layers(model) == expected
+    assert bool(expected) == (name != "deterministic_vgg16_star")
 
 
 def test_unknown_names_list_the_valid_ones() -> None:

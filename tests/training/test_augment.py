@@ -179,3 +179,23 @@ def test_frame_cuts_cover_the_framing_family_and_are_seeded() -> None:
     assert float(rows_cut.max()) <= 1 - cfg.camera_cut[0] + 0.05
     off = FramingConfig(camera_prob=0.0, tight_prob=0.0, notch_prob=0.0)
     assert torch.equal(frame_cuts(x[:8].clone(), generator=torch.Generator().manual_seed(1), config=off), x[:8])
+
+
+@pytest.mark.parametrize(("h", "w"), [(32, 32), (64, 48), (256, 256), (7, 9)])
+def test_the_batched_resolution_loss_is_f_interpolates_down_and_up(h: int, w: int) -> None:
+    """One pair of batched products per batch resamples as F.interpolate does image by image (antialiased down to
+    each image's own size, bilinear back up), to float rounding; and the pixels stay bounded by the input's."""
+    import torch.nn.functional as F
+
+    from training.data.resample import resolution_loss
+
+    gen = torch.Generator().manual_seed(h * w)
+    x = torch.rand(6, 3, h, w, generator=gen)
+    factors = (0.4 + 0.5 * torch.rand(6, generator=gen)).tolist()
+    sides = [(max(8, round(h * f)), max(8, round(w * f))) for f in factors]
+    expected = torch.cat([
+        F.interpolate(F.interpolate(x[i:i + 1], size=side, mode="bilinear", antialias=True, align_corners=False),
+                      size=(h, w), mode="bilinear", align_corners=False) for i, side in enumerate(sides)])
+    torch.testing.assert_close(resolution_loss(x, sides), expected, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="2 sizes for 6 images"):
+        resolution_loss(x, sides[:2])

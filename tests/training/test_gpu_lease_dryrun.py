@@ -17,7 +17,7 @@ import torch
 
 from models.artifact import load_artifact
 from support.artifacts import build_tiny_artifact
-from support.lease import EMBEDDED_WEIGHTS, LeaseReport
+from support.lease import EMBEDDED_WEIGHTS, LEASE_BATCH, LeaseReport, lease_recipe, scaled_lr
 from training.cli import main as train_main
 from training.config import TrainConfig
 from training.loop import Trainer
@@ -127,3 +127,18 @@ def test_reassembly_checks_every_part_before_anything_can_be_loaded(tmp_path: Pa
         reassemble(manifest, tmp_path / "bad")
     with pytest.raises(PartsError, match="exists"):
         reassemble(manifest, tmp_path / "ok")
+
+
+def test_the_lease_trains_at_batch_256_with_the_lr_by_the_square_root_rule() -> None:
+    """Batch 256 keeps the host's work per step small against the GPU's (benchmarks/train_step_host.py); Adam's lr
+    grows with the square root of the batch from the recipe's 1e-3 at 16, and ρ's group follows it."""
+    assert LEASE_BATCH == 256
+    assert scaled_lr(16) == pytest.approx(1e-3) and scaled_lr(256) == pytest.approx(4e-3)
+    recipe = lease_recipe(size=512, epochs=100, batch=LEASE_BATCH, val_every=5)
+    args = dict(zip(recipe[::2], recipe[1::2], strict=True))
+    assert (args["--batch-size"], args["--lr"], args["--input-size"]) == ("256", "0.004", "512")
+    assert "--rho-lr" not in args
+    config = TrainConfig(data="", out="", batch_size=int(args["--batch-size"]), lr=float(args["--lr"]))
+    assert config.effective_rho_lr == config.lr
+    with pytest.raises(ValueError, match="batch must be >= 1"):
+        scaled_lr(0)

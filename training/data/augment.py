@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from training.data.resample import resolution_loss
+
 
 @dataclass(frozen=True)
 class AugmentConfig:
@@ -187,10 +189,10 @@ def color_jitter(x: Tensor, *, generator: torch.Generator, config: JitterConfig 
     else:
         chosen = torch.nonzero(uniform(0.0, 1.0, b) < config.blur_prob).flatten().tolist()
     scale = uniform(*config.blur_scale, b, gen=host_generator or generator).tolist()  # after the blur draw
-    for i in chosen:  # resolution loss: per image, its own factor
-        side = (max(8, round(h * float(scale[i]))), max(8, round(w * float(scale[i]))))
-        small = F.interpolate(out[i:i + 1], size=side, mode="bilinear", antialias=True, align_corners=False)
-        out[i:i + 1] = F.interpolate(small, size=(h, w), mode="bilinear", align_corners=False)
+    if chosen:  # resolution loss: per image, its own factor; the whole batch in a few operations (resample.py)
+        sides = [(max(8, round(h * float(scale[i]))), max(8, round(w * float(scale[i])))) for i in chosen]
+        idx = torch.tensor(chosen, dtype=torch.long).to(x.device, non_blocking=True)
+        out = out.index_copy(0, idx, resolution_loss(out.index_select(0, idx), sides))
     return out.clamp_(0.0, 1.0)
 
 
