@@ -44,7 +44,7 @@ from models.kl import kl_divergence
 from models.priors import prior_from_config
 from models.sampling import sampling_generator
 from models.vgg import mc_logits
-from training.config import TrainConfig
+from training.config import LAYOUTS, TrainConfig
 from training.data.prepare import prepare_data
 from training.evaluation import mc_uncertainty
 from training.evaluation.referral import mann_whitney_auc
@@ -59,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model-dir", type=Path, required=True, help="a radial/Gaussian artifact")
     ap.add_argument("--data", required=True, help="the data set it was trained on (its validation split is scored)")
+    ap.add_argument("--layout", choices=LAYOUTS, default="synthetic", help="how --data is organised")
+    ap.add_argument("--train-only-copy", action="append", default=[], metavar="COPY",
+                    help="manifest layout: a copy kept out of validation (as the run that trained it did)")
+    ap.add_argument("--n-train", type=int, default=None,
+                    help="N in KL/N (default: the training split's size, as the run's ELBO used)")
     ap.add_argument("--split", type=float, nargs=3, default=(0.8, 0.1, 0.1))
     ap.add_argument("--split-seed", type=int, default=1)
     ap.add_argument("--images", type=int, default=147, help="validation images scored (evenly spaced)")
@@ -68,17 +73,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="scale only the Bayesian layers whose name matches (e.g. 'features\\.(1[0-9]|2[0-9])$' "
                          "for blocks 3-5); the others keep their trained σ")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--kl-weights", type=float, nargs="*", default=[],
+                    help="also report, for each λ, the scale c minimising E_q[NLL] + λ·KL/N along the ray")
     args = ap.parse_args(argv)
     chosen = re.compile(args.layers) if args.layers else None
 
     artifact = load_artifact(args.model_dir)
     model = artifact.build_model()
     arch = artifact.config.architecture
-    cfg = TrainConfig(data=args.data, out="", width=arch.width, input_size=arch.input_size, split=tuple(args.split),
-                      seed=args.split_seed, init_from=str(args.model_dir),
-                      preprocessing=artifact.config.preprocessing)
-    data = prepare_data(cfg)  # the artifact's channel statistics, the run's split
-    n_train = len(data.train)
+    cfg = TrainConfig(data=args.data, out="", layout=args.layout, width=arch.width, input_size=arch.input_size,
+                      split=tuple(args.split), seed=args.split_seed, init_from=str(args.model_dir),
+                      preprocessing=artifact.config.preprocessing, cache_images=False,
+                      train_only_copies=tuple(args.train_only_copy))
+    data = prepare_data(cfg)  # the artifact's channel statistics, the run's split (images decoded when scored)
+    n_train = args.n_train or len(data.train)
     step = max(1, len(data.val) // args.images)
     val = Subset(data.val, list(range(0, len(data.val), step))[: args.images])
     prior = prior_from_config(dict(artifact.config.prior))
@@ -88,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{artifact.config.name} {artifact.config.version} ({args.model_dir}); {len(val)} validation images of "
           f"{args.data}, {args.draws} draws, N_train = {n_train}; {platform.machine()}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; scaled: {args.layers or 'every layer'}\n")
+    rows: list[tuple[float, float, float, float]] = []  # c, E_q[NLL], KL/N, AUC(p̄)
     print("| c | mean σ | E_q[NLL] | NLL(p̄) | AUC(p̄) | KL/N (nat) | −ELBO (nat) | median MI (nat) | s |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for c in args.scales:
@@ -111,6 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {c:g} | {sigma:.3g} | {expected_nll:.4f} | {nll_bar:.4f} | "
               f"{mann_whitney_auc(labels.astype(np.int64), pb):.3f} | {kl_n:.6g} | {expected_nll + kl_n:.6g} | "
               f"{float(np.median(unc.mutual_information)):.3g} | {time.monotonic() - started:.0f} |", flush=True)
+        rows.append((c, expected_nll, kl_n, mann_whitney_auc(labels.astype(np.int64), pb)))
+    for weight in args.kl_weights:  # where a tempered objective would stop along this ray
+        c, nll, kl_n, auc = min(rows, key=lambda r: r[1] + weight * r[2])
+        edge = (" (the largest scored: it may lie beyond)" if c == max(args.scales) else
+                " (the smallest scored: it may lie below)" if c == min(args.scales) else "")
+        print(f"λ = {weight:g}: E_q[NLL] + λ·KL/N is lowest at c = {c:g}{edge} of those scored "
+              f"(E_q[NLL] {nll:.4f}, AUC(p̄) {auc:.3f})")
     return 0
 
 
