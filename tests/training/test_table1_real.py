@@ -1,5 +1,5 @@
 """benchmarks/table1_real.py on a tiny two-source manifest: per-source rows, skip on rerun, re-scoring from the
-run directories, and the same budget for every run.
+run directories, and a run of another budget never counted as done.
 
 The script runs as a subprocess (tests do not import benchmarks). One run (radial-s0) makes one finished row;
 the other rows must be listed as unfinished, never estimated.
@@ -55,8 +55,8 @@ def table(manifest: Path, runs: Path, *extra: str) -> subprocess.CompletedProces
 
 
 @pytest.mark.training
-def test_one_run_makes_its_row_per_source_skips_on_rerun_and_rescored_from_its_directory(manifest: Path,
-                                                                                        tmp_path: Path) -> None:
+def test_one_run_makes_its_row_per_source_skips_on_rerun_and_is_rescored_from_its_directory(
+        manifest: Path, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     done = table(manifest, runs, "--runs", "radial-s0")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -84,6 +84,14 @@ def test_one_run_makes_its_row_per_source_skips_on_rerun_and_rescored_from_its_d
                                   seed=0)
     np.testing.assert_allclose(groups["pooled"]["auc"], report.curves["mutual_information"].auc)
     assert groups["pooled"]["ece"] == pytest.approx(report.ece)
+    # and each source's row is the same evaluation of that source's eyes only (odd patients are EyePACS)
+    eyepacs = np.array([int(i.split("_")[0]) % 2 == 1 for i in draws.ids])
+    for name, sel in (("eyepacs", eyepacs), ("odir", ~eyepacs)):
+        part = evaluate_predictions(draws.probs[:, sel], draws.labels[sel], fractions=(0.0, 0.1, 0.2, 0.3, 0.5),
+                                    n_bootstrap=20, seed=0)
+        assert groups[name]["n"] == int(sel.sum())
+        np.testing.assert_allclose(groups[name]["auc"], part.curves["mutual_information"].auc)
+        assert groups[name]["ece"] == pytest.approx(part.ece)
     # with no referral the own ranking and random keep the same eyes: a difference of exactly 0
     assert groups["pooled"]["vs_random"]["auc"]["difference"][0] == pytest.approx(0.0, abs=1e-12)
 
@@ -92,12 +100,9 @@ def test_one_run_makes_its_row_per_source_skips_on_rerun_and_rescored_from_its_d
     assert rescored.returncode == 0, rescored.stderr[-3000:]
     assert json.loads((runs / "results.json").read_text())["rows"] == results["rows"]
 
-
-@pytest.mark.training
-def test_a_run_trained_with_another_budget_is_not_taken_as_done(manifest: Path, tmp_path: Path) -> None:
-    runs = tmp_path / "runs"
-    assert table(manifest, runs, "--runs", "det-s0").returncode == 0
+    # a run trained with another budget is not taken as done: no row from it
     other = table(manifest, runs, "--table-only", "--steps-per-epoch", "2")
     assert other.returncode == 0, other.stderr[-3000:]
     results = json.loads((runs / "results.json").read_text())
-    assert results["rows"] == {} and results["unfinished"]["Deterministic"] == ["det-s0"]
+    assert results["rows"] == {} and results["unfinished"]["Radial BNN"] == ["radial-s0"]
+
