@@ -84,8 +84,10 @@ def test_one_run_makes_its_row_per_source_skips_on_rerun_and_is_rescored_from_it
                                   seed=0)
     np.testing.assert_allclose(groups["pooled"]["auc"], report.curves["mutual_information"].auc)
     assert groups["pooled"]["ece"] == pytest.approx(report.ece)
-    # and each source's row is the same evaluation of that source's eyes only (odd patients are EyePACS)
-    eyepacs = np.array([int(i.split("_")[0]) % 2 == 1 for i in draws.ids])
+    # and each source's row is the same evaluation of that source's eyes only (ids: <source>[/<copy>]/<file>)
+    assert {i.split("/")[0] for i in draws.ids} == {"odir", "eyepacs"}
+    eyepacs = np.array([i.startswith("eyepacs/natural-1024/") and int(i.split("/")[-1].split("_")[0]) % 2 == 1
+                        for i in draws.ids])
     for name, sel in (("eyepacs", eyepacs), ("odir", ~eyepacs)):
         part = evaluate_predictions(draws.probs[:, sel], draws.labels[sel], fractions=(0.0, 0.1, 0.2, 0.3, 0.5),
                                     n_bootstrap=20, seed=0)
