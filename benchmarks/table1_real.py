@@ -108,9 +108,14 @@ def fit_argv(run: Run, args: argparse.Namespace, out: Path, budget: Budget) -> l
 def run_done(run_dir: Path, budget: Budget) -> bool:
     """Fitted with ``budget`` for all its epochs, its validation and test draws saved."""
     record = run_dir / RUN_RECORD
-    return (record.is_file() and json.loads(record.read_text()).get("budget") == asdict(budget)
+    return (record.is_file() and _trained(json.loads(record.read_text()).get("budget", {})) == _trained(asdict(budget))
             and all((run_dir / f"eval_{s}" / DRAWS_FILENAME).is_file() for s in ("val", "test"))
             and trained_epochs(run_dir) == list(range(1, budget.epochs + 1)))
+
+
+def _trained(budget: dict[str, Any]) -> dict[str, Any]:
+    """The part of a budget that shapes the trained run (the bootstrap size only changes the scoring)."""
+    return {k: v for k, v in budget.items() if k != "n_bootstrap"}
 
 
 def _cpu_seconds() -> float:
