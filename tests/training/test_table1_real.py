@@ -71,7 +71,7 @@ def test_one_run_makes_its_row_per_source_skips_on_rerun_and_is_rescored_from_it
     scored = table(manifest, runs, "--table-only")
     assert scored.returncode == 0, scored.stderr[-3000:]
     results = json.loads((runs / "results.json").read_text())
-    assert list(results["rows"]) == ["Radial BNN"]  # the only row whose runs are all done
+    assert list(results["rows"]) == ["Radial BNN", "Radial BNN, by entropy"]  # the rows whose runs are all done
     assert "Deep ensemble ×3" in results["unfinished"] and results["unfinished"]["MFVI, no tweaks"] == ["mfvi"]
     groups = results["rows"]["Radial BNN"]["groups"]
     assert set(groups) == {"pooled", "odir", "eyepacs"}  # the stretched copy never reaches the test eyes
@@ -94,6 +94,8 @@ def test_one_run_makes_its_row_per_source_skips_on_rerun_and_is_rescored_from_it
         assert groups[name]["n"] == int(sel.sum())
         np.testing.assert_allclose(groups[name]["auc"], part.curves["mutual_information"].auc)
         assert groups[name]["ece"] == pytest.approx(part.ece)
+    entropy = results["rows"]["Radial BNN, by entropy"]["groups"]["pooled"]
+    np.testing.assert_allclose(entropy["auc"], report.curves["predictive_entropy"].auc)
     # with no referral the own ranking and random keep the same eyes: a difference of exactly 0
     assert groups["pooled"]["vs_random"]["auc"]["difference"][0] == pytest.approx(0.0, abs=1e-12)
 
