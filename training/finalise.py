@@ -120,8 +120,10 @@ def _describe(layout: str, meta: dict[str, Any] | None, include_other_disease: b
 
 
 def image_ids(rows: Sequence[ManifestRow]) -> list[str]:
-    """One id per image for saved draws: the file name (unique within a data set's image folder)."""
-    return [row.path.name for row in rows]
+    """One id per image for saved draws: the file name (unique within a data set's image folder), prefixed with
+    the row's source and copy where the manifest names them (``odir/13_left.jpg``,
+    ``eyepacs/natural-1024/13_left.jpg``): two programmes number their photographs alike."""
+    return ["/".join(part for part in (row.source, row.copy, row.path.name) if part) for row in rows]
 
 
 def mean_posterior_sigma(model: torch.nn.Module) -> float | None:

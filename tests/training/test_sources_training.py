@@ -108,3 +108,15 @@ def test_a_resume_refuses_changed_source_weights(two_source_manifest: Path, tmp_
     changed = _config(two_source_manifest, tmp_path / "run", source_weights={"odir": 0.5, "eyepacs": 0.5})
     with pytest.raises(ValueError, match="source_weights"):
         Trainer(changed, progress=False).fit()
+
+
+def test_saved_draw_ids_tell_two_sources_apart_whose_files_are_named_alike(tmp_path: Path) -> None:
+    """ODIR and EyePACS both name photographs ``<n>_left.jpg``: the ids of saved draws carry source and copy."""
+    from training.data.manifest import ManifestRow
+    from training.finalise import image_ids
+
+    odir = ManifestRow(tmp_path / "odir" / "13_left.jpg", 0, "13", "left", 2, source="odir")
+    eyepacs = ManifestRow(tmp_path / "eyepacs" / "13_left.jpg", 2, "13", "left", 3, source="eyepacs", copy=NATURAL_COPY)
+    plain = ManifestRow(tmp_path / "synth" / "13_left.jpg", 0, "13", "left", 4)
+    assert image_ids([odir, eyepacs, plain]) == ["odir/13_left.jpg", f"eyepacs/{NATURAL_COPY}/13_left.jpg",
+                                                 "13_left.jpg"]
