@@ -124,6 +124,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/framing-family/rows.csv"))
+    parser.add_argument("--list-refused", action="store_true",
+                        help="print every refused original with its findings (measure, value, threshold)")
     args = parser.parse_args()
     start = time.perf_counter()
     photos = photographs(args.per_set, args.split, args.seed)
@@ -153,6 +155,9 @@ def main() -> None:
           f"{usage.ru_utime + usage.ru_stime:.0f} s CPU in workers, peak RSS of a worker "
           f"{usage.ru_maxrss / 1024:.0f} MiB; rows in {args.out}\n")
     print(originals_table(rows) + "\n")
+    if args.list_refused:
+        print("\n".join(f"  {r['set']} {r['truth']} {r['name']}: {r['details']}" for r in rows
+                        if r["framing"] == "original" and r["issues"]) + "\n")
     table, missed = family_table(rows)
     print(table + "\n")
     print("cells below target: " + ("; ".join(missed) if missed else "none"))

@@ -16,8 +16,9 @@ what tells such a crop from a curve in one corner.
 Some published copies of fundus photographs were cropped and then resized to a square, which stretches the
 disc into an axis-aligned ellipse (the ODIR-5K copies: axis ratio ~1.14). A circle fits only two of its four
 arcs; when the circle's inliers are fewer than ``ELLIPSE_TRIGGER`` and an axis-aligned ellipse (ratio within
-``MAX_ASPECT``) fits more of the edge, the ellipse is the FOV (``FovCircle.radius_y``), and the crop maps it
-back onto a round disc.
+``MAX_ASPECT``) fits more of the edge, at least ``ELLIPSE_MIN_SHARE`` of it (a publisher's crop may cut the
+ellipse along a line that is not quite straight, whose points lie off it), the ellipse is the FOV
+(``FovCircle.radius_y``), and the crop maps it back onto a round disc.
 
 Everything runs on a copy whose long side is ``FIT_SIDE`` px, so the cost does not grow with the
 camera's resolution; the circle is returned in the input image's pixel coordinates.
@@ -51,9 +52,11 @@ INLIER_TOLERANCE = 0.012  # of the radius (at least 1.5 px)
 MIN_EDGE_POINTS = 24
 STRAIGHT_RUN = 0.2  # span ends sharing one coordinate on > this share of lines are a straight cut
 STRAIGHT_MIN_POINTS = 12
+CUT_BEYOND_MAX = 0.01  # a straight cut has (almost) none of the bright region beyond it: at most this share
 TEXT_STROKE = 2  # px at FIT_SIDE: bright strokes narrower than 2 * this + 1 px (burned-in text) are not the disc
 ARC_BINS = 72  # 5 degree bins for the arc-support measures
 ELLIPSE_TRIGGER = 0.9  # a circle with fewer inliers than this share is compared with an axis-aligned ellipse
+ELLIPSE_MIN_SHARE = 0.75  # ... which replaces it when it fits more of the edge points, and at least this share
 MAX_ASPECT = 1.5  # the ellipse's axis ratio: a disc resized to a square by a publisher, not any oval
 
 
@@ -177,8 +180,10 @@ def edge_points(mask: np.ndarray, level: np.ndarray | None = None) -> tuple[np.n
     A frame padded with black to a square (a pre-processed upload, or ``fov_square``) cuts the disc
     along a straight line *inside* the image: span ends sharing one coordinate on more than
     ``STRAIGHT_RUN`` of the lines are such a cut, *if* everything beyond it is as dark as padding
-    (``level`` [H, W], the brightest channel, at most its 1st percentile + ``MIN_LEVEL``): an eyelid
-    shadow with a straight-ish edge still shows retina beyond it and is not mistaken for the frame.
+    (``level`` [H, W], the brightest channel, at most its 1st percentile + ``MIN_LEVEL``) and none of the
+    bright region lies beyond it (at most ``CUT_BEYOND_MAX``): an eyelid shadow with a straight-ish edge
+    still shows retina beyond it, or the lit retina goes on past the line at one end (each row's span is
+    filled, so the row where both ends of a curved lid edge are lit is straight), and is not the frame.
     The cut's points are dropped like the frame's own border, and ``box`` is shrunk to it, so the
     arc and IoU measures treat it as the frame. Without ``level`` no cut is accepted.
     """
@@ -196,10 +201,13 @@ def edge_points(mask: np.ndarray, level: np.ndarray | None = None) -> tuple[np.n
             values, counts = np.unique(end[keep], return_counts=True)
             straight = values[counts > max(STRAIGHT_MIN_POINTS, STRAIGHT_RUN * idx.size)]
             if straight.size and level is not None:
-                outer = int(straight.min() if side == 0 else straight.max())  # a cut resampled over two lines
-                beyond = np.s_[:, : max(0, outer - 1)] if side == 0 else np.s_[:, outer + 2 :]
+                # the innermost value (a cut resampled over two lines shares two): nothing bright lies beyond it
+                inner = int(straight.max() if side == 0 else straight.min())
+                beyond = np.s_[:, : max(0, inner - 1)] if side == 0 else np.s_[:, inner + 2 :]
                 lines = level if axis == 1 else level.T  # [lines, length]
-                if lines[beyond].size and not _is_surround(lines[beyond], level):
+                spans = mask if axis == 1 else mask.T
+                if lines[beyond].size and (not _is_surround(lines[beyond], level)
+                                           or spans[beyond].mean() > CUT_BEYOND_MAX):
                     straight = straight[:0]  # not padding: retina (or anything bright) beyond the line
             if straight.size:  # a straight cut: the frame edge of a padded image
                 keep &= ~np.isin(end, straight)
@@ -372,7 +380,7 @@ def fit_fov_circle(rgb: np.ndarray) -> FovCircle | None:
     ry: float | None = None
     if fit is None or inliers.mean() < ELLIPSE_TRIGGER:  # a disc stretched by a resize: try an ellipse
         oval = _ellipse_fit(pts, sw, sh)
-        if oval is not None and oval[4].mean() >= ELLIPSE_TRIGGER and oval[4].mean() > inliers.mean():
+        if oval is not None and oval[4].mean() >= ELLIPSE_MIN_SHARE and oval[4].mean() > inliers.mean():
             cx, cy, r, ry, inliers = oval
     if fit is None and ry is None:
         return None

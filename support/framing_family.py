@@ -128,9 +128,9 @@ def family(disc: np.ndarray, rng: np.random.Generator) -> Iterator[tuple[str, st
 
 
 def _row(photo_set: str, name: str, split: str, truth: str, framing: str, size: str, finish: str,
-         issues: list[str]) -> dict[str, str]:
+         issues: list[str], details: str = "") -> dict[str, str]:
     return {"set": photo_set, "name": name, "split": split, "truth": truth, "framing": framing, "size": size,
-            "finish": finish, "issues": ";".join(issues)}
+            "finish": finish, "issues": ";".join(issues), "details": details}
 
 
 def judge_photograph(photo: Photo, index: int, *, degrade: bool = True, family_too: bool = True
@@ -143,7 +143,8 @@ def judge_photograph(photo: Photo, index: int, *, degrade: bool = True, family_t
     split = split_of(photo.patient)
     rgb = decode(photo.path)
     report = assess_quality(rgb)
-    rows = [_row(photo.source, photo.name, split, photo.category, "original", "native", "plain", report.issues)]
+    why = "; ".join(f.message for f in report.findings)  # each refusal's measure, value and threshold
+    rows = [_row(photo.source, photo.name, split, photo.category, "original", "native", "plain", report.issues, why)]
     if not report.gradable or not family_too:
         return rows
     disc = canonical(rgb)

@@ -34,8 +34,9 @@ the camera made it (any size, any aspect: 3:2 and 4:3 frames cut the disc, squar
      (blur removes the vessel band first), and sigma >= 1 px keeps sensor noise out of it. Only the
      lit retina counts: black left inside the crop (a notch, a ring, a band of an earlier crop) would
      otherwise be the strongest edge in it;
-   - **colour** (``not_fundus``): red-dominant (red share of the mean colour >= ``MIN_RED_SHARE`` and
-     red >= ``MIN_RED_OVER_GREEN`` x green).
+   - **colour** (``not_fundus``): not a neutral or green picture (red share of the mean colour >=
+     ``MIN_RED_SHARE``, a grey card has 1/3, and red >= ``MIN_RED_OVER_GREEN`` x green). Some cameras render
+     the fundus greyish or green-tinged (red share 0.34-0.37), so the rule does not ask for more red than that.
 3. **compression** (``compression_artifacts``): heavy JPEG quantisation leaves 8x8 blocks. Measured
    on the decoded frame (rows/columns subsampled): mean absolute step across block boundaries over
    the mean step elsewhere, at period 8 (and 4, for JPEGs decoded at half scale), >= ``MAX_BLOCKINESS``
@@ -83,8 +84,8 @@ SHADOW_SIGMA = 8.0  # px at WORK_SIZE: illumination, not vessels
 SHADOW_RATIO = 0.35
 MAX_SHADOW = 0.05
 MIN_SHARPNESS = 1.45
-MIN_RED_SHARE = 0.37
-MIN_RED_OVER_GREEN = 1.02
+MIN_RED_SHARE = 0.34  # a neutral grey picture has 1/3
+MIN_RED_OVER_GREEN = 0.9
 MAX_BLOCKINESS = 3.0
 BLOCK_SAMPLE_LINES = 512  # rows (columns) sampled for the blockiness profile
 
@@ -312,7 +313,7 @@ RULES = (  # every rule but the washed-out one, in the order of ISSUES
     GLARE,
     Rule("obstructed", "shadow_fraction", MAX_SHADOW, "<=", 0.03),
     SHARPNESS,
-    Rule("not_fundus", "red_share", MIN_RED_SHARE, ">=", 0.03),
+    Rule("not_fundus", "red_share", MIN_RED_SHARE, ">=", 0.01),
     Rule("not_fundus", "red_over_green", MIN_RED_OVER_GREEN, ">=", 0.1),
     Rule("compression_artifacts", "blockiness", MAX_BLOCKINESS, "<=", 0.3),
 )

@@ -22,6 +22,7 @@ from support.framing_family import (
     CHOSEN,
     DEGRADED,
     EYEPACS,
+    Photo,
     chosen_photos,
     decode,
     judge_nonfundus,
@@ -126,3 +127,16 @@ def test_a_refusal_names_the_measure_its_value_and_the_threshold() -> None:
     assert finding.value == pytest.approx(report.measurements["sharpness"]) and finding.value < MIN_SHARPNESS
     assert finding.message == f"blurred: sharpness {finding.value:.3g}, needs >= {MIN_SHARPNESS:.3g}"
     assert {d["issue"] for d in report.details} == set(report.issues)
+
+
+def test_an_eyelid_shadow_in_a_camera_frame_is_refused() -> None:
+    """ODIR 4541_right's eyelid render (the report half's family): its edge's flat stretch is not a frame's cut.
+
+    The lid's edge is lower in the middle than at one end; the row where both ends are lit was taken for the
+    straight cut of a padded frame, the shadow left outside the measured disc, and 6 of its 32 renders accepted.
+    """
+    photo = Photo("odir", "images/4541_right.jpg", ODIR / "images/4541_right.jpg", "odir-4541", "normal")
+    rows = [r for r in judge_photograph(photo, sorted(DEGRADED).index("obstructed")) if r["truth"] == "obstructed"]
+    assert len(rows) == 32
+    missed = [(r["framing"], r["size"], r["finish"], r["issues"]) for r in rows if not _ok(r)]
+    assert not missed, missed
