@@ -34,7 +34,7 @@ from service.batch.cli import main
 
 def slow(event, args):
     if event == "open" and str(args[0]).endswith(".png"):
-        time.sleep(0.1)
+        time.sleep(0.2)  # 2 workers: at most 10 images/s, so the job is mid-run for seconds after 8 rows
 
 sys.addaudithook(slow)
 sys.exit(main(sys.argv[1:]))
