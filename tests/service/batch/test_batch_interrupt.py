@@ -29,12 +29,16 @@ MESSAGE = "interrupted: rerun the same command to resume"
 # ``python -c`` program: the batch CLI with each image read slowed down (0.1 s), so that a SIGINT sent once
 # rows are scored arrives long before the job could end.
 SLOW_READS = """
-import sys, time
+import signal, sys, time
 from service.batch.cli import main
+
+# as started from a terminal: a job launched in the background by a non-interactive shell (CI) inherits
+# SIGINT ignored, and Python then installs no KeyboardInterrupt handler
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def slow(event, args):
     if event == "open" and str(args[0]).endswith(".png"):
-        time.sleep(0.2)  # 2 workers: at most 10 images/s, so the job is mid-run for seconds after 8 rows
+        time.sleep(0.1)
 
 sys.addaudithook(slow)
 sys.exit(main(sys.argv[1:]))
