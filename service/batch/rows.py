@@ -18,7 +18,7 @@ COLUMNS: tuple[str, ...] = (
     "id",
     "path",
     "outcome",  # the screening outcome (models.decision.screening_outcome); empty on error rows
-    "referable_dr_probability",
+    "referable_dr_probability",  # empty when the image is ungradable (label not_graded): no finding to read
     "label",
     "mutual_information",
     "predictive_entropy",
@@ -47,20 +47,26 @@ NOT_A_REGULAR_FILE = "not-a-regular-file"  # a FIFO, device, socket or directory
 
 
 def scored_row(item: InputItem, payload: Mapping[str, Any]) -> Row:
-    """The row for a scored image, taken from the ``POST /predict`` body ``payload``."""
+    """The row for a scored image, taken from the ``POST /predict`` body ``payload``.
+
+    An ungradable image (outcome ``retake_ungradable``, label ``not_graded``) gets no probability: the API returns
+    one for audit, but a list that clinics read must not hold a number that reads as a finding for a photograph
+    that was not graded. The uncertainty columns stay (they describe the model, not the eye).
+    """
     diagnosis = payload["diagnosis"]
     uncertainty = payload["uncertainty"]
     quality = payload["quality"]
+    graded = bool(quality["gradable"])
     return {
         "id": item.id,
         "path": item.path,
         "outcome": str(payload["outcome"]),
-        "referable_dr_probability": float(diagnosis["referable_dr_probability"]),
+        "referable_dr_probability": float(diagnosis["referable_dr_probability"]) if graded else None,
         "label": str(diagnosis["label"]),
         "mutual_information": float(uncertainty["mutual_information"]),
         "predictive_entropy": float(uncertainty["predictive_entropy"]),
         "expected_entropy": float(uncertainty["expected_entropy"]),
-        "gradable": bool(quality["gradable"]),
+        "gradable": graded,
         "quality_score": float(quality["score"]),
         "quality_issues": [str(i) for i in quality["issues"]],
         "quality_details": [str(d["message"]) for d in quality.get("details", [])],

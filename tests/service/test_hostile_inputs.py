@@ -388,7 +388,7 @@ def test_batch_job_turns_each_bomb_into_an_error_row_and_goes_on(tiny_artifact: 
     for i, (name, bomb) in enumerate(bombs.items()):
         row = rows[f"{i:02d}-{name.replace('^', '')}.png"]
         if bomb.status == 200:
-            assert not row["error"] and row["referable_dr_probability"] is not None, row
+            assert not row["error"] and row["outcome"] is not None and row["mutual_information"] is not None, row
         else:
             assert row["error"].startswith(f"{bomb.slug}: ") and row["referable_dr_probability"] is None, row
     assert not any(rows[f"zz-good-{i}.png"]["error"] for i in range(3))

@@ -55,7 +55,8 @@ def test_folder_rows_equal_the_scorer_and_predict_payload(
     # one image at a time (as a lone POST /predict would) agrees to float rounding
     for it, row in zip(items[:3], rows[1:4], strict=True):
         [single] = batch_scorer.score_batch([prepare_image(it.file.read_bytes(), batch_scorer.pipeline)])  # type: ignore[union-attr]
-        assert single.probability == pytest.approx(row["referable_dr_probability"], abs=1e-6)
+        assert (row["referable_dr_probability"] is None if not single.quality.gradable
+                else single.probability == pytest.approx(row["referable_dr_probability"], abs=1e-6))
         assert single.mutual_information == pytest.approx(row["mutual_information"], abs=1e-6)
 
     bad = rows[0]
@@ -180,6 +181,8 @@ def test_an_ungradable_jpeg_is_labelled_not_graded_in_the_csv(batch_artifact: Pa
         [row] = list(csv.DictReader(f))
     assert row["id"] == "grey.jpg" and row["gradable"].lower() == "false"
     assert row["outcome"] == "retake_ungradable" and row["label"] == "not_graded"
+    assert row["referable_dr_probability"] == ""  # no number that reads as a finding for an ungraded photograph
+    assert row["mutual_information"] != ""  # the model's uncertainty is still reported
     issues, details = row["quality_issues"].split(";"), row["quality_details"].split(";")
     assert issues and {d.split(":")[0] for d in details} == set(issues)  # every refusal explained in the CSV
     assert all(", needs >= " in d or ", needs <= " in d for d in details), details
