@@ -26,7 +26,9 @@ the camera made it (any size, any aspect: 3:2 and 4:3 frames cut the disc, squar
      photograph, common with some cameras' yellow rendering, is gradable);
    - **obstruction** (``obstructed``): share of the inner disc whose illumination (luminance blurred
      far beyond vessel scale) is below ``SHADOW_RATIO`` x its median <= ``MAX_SHADOW`` (eyelid and
-     eyelash shadows);
+     eyelash shadows), and share below ``DEEP_SHADOW_RATIO`` x its upper quartile <= ``MAX_DEEP_SHADOW``
+     (a lid over the brightest part of a picture, e.g. a flare-lit upper field, leaves it no darker than a
+     third of the median but far below the lit retina's level);
    - **sharpness** (``blurred``): ratio of the vessel-scale to the coarse-scale band-pass energy
      (differences of Gaussians, sigma 1-3 px over 3-6 px at ``WORK_SIZE``) of the green channel
      divided by its local mean. Dividing by the local mean makes it a *contrast* (independent of
@@ -83,6 +85,8 @@ MAX_SATURATED = 0.20
 SHADOW_SIGMA = 8.0  # px at WORK_SIZE: illumination, not vessels
 SHADOW_RATIO = 0.35
 MAX_SHADOW = 0.05
+DEEP_SHADOW_RATIO = 0.3  # of the upper quartile of the illumination
+MAX_DEEP_SHADOW = 0.10
 MIN_SHARPNESS = 1.45
 MIN_RED_SHARE = 0.34  # a neutral grey picture has 1/3
 MIN_RED_OVER_GREEN = 0.9
@@ -132,6 +136,7 @@ class QualityMeasures:
     mean_luma: float
     saturated_fraction: float
     shadow_fraction: float
+    deep_shadow_fraction: float  # share below DEEP_SHADOW_RATIO x the illumination's upper quartile
     sharpness: float
     red_share: float
     red_over_green: float
@@ -273,7 +278,9 @@ def measure(rgb: np.ndarray, circle: FovCircle | None = None, *, fit: bool = Tru
     mean_luma = float(y[disc].mean()) if disc.any() else 0.0
     saturated = float((y[disc] >= SATURATED_LUMA).mean()) if disc.any() else 0.0
     light = masked_blur(y, disc, SHADOW_SIGMA)  # [S, S] illumination
-    shadow = float((light[inner] < SHADOW_RATIO * np.median(light[inner])).mean()) if inner.any() else 1.0
+    lit = light[inner]  # [N] the inner disc's illumination
+    shadow = float((lit < SHADOW_RATIO * np.median(lit)).mean()) if lit.size else 1.0
+    deep_shadow = float((lit < DEEP_SHADOW_RATIO * np.quantile(lit, 0.75)).mean()) if lit.size else 1.0
     sharpness = _sharpness(x[..., 1], y, disc, inner)
     mean_rgb = x[inner].mean(axis=0) if inner.any() else np.zeros(3)  # [3]
     std_rgb = x[inner].std(axis=0) if inner.any() else np.zeros(3)
@@ -283,6 +290,7 @@ def measure(rgb: np.ndarray, circle: FovCircle | None = None, *, fit: bool = Tru
         mean_luma=mean_luma,
         saturated_fraction=saturated,
         shadow_fraction=shadow,
+        deep_shadow_fraction=deep_shadow,
         sharpness=sharpness,
         red_share=float(mean_rgb[0] / max(float(mean_rgb.sum()), 1e-6)),
         red_over_green=float(mean_rgb[0] / max(float(mean_rgb[1]), 1e-3)),
@@ -312,6 +320,7 @@ RULES = (  # every rule but the washed-out one, in the order of ISSUES
     SATURATION,
     GLARE,
     Rule("obstructed", "shadow_fraction", MAX_SHADOW, "<=", 0.03),
+    Rule("obstructed", "deep_shadow_fraction", MAX_DEEP_SHADOW, "<=", 0.03),
     SHARPNESS,
     Rule("not_fundus", "red_share", MIN_RED_SHARE, ">=", 0.01),
     Rule("not_fundus", "red_over_green", MIN_RED_OVER_GREEN, ">=", 0.1),

@@ -46,6 +46,7 @@
     mean_luma: "mean brightness",
     saturated_fraction: "share of burnt-out (near-white) pixels",
     shadow_fraction: "share of the disc in shadow",
+    deep_shadow_fraction: "share of the disc in deep shade (far darker than its lit part)",
     sharpness: "sharpness (vessel-scale over coarse detail)",
     red_share: "red share of the colour",
     red_over_green: "red / green",

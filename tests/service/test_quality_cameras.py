@@ -93,3 +93,52 @@ def test_a_flat_stretch_of_a_shadow_edge_is_not_a_straight_cut() -> None:
     assert rows[0] < 95  # lit retina at the left end, above the line where both ends are lit (~101)
     _, box = edge_points(mask, level)
     assert box[1] == 0, box  # the frame's top, not the shadow's edge
+
+
+@pytest.mark.parametrize("exposure", [1.0, 0.35])
+def test_the_overexposed_render_burns_out_a_dark_original_too(exposure: float) -> None:
+    """A dark original (ODIR 4023_right: mean 34 of 255) under a fixed x3 gain came out ordinarily exposed, and the
+    gate rightly accepted it; the render raises the gain until the retina's median is burnt out, and the gate
+    refuses it as ``overexposed``."""
+    from support.degradations import BURNT_OUT, overexposed
+
+    disc = np.round(_fundus().astype(np.float32) * exposure).astype(np.uint8)
+    out = overexposed(disc, np.random.default_rng(0))
+    fov = disc.max(axis=2) > 20
+    luma = out.astype(np.float32) @ np.asarray([0.299, 0.587, 0.114], np.float32)
+    assert np.median(luma[fov]) >= BURNT_OUT - 1
+    assert (out[~fov] == disc[~fov]).all()  # the black surround is left alone
+    assert "overexposed" in assess_quality(out).issues
+
+
+def test_an_eyelid_over_a_flare_lit_upper_field_is_refused() -> None:
+    """ODIR 4539_left: a haze lights the upper half of the field 2.5x the rest. A lid over its top third leaves the
+    lid's shade at about a third of the median (the median rule passes it), but far below the lit retina's upper
+    quartile: ``deep_shadow_fraction`` names it. The flare-lit photograph without the lid stays gradable."""
+    from service.inference.quality import MAX_DEEP_SHADOW, MAX_SHADOW
+    from support.degradations import eyelid_shadow
+
+    disc = _fundus()
+    rows = np.arange(disc.shape[0], dtype=np.float32)[:, None, None] / disc.shape[0]  # [H, 1, 1]
+    gain = 0.4 + 0.6 / (1.0 + np.exp((rows - 0.55) / 0.04))  # 1 over the upper half, 0.4 below
+    lit = np.clip(disc * gain, 0, 255).astype(np.uint8)
+    assert assess_quality(lit).gradable
+    lid = eyelid_shadow(lit, np.random.default_rng(0))
+    m = measure(lid)
+    assert m.shadow_fraction <= MAX_SHADOW < m.deep_shadow_fraction and m.deep_shadow_fraction > MAX_DEEP_SHADOW
+    report = assess_quality(lid)
+    assert report.issues == ["obstructed"]
+    assert [f.measure for f in report.findings] == ["deep_shadow_fraction"]
+
+
+def test_the_page_names_every_measure_the_gate_can_refuse_on() -> None:
+    """A refusal on the clinician page shows its measure in plain words: every rule's measure has them."""
+    import re
+    from pathlib import Path
+
+    from service.inference.quality import RULES, WASHED_OUT
+
+    page = (Path(__file__).resolve().parents[2] / "service" / "static" / "app.js").read_text()
+    table = page[page.index("const MEASURES = {"):]
+    named = set(re.findall(r"^\s+(\w+): \"", table[: table.index("};")], re.M))
+    assert {r.measure for r in (*RULES, WASHED_OUT)} <= named
