@@ -108,6 +108,38 @@ def family_table(rows: list[dict[str, str]]) -> tuple[str, list[str]]:
     return "\n".join(lines), missed
 
 
+def framing_table(rows: list[dict[str, str]]) -> str:
+    """Rows framing (every size and finish pooled), columns truth: the targets read per framing."""
+    cells: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for r in rows:
+        if r["framing"] != "original":
+            cells[(r["framing"], r["truth"])].append(_ok(r))
+    lines = ["| framing | " + " | ".join(TRUTHS) + " |", "|---|" + "---|" * len(TRUTHS)]
+    for framing in FRAMINGS:
+        out = []
+        for truth in TRUTHS:
+            hits = cells.get((framing, truth), [])
+            share = sum(hits) / max(len(hits), 1)
+            flag = " **below**" if hits and share < TARGET.get(truth, 0.95) else ""
+            out.append(f"{sum(hits)}/{len(hits)} ({100 * share:.1f} %){flag}" if hits else "-")
+        lines.append(f"| {framing} | " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
+def print_tables(rows: list[dict[str, str]], list_refused: bool) -> None:
+    """The originals, the family per framing x size or finish, per framing, and the misses."""
+    print(originals_table(rows) + "\n")
+    if list_refused:
+        print("\n".join(f"  {r['set']} {r['truth']} {r['name']}: {r['details']}" for r in rows
+                        if r["framing"] == "original" and r["issues"]) + "\n")
+    table, missed = family_table(rows)
+    print(table + "\n")
+    print(framing_table(rows) + "\n")
+    print("cells below target: " + ("; ".join(missed) if missed else "none"))
+    for line in failures(rows):
+        print("  " + line)
+
+
 def failures(rows: list[dict[str, str]], limit: int = 30) -> list[str]:
     """The first renders that missed their truth, for reading (set, name, render, issues)."""
     return [f"{r['set']} {r['name']} {r['truth']} {r['framing']} {r['size']} {r['finish']}: {r['issues'] or 'accepted'}"
@@ -126,7 +158,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/framing-family/rows.csv"))
     parser.add_argument("--list-refused", action="store_true",
                         help="print every refused original with its findings (measure, value, threshold)")
+    parser.add_argument("--tables-from", type=Path, default=None,
+                        help="print the tables of an earlier run's rows CSV (its --out) without judging again")
     args = parser.parse_args()
+    if args.tables_from:
+        with args.tables_from.open(newline="") as f:
+            print_tables(list(csv.DictReader(f)), args.list_refused)
+        return
     start = time.perf_counter()
     photos = photographs(args.per_set, args.split, args.seed)
     extra: list[Photo] = []
@@ -154,15 +192,7 @@ def main() -> None:
           f"{len(nonfundus)} non-fundus images; {renders} renders judged; {time.perf_counter() - start:.0f} s wall, "
           f"{usage.ru_utime + usage.ru_stime:.0f} s CPU in workers, peak RSS of a worker "
           f"{usage.ru_maxrss / 1024:.0f} MiB; rows in {args.out}\n")
-    print(originals_table(rows) + "\n")
-    if args.list_refused:
-        print("\n".join(f"  {r['set']} {r['truth']} {r['name']}: {r['details']}" for r in rows
-                        if r["framing"] == "original" and r["issues"]) + "\n")
-    table, missed = family_table(rows)
-    print(table + "\n")
-    print("cells below target: " + ("; ".join(missed) if missed else "none"))
-    for line in failures(rows):
-        print("  " + line)
+    print_tables(rows, args.list_refused)
 
 
 if __name__ == "__main__":
