@@ -42,8 +42,8 @@ def sigma_stats(model: nn.Module) -> dict[str, float]:
 
 
 def _stats(prefix: str, sigma: Tensor) -> dict[str, float]:
-    qs = torch.quantile(sigma, torch.tensor(SIGMA_QUANTILES, dtype=sigma.dtype)) if sigma.numel() <= 2**24 else \
-        torch.tensor(np.quantile(sigma.numpy(), SIGMA_QUANTILES))
+    qs = torch.quantile(sigma, torch.tensor(SIGMA_QUANTILES, dtype=sigma.dtype, device=sigma.device)) \
+        if sigma.numel() <= 2**24 else torch.tensor(np.quantile(sigma.cpu().numpy(), SIGMA_QUANTILES))
     return {f"{prefix}/mean": float(sigma.mean()),
             **{f"{prefix}/q{round(100 * q):02d}": float(v) for q, v in zip(SIGMA_QUANTILES, qs, strict=True)}}
 

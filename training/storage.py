@@ -44,8 +44,8 @@ def rounding_to_sd(model: nn.Module, dtype: str) -> RoundingReport | None:
     if not ratios:
         return None
     r = torch.cat(ratios)
-    q = torch.quantile(r, torch.tensor([0.5, 0.99], dtype=r.dtype)) if r.numel() <= 2**24 else torch.tensor(
-        [float(r.median()), float(r.sort().values[int(0.99 * (r.numel() - 1))])])
+    q = torch.quantile(r, torch.tensor([0.5, 0.99], dtype=r.dtype, device=r.device)) if r.numel() <= 2**24 else \
+        torch.tensor([float(r.median()), float(r.sort().values[int(0.99 * (r.numel() - 1))])])
     return RoundingReport(dtype, float(q[0]), float(q[1]), float(r.max()), r.numel())
 
 
