@@ -41,8 +41,22 @@ def add_lease_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     p.add_argument("--include-ungradable", action="store_true", help="pack the ungradable images too")
     p.add_argument("--exclude-other-disease", action="store_true",
                    help="odir layout: leave out the eyes with another eye disease and no DR")
-    p.add_argument("--codec", choices=("png", "webp"), default="png",
-                   help="lossless image codec: webp is about a quarter smaller and several times slower to write")
+    p.add_argument("--codec", choices=("png", "webp", "webp-crop"), default="png",
+                   help="png, webp: the preprocessed pixels, lossless (webp about a quarter smaller, several times "
+                        "slower to write); webp-crop: the FOV crop with its frame mask, lossy WebP (--quality), "
+                        "the local-mean step made on reading (fov-local-mean/1 only; about a seventh of png at 512 "
+                        "px; a run may read them at a smaller --input-size)")
+    p.add_argument("--quality", type=int, default=90, help="webp-crop: WebP quality")
+    p.add_argument("--sides", default="train,val,test",
+                   help="which sides of the patient split to pack (comma-separated of train, val, test); the "
+                        "split is made on the whole manifest with --split and --split-seed and recorded in the "
+                        "shards, so a run on them keeps it")
+    p.add_argument("--split", nargs=3, type=float, default=list(d.split), metavar=("TRAIN", "VAL", "TEST"),
+                   help="patient-level split fractions (as for fit)")
+    p.add_argument("--split-seed", type=int, default=0, help="seed of the patient split (as fit's --split-seed)")
+    p.add_argument("--exclude-copy", action="append", default=[], metavar="COPY",
+                   help="leave the images of this copy (the manifest's copy column) out of the shards; the split "
+                        "is made before, so it does not change")
     p.add_argument("--shard-mib", type=float, default=16.0, help="largest shard in MiB")
     p.add_argument("--cache-dir", default=None,
                    help="the preprocessed-image cache to use or fill (content-keyed; default: a temporary one)")
@@ -65,24 +79,44 @@ def add_lease_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
 
 def pack(args: argparse.Namespace) -> int:
     from training.data.cache import code_digest, preprocessed_array
+    from training.data.crops import fov_crops
+    from training.data.manifest import Manifest
     from training.data.prepare import read_rows
-    from training.data.shards import pack_shards
+    from training.data.shards import CROP_CODECS, SIDES, pack_shards
+    from training.data.splits import source_sides
 
     preprocessing = PREPROCESSING_BY_NAME[args.preprocessing]
+    wanted = {s.strip() for s in args.sides.split(",") if s.strip()}
+    if not wanted or wanted - set(SIDES):
+        raise SystemExit(f"--sides: choose among {', '.join(SIDES)}, got {args.sides!r}")
+    if args.codec in CROP_CODECS and preprocessing != FOV_LOCAL_MEAN:
+        raise SystemExit(f"--codec {args.codec} stores the first step of {FOV_LOCAL_MEAN} only")
     config = TrainConfig(data=args.data, out=args.out, layout=args.layout, input_size=args.input_size,
                          preprocessing=preprocessing, gradable_only=not args.include_ungradable,
-                         include_other_disease=not args.exclude_other_disease)
-    rows = read_rows(config)
+                         include_other_disease=not args.exclude_other_disease, split=tuple(args.split),
+                         split_seed=args.split_seed)
+    every = read_rows(config)
+    side = source_sides(every, config.split, seed=config.effective_split_seed)
+    keep = [i for i, row in enumerate(every)
+            if SIDES[side[i]] in wanted and getattr(row, "copy", None) not in set(args.exclude_copy)]
+    rows = Manifest([every[i] for i in keep], source=every.source, skipped=every.skipped)
     info = Path(args.data) / "dataset.json"
     settings = {"layout": args.layout, "name": Path(args.data).name, "gradable_only": config.gradable_only,
-                "include_other_disease": config.include_other_disease,
+                "include_other_disease": config.include_other_disease, "sides": sorted(wanted),
+                "exclude_copies": args.exclude_copy,
                 "dataset": json.loads(info.read_text()) if info.is_file() else None}
+    split = {"fractions": list(config.split), "seed": config.effective_split_seed}
     with tempfile.TemporaryDirectory() as tmp:
-        pixels = preprocessed_array(rows, transform=config.image_transform(),
-                                    cache_dir=Path(args.cache_dir or tmp), workers=args.workers, progress=True)
+        cache = Path(args.cache_dir or tmp)
+        if args.codec in CROP_CODECS:
+            pixels = fov_crops(rows, size=args.input_size, cache_dir=cache, workers=args.workers, progress=True)
+        else:
+            pixels = preprocessed_array(rows, transform=config.image_transform(), cache_dir=cache,
+                                        workers=args.workers, progress=True)
         index = pack_shards(rows, pixels, Path(args.out), preprocessing=preprocessing, code=code_digest(),
                             source=Path(args.data).name, codec=args.codec, max_bytes=int(args.shard_mib * MIB),
-                            workers=args.workers, settings=settings)
+                            workers=args.workers, settings=settings, quality=args.quality,
+                            sides=side[keep], split=split)
     largest = max((s["bytes"] for s in index["shards"]), default=0)
     sources = ", ".join(f"{k}: {v}" for k, v in index["sources"].items())
     print(f"packed {index['images']} images at {index['size']} px ({sources}) "

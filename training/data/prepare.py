@@ -15,8 +15,11 @@ Example::
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from training.config import TrainConfig
 from training.data.dataset import ManifestDataset, channel_stats
@@ -31,7 +34,7 @@ from training.data.manifest import (
 )
 from training.data.shards import read_shards
 from training.data.sources import keep_copies
-from training.data.splits import DataSplit, split_by_source
+from training.data.splits import DataSplit, split_by_source, split_from_sides
 from training.warm_start import input_statistics
 
 log = logging.getLogger(__name__)
@@ -67,11 +70,13 @@ def read_rows(config: TrainConfig) -> Manifest:
     return Manifest(kept, source=rows.source, skipped=rows.skipped)
 
 
-def source_split(rows: Manifest, config: TrainConfig) -> DataSplit:
+def source_split(rows: Manifest, config: TrainConfig, sides: Sequence[int] | np.ndarray | None = None) -> DataSplit:
     """The patient split within each source (``split_by_source``), then the recipe's image copies: those in
     ``exclude_copies`` leave every split, those in ``train_only_copies`` leave validation and test. The split is
-    made before the filters, so recipes that differ only in them share their validation and test patients."""
-    split = split_by_source(rows, config.split, seed=config.effective_split_seed)
+    made before the filters, so recipes that differ only in them share their validation and test patients.
+    ``sides``: an assignment made earlier on the whole manifest (shards that carry only some of its rows)."""
+    split = (split_from_sides(rows, sides) if sides is not None
+             else split_by_source(rows, config.split, seed=config.effective_split_seed))
     evaluated = (*config.exclude_copies, *config.train_only_copies)
     return DataSplit(keep_copies(split.train, config.exclude_copies), keep_copies(split.val, evaluated),
                      keep_copies(split.test, evaluated))
@@ -97,7 +102,7 @@ def prepare_data(config: TrainConfig, *, progress: bool = True) -> PreparedData:
     rows = packed.rows if packed is not None else read_rows(config)
     if rows.skipped:
         log.warning("%d manifest rows skipped: %s", len(rows.skipped), rows.skipped[:3])
-    split = source_split(rows, config)
+    split = source_split(rows, config, packed.sides_for(config) if packed is not None else None)
     if not split.train or not split.val:
         raise ValueError(f"{config.data}: too few images for a train/validation split ({len(rows)} rows).")
     transform = config.image_transform()  # the artifact-to-be's: every image of the run goes through it

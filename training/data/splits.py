@@ -79,10 +79,21 @@ def split_by_source(
     with the same ``seed``; a source's assignment does not depend on the other sources, so a single-source
     manifest splits exactly as before (and ODIR's eyes land where a model trained on ODIR alone put them).
     """
+    return _parts(rows, source_sides(rows, fractions, seed))
+
+
+def source_sides(rows: Sequence[ManifestRow], fractions: Sequence[float] = (0.7, 0.15, 0.15),
+                 seed: int = 0) -> np.ndarray:
+    """:func:`split_by_source`'s assignment: int64 ``[N]``, 0 train, 1 validation, 2 test, in row order."""
     groups: dict[str | None, list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
         groups[row.source].append(i)
     side = np.zeros(len(rows), dtype=np.int64)
     for members in groups.values():
         side[members] = assign_sides([rows[i] for i in members], fractions, seed)
-    return _parts(rows, side)
+    return side
+
+
+def split_from_sides(rows: Sequence[ManifestRow], side: Sequence[int] | np.ndarray) -> DataSplit:
+    """The split that an assignment made earlier (``source_sides``, e.g. recorded in packed shards) gives."""
+    return _parts(rows, np.asarray(side, dtype=np.int64))
