@@ -6,7 +6,10 @@ model whose run directory (and exact-resume checkpoint) is gone, and fine-tuning
 real photographs.
 
 What the warm start keeps from the artifact, so that its learned features still mean what they meant:
-- the architecture (refused if the run asks for another family, width or input size);
+- the architecture (refused if the run asks for another family or width). The input size may change: every
+  layer is a 3x3 convolution or follows the global mean+max pooling, so the same weights apply at any size, and
+  fine-tuning at a higher resolution than the artifact was trained at is the usual way to use one (Touvron et
+  al. 2019, "Fixing the train-test resolution discrepancy"); the record names the artifact's size;
 - the input pipeline: the preprocessing must be the same, and the artifact's channel mean/std replace
   the statistics the run would compute from its own training split.
 
@@ -29,7 +32,7 @@ from models.artifact import Artifact, ArtifactError, load_artifact
 from models.vgg import VGGStar
 
 INIT_FILE = "init.json"  # in the run directory: which artifact the run started from
-_ARCHITECTURE_FREE = ("rho_init", "strategy")  # set at initialisation / at serving, not part of the weights
+_ARCHITECTURE_FREE = ("rho_init", "strategy", "input_size")  # not part of the weights' shapes
 
 
 @dataclass(frozen=True)
@@ -45,9 +48,11 @@ class InitSource:
     std: tuple[float, float, float]
     preprocessing: str
     sigma_mean: float | None  # mean σ = softplus(ρ) of the artifact's posterior: the run's σ0
+    input_size: int | None = None  # the artifact's input side (None in records written before it was kept)
 
     def describe(self) -> str:
-        return f"{self.name} {self.version} (sha256 {self.sha256[:12]}…)"
+        size = f"{self.input_size} px, " if self.input_size else ""
+        return f"{self.name} {self.version} ({size}sha256 {self.sha256[:12]}…)"
 
 
 def _card_command(card: str) -> str | None:
@@ -96,7 +101,7 @@ def load_into(model: nn.Module, directory: str, *, preprocessing: str) -> InitSo
     return InitSource(directory=str(directory), name=cfg.name, version=cfg.version, sha256=artifact.sha256,
                       training_command=_card_command(artifact.model_card), mean=tuple(cfg.mean),  # type: ignore[arg-type]
                       std=tuple(cfg.std), preprocessing=cfg.preprocessing,  # type: ignore[arg-type]
-                      sigma_mean=initial_sigma_mean(rho_reference(model)))
+                      sigma_mean=initial_sigma_mean(rho_reference(model)), input_size=stored.config.input_size)
 
 
 def save_init_record(run_dir: Path, source: InitSource) -> None:

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from models.artifact import load_artifact
 from models.preprocessing import LEGACY
+from models.vgg import mc_logits
 from training.checkpoint import load_checkpoint
 from training.cli import main as train_main
 from training.config import TrainConfig
@@ -121,9 +122,9 @@ def test_the_card_names_the_parent_and_its_training(tiny_data: Path, parent: Pat
                        "--max-steps-per-epoch", "2", "--init-from", str(parent)]) == 0
     child, sha = load_artifact(art), load_artifact(parent).sha256
     card = child.model_card
-    assert f"initialised from parent-model 9.9.9 (sha256 {sha[:12]}…)" in card
+    assert f"initialised from parent-model 9.9.9 (32 px, sha256 {sha[:12]}…)" in card
     # the card names where the parent was read, without the training machine's folders (…/<last part>)
-    assert f"- Initialised from: parent-model 9.9.9 (sha256 {sha[:12]}…), read from `…/{parent.name}`" in card
+    assert f"- Initialised from: parent-model 9.9.9 (32 px, sha256 {sha[:12]}…), read from `…/{parent.name}`" in card
     assert str(tmp_path) not in card
     assert "- That model's training: `radscreen-train fit --the-parent-command`." in card
     assert "ρ from parent-model 9.9.9 (mean σ0 = " in card and "rho init -3.0" not in card
@@ -163,3 +164,16 @@ def test_a_resume_must_start_from_the_same_artifact(tiny_data: Path, parent: Pat
     shutil.copytree(tmp_path / "other-art", copy)
     with pytest.raises(ValueError, match=r"the run started from parent-model 9\.9\.9"):
         Trainer(cfg, progress=False).fit()
+
+
+def test_a_run_at_another_input_size_starts_from_the_same_weights_and_names_the_artifacts_size(
+        tiny_data: Path, parent: Path, tmp_path: Path) -> None:
+    """Every layer is a 3x3 convolution or follows the global pooling: the weights apply at any input size, so a
+    run may fine-tune a 32 px artifact at 64 px (as the 512 px recipe starts from the 256 px model)."""
+    larger = build_model(_config(tiny_data, tmp_path / "x", input_size=64))
+    source = load_into(larger, str(parent), preprocessing=load_artifact(parent).config.preprocessing)
+    stored = load_artifact(parent).state_dict()
+    assert all(torch.equal(larger.state_dict()[k].cpu(), v.cpu()) for k, v in stored.items())
+    assert source.input_size == 32 and "(32 px, sha256" in source.describe()
+    with torch.no_grad():
+        assert mc_logits(larger, torch.zeros(2, 3, 64, 64), 2).shape[:2] == (2, 2)  # 32 px weights at 64 px
