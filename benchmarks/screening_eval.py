@@ -10,8 +10,10 @@ and entropy, paired bootstrap), ECE and the reliability diagram on the gradable 
 ``--out/<set>/`` (summary.json, evaluation.json, PNGs) and printed as one markdown table, sets side by side.
 
 Sets: ``odir`` (the test patients of the training run's patient split, rebuilt from ``--run``'s
-config.json, or its validation patients with ``--odir-split val``), ``idrid`` (54 photographs with lesions,
-no per-image grades: outcomes and MI only) and ``synthetic`` (a folder written by ``radscreen-train synth``).
+config.json, or its validation patients with ``--odir-split val``), ``eyepacs`` (the same for EyePACS'
+natural copy in the multi-source ``--manifest``, split within each source as the 2.0.0 recipe splits it),
+``idrid`` (54 photographs with lesions, no per-image grades: outcomes and MI only) and ``synthetic`` (a
+folder written by ``radscreen-train synth``).
 When ``--run`` holds saved draws for the ODIR split (``eval_test/draws.npz`` from training), they are used
 instead of scoring again (same draws, same preprocessing).
 
@@ -45,7 +47,9 @@ from training.config import TrainConfig
 from training.data.dataset import ManifestDataset
 from training.data.manifest import ManifestRow, read_odir, read_synthetic
 from training.data.photos import list_photos
-from training.data.splits import split_by_patient
+from training.data.prepare import read_rows
+from training.data.sources import keep_copies
+from training.data.splits import split_by_patient, split_by_source
 from training.evaluation import evaluate_predictions, write_report
 from training.evaluation.ensemble import load_draws
 from training.evaluation.screening import EyeRecord, screening_summary
@@ -72,6 +76,17 @@ def odir_rows(run: Path, which: str) -> list[ManifestRow]:
                      verify_images=False)
     split = split_by_patient(rows, config.split, seed=config.effective_split_seed)
     return split.test if which == "test" else split.val
+
+
+def manifest_rows(manifest: Path, run: Path, which: str, source: str) -> list[ManifestRow]:
+    """The ``which`` patients of ``source`` in a multi-source manifest, split as ``run`` split it (within each
+    source, ``split_by_source``); the stretched EyePACS copy is never evaluated (``--train-only-copy``)."""
+    config = TrainConfig.load(run / "config.json")
+    rows = read_rows(TrainConfig(data=str(manifest), out="unused", layout="manifest",
+                                 include_other_disease=config.include_other_disease))
+    split = split_by_source(rows, config.split, seed=config.effective_split_seed)
+    part = keep_copies(split.test if which == "test" else split.val, ["stretched-256"])
+    return [row for row in part if row.source == source]
 
 
 def score(artifact: Artifact, rows: Sequence[ManifestRow], cache: Path) -> np.ndarray:
@@ -111,7 +126,7 @@ def evaluate_set(name: str, rows: Sequence[ManifestRow], probs: np.ndarray, arti
         records.append(EyeRecord(image=row.path.name, probability=p, mutual_information=mi, gradable=gradable[i],
                                  outcome=outcome, grade=row.grade if labelled else None, category=row.category,
                                  patient=row.patient_id, eye=row.eye))
-    summary = screening_summary(records, exam_rule=exam_outcome if name == "odir" else None)
+    summary = screening_summary(records, exam_rule=exam_outcome if name in ("odir", "eyepacs") else None)
     (out / name).mkdir(parents=True, exist_ok=True)
     if labelled:
         keep = np.array(gradable)
@@ -163,8 +178,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifact", default=None, help="artifact directory (default: the embedded model)")
     parser.add_argument("--run", type=Path, default=None, help="training run of the artifact (its split, its draws)")
-    parser.add_argument("--sets", nargs="+", default=["odir", "idrid"], choices=("odir", "idrid", "synthetic"))
-    parser.add_argument("--odir-split", choices=("test", "val"), default="test")
+    parser.add_argument("--sets", nargs="+", default=["odir", "idrid"],
+                        choices=("odir", "eyepacs", "idrid", "synthetic"))
+    parser.add_argument("--odir-split", choices=("test", "val"), default="test",
+                        help="which patients of the split the odir and eyepacs sets hold")
+    parser.add_argument("--manifest", type=Path, default=None,
+                        help="the multi-source manifest (radscreen-train manifest) of --sets eyepacs")
     parser.add_argument("--synthetic", type=Path, default=None, help="folder from radscreen-train synth")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -188,6 +207,11 @@ def main() -> None:
             else:
                 probs = score(artifact, rows, cache)
             labelled = True
+        elif name == "eyepacs":
+            if args.run is None or args.manifest is None:
+                raise SystemExit("--sets eyepacs needs --run (its patient split) and --manifest")
+            rows = manifest_rows(args.manifest, args.run, args.odir_split, "eyepacs")
+            probs, labelled = score(artifact, rows, cache), True
         elif name == "idrid":
             rows = [ManifestRow(path=p, grade=2, patient_id=p.stem, eye=None, row_no=0, category="idrid")
                     for p in list_photos(IDRID)]
