@@ -48,9 +48,10 @@ def add_lease_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                         "px; a run may read them at a smaller --input-size)")
     p.add_argument("--quality", type=int, default=90, help="webp-crop: WebP quality")
     p.add_argument("--sides", default="train,val,test",
-                   help="which sides of the patient split to pack (comma-separated of train, val, test); the "
-                        "split is made on the whole manifest with --split and --split-seed and recorded in the "
-                        "shards, so a run on them keeps it")
+                   help="which sides of the patient split to pack (comma-separated of train, val, test); when "
+                        "some rows are left out (here or by --exclude-copy), the split is made on the whole "
+                        "manifest with --split and --split-seed and recorded in the shards, so a run on them "
+                        "keeps it")
     p.add_argument("--split", nargs=3, type=float, default=list(d.split), metavar=("TRAIN", "VAL", "TEST"),
                    help="patient-level split fractions (as for fit)")
     p.add_argument("--split-seed", type=int, default=0, help="seed of the patient split (as fit's --split-seed)")
@@ -88,9 +89,9 @@ def pack(args: argparse.Namespace) -> int:
     preprocessing = PREPROCESSING_BY_NAME[args.preprocessing]
     wanted = {s.strip() for s in args.sides.split(",") if s.strip()}
     if not wanted or wanted - set(SIDES):
-        raise SystemExit(f"--sides: choose among {', '.join(SIDES)}, got {args.sides!r}")
+        raise ValueError(f"--sides: choose among {', '.join(SIDES)}, got {args.sides!r}")
     if args.codec in CROP_CODECS and preprocessing != FOV_LOCAL_MEAN:
-        raise SystemExit(f"--codec {args.codec} stores the first step of {FOV_LOCAL_MEAN} only")
+        raise ValueError(f"--codec {args.codec} stores the first step of {FOV_LOCAL_MEAN} only")
     config = TrainConfig(data=args.data, out=args.out, layout=args.layout, input_size=args.input_size,
                          preprocessing=preprocessing, gradable_only=not args.include_ungradable,
                          include_other_disease=not args.exclude_other_disease, split=tuple(args.split),
@@ -105,7 +106,9 @@ def pack(args: argparse.Namespace) -> int:
                 "include_other_disease": config.include_other_disease, "sides": sorted(wanted),
                 "exclude_copies": args.exclude_copy,
                 "dataset": json.loads(info.read_text()) if info.is_file() else None}
-    split = {"fractions": list(config.split), "seed": config.effective_split_seed}
+    # shards of some rows only keep the whole manifest's split (recorded); shards of every row let a run split
+    partial = len(keep) < len(every)
+    split = {"fractions": list(config.split), "seed": config.effective_split_seed} if partial else None
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(args.cache_dir or tmp)
         if args.codec in CROP_CODECS:
@@ -116,7 +119,7 @@ def pack(args: argparse.Namespace) -> int:
         index = pack_shards(rows, pixels, Path(args.out), preprocessing=preprocessing, code=code_digest(),
                             source=Path(args.data).name, codec=args.codec, max_bytes=int(args.shard_mib * MIB),
                             workers=args.workers, settings=settings, quality=args.quality,
-                            sides=side[keep], split=split)
+                            sides=side[keep] if partial else None, split=split)
     largest = max((s["bytes"] for s in index["shards"]), default=0)
     sources = ", ".join(f"{k}: {v}" for k, v in index["sources"].items())
     print(f"packed {index['images']} images at {index['size']} px ({sources}) "

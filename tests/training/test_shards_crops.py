@@ -80,3 +80,18 @@ def test_shards_of_some_sides_keep_the_whole_manifests_patient_split(tiny_data: 
     with pytest.raises(ShardError, match="pack them again"):
         prepare_data(TrainConfig(data=str(tmp_path / "s"), out=str(tmp_path / "r2"), layout="shards",
                                  input_size=SIZE, split=fractions, seed=4), progress=False)
+
+
+def test_pack_records_the_split_only_when_it_leaves_rows_out(tiny_data: Path, tmp_path: Path) -> None:
+    from training.cli import main as train_main
+    from training.data.shards import read_index
+
+    common = ["pack", "--data", str(tiny_data), "--layout", "eyepacs", "--input-size", str(SIZE), "--codec",
+              "webp-crop", "--cache-dir", str(tmp_path / "c"), "--workers", "1", "--split-seed", "5"]
+    assert train_main([*common, "--out", str(tmp_path / "all")]) == 0
+    assert train_main([*common, "--out", str(tmp_path / "some"), "--sides", "train,val"]) == 0
+    every, some = read_index(tmp_path / "all"), read_index(tmp_path / "some")
+    assert "split" not in every and every["images"] == len(_rows(tiny_data))  # a run may split them as it likes
+    assert some["split"] == {"fractions": [0.7, 0.15, 0.15], "seed": 5}
+    assert some["sides"]["test"] == 0 and some["images"] == some["sides"]["train"] + some["sides"]["val"] < 48
+    assert train_main([*common, "--out", str(tmp_path / "bad"), "--sides", "train,holdout"]) != 0
