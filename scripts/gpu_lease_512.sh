@@ -15,6 +15,7 @@ mode=${1:?usage: $0 smoke|train OUT ...}; out=${2:?OUT}; shift 2
 root=$(cd "$(dirname "$0")/.." && pwd); cd "$root"
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 py=${PY:-python3}; work=${WORK:-/tmp/lease512}; lease=${LEASE:-.lease}; mkdir -p "$out" "$work"
+extra=${FIT_EXTRA:-}  # more fit options, last (they win): the CPU dry run's tiny model
 log="$out/lease.log"; exec > >(tee -a "$log") 2>&1
 echo "== $(date -u +%FT%TZ) $mode on $(hostname), $(nproc) cores"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
@@ -41,7 +42,7 @@ fit() {  # size epochs minutes [extra]
     echo "== $(date -u +%T) fit ${size} px, $epochs epochs, budget $minutes min"
     "$py" -m training.cli -v fit "${common[@]}" --input-size "$size" --epochs "$epochs" \
         --out "$work/run-$size" --artifact "$work/artifact-$size" --version 2.0.0 \
-        --name "radscreen-radial-vgg16-odir-eyepacs-${size}px-gpu" --time-budget-min "$minutes" "$@" 2>&1 \
+        --name "radscreen-radial-vgg16-odir-eyepacs-${size}px-gpu" --time-budget-min "$minutes" "$@" $extra 2>&1 \
         | tr '\r' '\n' | grep --line-buffered -Ev "it/s(, [^]]*)?\]$"
 }
 case $mode in
@@ -51,7 +52,7 @@ smoke)
     for size in ${SMOKE_SIZES:-512}; do
         echo "== $(date -u +%T) $size px, 2 epochs of at most 12 steps"
         "$py" -m training.cli fit "${smoke[@]}" --input-size "$size" --epochs 2 --max-steps-per-epoch 12 \
-            --out "$work/smoke-$size" --artifact "$work/smoke-artifact-$size" 2>&1 | tr '\r' '\n' > "$work/smoke.txt"
+            --out "$work/smoke-$size" --artifact "$work/smoke-artifact-$size" $extra 2>&1 | tr '\r' '\n' > "$work/smoke.txt"
         grep "it/s" "$work/smoke.txt" | grep -v "scoring" | tail -2
         grep -v "it/s\|WARNING\|INFO" "$work/smoke.txt" | tail -25
         echo "== $(date -u +%T) $size px done"

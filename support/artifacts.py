@@ -35,13 +35,15 @@ def build_tiny_artifact(
     width: int = TINY_WIDTH,
     input_size: int = TINY_SIZE,
     head_draws: int = 1,
+    preprocessing: str | None = None,
 ) -> Path:
     """Save an untrained radial VGG-16* artifact (``width`` channels, ``input_size`` px) and return its path.
 
     ``seed`` fixes the weights (two seeds give two artifacts with different sha256); ``rho_init`` sets the
     posterior spread, so the mutual information is visible (~1e-3 nats at -2.5). A ``referral_threshold_mi``
     far below that refers every gradable image, which lets tests see the referral path deterministically.
-    ``validation=None`` stores an empty validation record. An existing ``directory`` is replaced.
+    ``validation=None`` stores an empty validation record. ``preprocessing``: the contract named in the config
+    (default: the artifact format's default). An existing ``directory`` is replaced.
     """
     import torch
 
@@ -63,6 +65,7 @@ def build_tiny_artifact(
         training_data="synthetic",
         intended_use=intended_use,
         head_draws=head_draws,
+        **({"preprocessing": preprocessing} if preprocessing else {}),
     )
     calibration = Calibration(
         referral_threshold_mi=referral_threshold_mi,

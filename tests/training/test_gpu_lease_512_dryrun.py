@@ -1,0 +1,70 @@
+"""The 512 px lease's CPU dry run: scripts/gpu_lease_512.sh trains both sizes from crop shards that arrived in
+two folders and a warm start made by scripts/artifact_fp16.py, as on a node without the web stack, and returns
+the runs and artifacts as parts that join back to what it trained (a tiny model at 64 and 32 px)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from models.artifact import load_artifact
+from models.preprocessing import FOV_LOCAL_MEAN
+from support.artifacts import build_tiny_artifact
+from training.cli import main as train_main
+
+pytestmark = pytest.mark.training
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_512_lease_trains_both_sizes_from_shards_sent_in_parts(tiny_data: Path, tmp_path: Path) -> None:
+    lease = tmp_path / "lease"
+    packed = tmp_path / "packed"
+    assert train_main(["pack", "--data", str(tiny_data), "--layout", "eyepacs", "--out", str(packed),
+                       "--input-size", "64", "--codec", "webp-crop", "--sides", "train,val", "--shard-mib", "0.1",
+                       "--cache-dir", str(tmp_path / "crops"), "--workers", "1"]) == 0
+    index = json.loads((packed / "index.json").read_text())
+    files = [s["file"] for s in index["shards"]]
+    assert len(files) >= 2
+    for folder, part in (("s512-a", files[: len(files) // 2]), ("s512-b", files[len(files) // 2:])):
+        (lease / folder).mkdir(parents=True)
+        for name in part:
+            shutil.copy(packed / name, lease / folder / name)
+    (lease / "s512-index").mkdir()
+    shutil.copy(packed / "index.json", lease / "s512-index" / "index.json")
+    parent = build_tiny_artifact(tmp_path / "parent", width=4, input_size=64, preprocessing=FOV_LOCAL_MEAN)
+    subprocess.run([sys.executable, "scripts/artifact_fp16.py", str(parent), str(lease / "init-fp16")], cwd=ROOT,
+                   check=True, timeout=120, capture_output=True)
+    assert load_artifact(lease / "init-fp16").state_dict()["features.0.weight_mu"].dtype.is_floating_point
+
+    out = tmp_path / "out"
+    env = {**os.environ, "PY": sys.executable, "LEASE": str(lease), "WORK": str(tmp_path / "work"),
+           "SIZES": "64 32", "FIT_EXTRA": "--width 4 --batch-size 8 --eval-samples 2 --head-draws 2",
+           "PYTHONPATH": str(ROOT / "tests/helpers/no_web_stack")}
+    done = subprocess.run(["bash", "scripts/gpu_lease_512.sh", "train", str(out), "2", "2", "5"], cwd=ROOT,
+                          env=env, text=True, capture_output=True, timeout=900, check=False)
+    log = (out / "lease.log").read_text()
+    assert done.returncode == 0, log[-3000:]
+    assert f"shards here: {len(files)} of {len(files)}, {index['images']} of {index['images']} images" in log
+    sums = dict(reversed(line.split()) for line in (out / "SHA256SUMS").read_text().splitlines())
+    parts = sorted(out.glob("results.tar.gz.*"))
+    assert [p.name for p in parts] == sorted(sums) and all(
+        hashlib.sha256(p.read_bytes()).hexdigest() == sums[p.name] for p in parts)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r:gz") as tar:
+        tar.extractall(tmp_path / "back", filter="data")
+    for size, parent_size in ((64, 64), (32, 64)):
+        artifact = load_artifact(tmp_path / "back" / f"artifact-{size}")
+        assert artifact.config.input_size == size
+        init = json.loads((tmp_path / "back" / f"run-{size}" / "init.json").read_text())
+        assert init["input_size"] == parent_size  # the 32 px run started from the 64 px weights
+        history = (tmp_path / "back" / f"run-{size}" / "history.csv").read_text().splitlines()
+        assert len(history) == 1 + 3  # header, the starting point and two epochs
+    assert not list((tmp_path / "back").rglob("best.safetensors"))  # the fp32 copies stay on the node
