@@ -53,6 +53,7 @@ def build_tiny_artifact(
     torch.manual_seed(seed)
     arch = VGGConfig(width=width, input_size=input_size, layer="radial", rho_init=rho_init)
     model = build_vgg16_star(arch)
+    contract: dict[str, Any] = {"preprocessing": preprocessing} if preprocessing else {}
     config = ArtifactConfig(
         name=name,
         version=version,
@@ -65,7 +66,7 @@ def build_tiny_artifact(
         training_data="synthetic",
         intended_use=intended_use,
         head_draws=head_draws,
-        **({"preprocessing": preprocessing} if preprocessing else {}),
+        **contract,
     )
     calibration = Calibration(
         referral_threshold_mi=referral_threshold_mi,

@@ -54,7 +54,7 @@ def test_the_512_lease_trains_both_sizes_from_shards_sent_in_parts(tiny_data: Pa
     log = (out / "lease.log").read_text()
     assert done.returncode == 0, log[-3000:]
     assert f"shards here: {len(files)} of {len(files)}, {index['images']} of {index['images']} images" in log
-    sums = dict(reversed(line.split()) for line in (out / "SHA256SUMS").read_text().splitlines())
+    sums = {name: digest for digest, name in (line.split() for line in (out / "SHA256SUMS").read_text().splitlines())}
     parts = sorted(out.glob("results.tar.gz.*"))
     assert [p.name for p in parts] == sorted(sums) and all(
         hashlib.sha256(p.read_bytes()).hexdigest() == sums[p.name] for p in parts)
