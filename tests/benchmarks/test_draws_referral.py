@@ -31,10 +31,15 @@ def test_mi_referral_beats_random_where_the_draws_disagree_on_the_errors(tmp_pat
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     a, b = _draws(tmp_path / "a.npz", 0), _draws(tmp_path / "b.npz", 0)
     assert main(["--draws", f"a={a}", f"b={b}", "--bootstrap", "200"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| a")]
+    referral, screening = capsys.readouterr().out.split("\n\n")
+    rows = [line for line in referral.splitlines() if line.startswith("| a")]
     assert [r.split("|")[1].strip() for r in rows] == ["a", "a + b"]  # each model, then the ensemble
     cells = [c.strip() for c in rows[0].split("|")[1:-1]]
     gain, low = map(float, re.match(r"([+-][\d.]+) \(([+-][\d.]+),", cells[4]).groups())  # type: ignore[union-attr]
     assert gain > 0.05 and low > 0  # MI − random at 10 % referred: the confused eyes leave first
+    # at <= 3 % of referable eyes missed, deferring the confused eyes frees the confident non-referable ones
+    none, by_mi = (float(c.strip().split("%")[0]) for c in
+                   next(r for r in screening.splitlines() if r.startswith("| a |")).split("|")[2:4])
+    assert none < 5 and by_mi > 50
     with pytest.raises(SystemExit):
         main(["--draws", "no-equals-sign"])
