@@ -10,6 +10,9 @@
 # that did not arrive are left out of the index used here, and the report says how many images trained.
 # OUT receives lease.log and, after `train`, results.tar.gz.NN parts (at most 15 MiB each) with SHA256SUMS:
 # both runs' histories, reports and fp16 artifacts. docs/deploy.md, "GPU lease".
+# VAL_EVERY (default 5): epochs between validations; at 512 px a validation of 1,078 eyes x 4 draws costs
+# twice an epoch's steps, and the first lease, which validated every epoch (VAL_EVERY=1), spent 2/3 of its
+# 512 px budget there.
 set -uo pipefail
 mode=${1:?usage: $0 smoke|train OUT ...}; out=${2:?OUT}; shift 2
 root=$(cd "$(dirname "$0")/.." && pwd); cd "$root"
@@ -36,7 +39,7 @@ PY
 common=(--data "$shards" --layout shards --init-from "$lease/init-fp16" --nll-epochs 0 --batch-size 128
         --lr 5.7e-5 --rho-lr 5.7e-3 --lr-warmup-steps 100 --lr-schedule cosine --kl-weight 1e-4 --seed 0
         --split 0.7 0.15 0.15 --eval-samples 4 --precision auto --max-missed-share 0.03 --weights-dtype fp16
-        --val-every 1 --checkpoint-minutes 3 --no-progress)
+        --val-every "${VAL_EVERY:-5}" --checkpoint-minutes 3 --no-progress)
 fit() {  # size epochs minutes [extra]
     local size=$1 epochs=$2 minutes=$3; shift 3
     echo "== $(date -u +%T) fit ${size} px, $epochs epochs, budget $minutes min"
