@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
-from benchmarks.draws_referral import main
 from training.evaluation.ensemble import save_draws
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "draws_referral.py"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=SCRIPT.parents[1], text=True,
+                          capture_output=True, timeout=600, check=False)
 
 
 def _draws(path: Path, seed: int) -> Path:
@@ -27,11 +34,11 @@ def _draws(path: Path, seed: int) -> Path:
     return save_draws(path, np.clip(probs, 0.001, 0.999), labels, [f"eye{i}" for i in range(400)])
 
 
-def test_mi_referral_beats_random_where_the_draws_disagree_on_the_errors(tmp_path: Path,
-                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_mi_referral_beats_random_where_the_draws_disagree_on_the_errors(tmp_path: Path) -> None:
     a, b = _draws(tmp_path / "a.npz", 0), _draws(tmp_path / "b.npz", 0)
-    assert main(["--draws", f"a={a}", f"b={b}", "--bootstrap", "200"]) == 0
-    referral, screening = capsys.readouterr().out.split("\n\n")
+    done = _run("--draws", f"a={a}", f"b={b}", "--bootstrap", "200")
+    assert done.returncode == 0, done.stderr[-2000:]
+    referral, screening = done.stdout.split("\n\n")
     rows = [line for line in referral.splitlines() if line.startswith("| a")]
     assert [r.split("|")[1].strip() for r in rows] == ["a", "a + b"]  # each model, then the ensemble
     cells = [c.strip() for c in rows[0].split("|")[1:-1]]
@@ -41,5 +48,5 @@ def test_mi_referral_beats_random_where_the_draws_disagree_on_the_errors(tmp_pat
     none, by_mi = (float(c.strip().split("%")[0]) for c in
                    next(r for r in screening.splitlines() if r.startswith("| a |")).split("|")[2:4])
     assert none < 5 and by_mi > 50
-    with pytest.raises(SystemExit):
-        main(["--draws", "no-equals-sign"])
+    wrong = _run("--draws", "no-equals-sign")
+    assert wrong.returncode == 2 and "NAME=PATH" in wrong.stderr
