@@ -23,9 +23,11 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -82,27 +84,30 @@ def preprocessed_array(rows: Sequence[ManifestRow], *, transform: ImageTransform
     (a read-only memmap)."""
     size, preprocessing = transform.size, transform.preprocessing
     paths = [Path(r.path) for r in rows]
+    tasks = [([str(p) for p in paths[i:i + CHUNK]], transform) for i in range(0, len(paths), CHUNK)]
+    return cached_array(cache_dir, cache_key(paths, size, preprocessing), (len(paths), size, size, 3), tasks,
+                        _load_chunk, desc=f"preprocessing {len(paths)} images", workers=workers, progress=progress,
+                        info={"preprocessing": preprocessing})
+
+
+def cached_array(cache_dir: Path, key: str, shape: tuple[int, ...], tasks: Sequence[Any],
+                 work: Callable[[Any], np.ndarray], *, desc: str, workers: int, progress: bool,
+                 info: dict[str, Any]) -> np.ndarray:
+    """A uint8 array of ``shape`` kept in ``cache_dir`` as ``<key>.u8`` and ``<key>.json`` (``info`` and the
+    shape): read back when it is there, else filled in order from ``work(task)`` (``CHUNK`` images a task; in
+    ``workers`` processes when more than one) and put in place only once whole. Returns a read-only memmap."""
     cache_dir.mkdir(parents=True, exist_ok=True)
-    key = cache_key(paths, size, preprocessing)
     data_path, info_path = cache_dir / f"{key}.u8", cache_dir / f"{key}.json"
-    shape = (len(paths), size, size, 3)
-    if info_path.is_file() and data_path.is_file():
-        info = json.loads(info_path.read_text())
-        if tuple(info["shape"]) == shape:
-            return np.memmap(data_path, dtype=np.uint8, mode="r", shape=shape)
+    if info_path.is_file() and data_path.is_file() and tuple(json.loads(info_path.read_text())["shape"]) == shape:
+        return np.memmap(data_path, dtype=np.uint8, mode="r", shape=shape)
     tmp = data_path.with_suffix(f".part-{os.getpid()}")
     out = np.memmap(tmp, dtype=np.uint8, mode="w+", shape=shape)
-    tasks = [([str(p) for p in paths[i:i + CHUNK]], transform) for i in range(0, len(paths), CHUNK)]
-    bar = tqdm(total=len(paths), desc=f"preprocessing {len(paths)} images", disable=not progress)
+    bar = tqdm(total=shape[0], desc=desc, disable=not progress)
     try:
-        if workers > 1:
-            with ProcessPoolExecutor(workers, initializer=_leave_ctrl_c_to_the_parent) as pool:
-                for i, chunk in enumerate(pool.map(_load_chunk, tasks)):
-                    out[i * CHUNK:i * CHUNK + len(chunk)] = chunk
-                    bar.update(len(chunk))
-        else:
-            for i, task in enumerate(tasks):
-                chunk = _load_chunk(task)
+        with ExitStack() as stack:
+            pool = (stack.enter_context(ProcessPoolExecutor(workers, initializer=_leave_ctrl_c_to_the_parent))
+                    if workers > 1 else None)
+            for i, chunk in enumerate(pool.map(work, tasks) if pool else map(work, tasks)):
                 out[i * CHUNK:i * CHUNK + len(chunk)] = chunk
                 bar.update(len(chunk))
     except BaseException:  # Ctrl-C or a bad image: no half-written cache file (it is as large as the data set) stays
@@ -114,6 +119,6 @@ def preprocessed_array(rows: Sequence[ManifestRow], *, transform: ImageTransform
     out.flush()
     del out
     os.replace(tmp, data_path)
-    atomic_write_bytes(info_path, (json.dumps({"shape": list(shape), "preprocessing": preprocessing}) + "\n").encode())
-    log.info("preprocessed %d images into %s", len(paths), data_path)
+    atomic_write_bytes(info_path, (json.dumps({"shape": list(shape), **info}) + "\n").encode())
+    log.info("cached %d images into %s", shape[0], data_path)
     return np.memmap(data_path, dtype=np.uint8, mode="r", shape=shape)

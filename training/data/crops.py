@@ -17,20 +17,15 @@ Example::
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
-from models.atomic import atomic_write_bytes
 from models.decode import decode_image
 from models.fov import fit_fov_circle
 from models.preprocessing import FOV_LOCAL_MEAN, crop_to_fov, disc_mask, local_mean_normalise
-from training.data.cache import CHUNK, _leave_ctrl_c_to_the_parent, cache_key
+from training.data.cache import CHUNK, cache_key, cached_array
 from training.data.images import ImageLoadError
 from training.data.manifest import ManifestRow
 
@@ -75,29 +70,7 @@ def fov_crops(rows: Sequence[ManifestRow], *, size: int, cache_dir: Path, worker
               progress: bool = False) -> np.ndarray:
     """The crops of ``rows`` in order, uint8 ``[N, size, size, 4]`` (a read-only memmap kept in ``cache_dir``)."""
     paths = [Path(r.path) for r in rows]
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    key = cache_key(paths, size, f"{FOV_LOCAL_MEAN}:{STAGE}")
-    data_path, info_path = cache_dir / f"{key}.u8", cache_dir / f"{key}.json"
-    shape = (len(paths), size, size, 4)
-    if info_path.is_file() and data_path.is_file() and tuple(json.loads(info_path.read_text())["shape"]) == shape:
-        return np.memmap(data_path, dtype=np.uint8, mode="r", shape=shape)
-    tmp = data_path.with_suffix(f".part-{os.getpid()}")
-    out = np.memmap(tmp, dtype=np.uint8, mode="w+", shape=shape)
     tasks = [([str(p) for p in paths[i:i + CHUNK]], size) for i in range(0, len(paths), CHUNK)]
-    bar = tqdm(total=len(paths), desc=f"cropping {len(paths)} images", disable=not progress)
-    try:
-        with ProcessPoolExecutor(max(1, workers), initializer=_leave_ctrl_c_to_the_parent) as pool:
-            for i, chunk in enumerate(pool.map(_crop_chunk, tasks)):
-                out[i * CHUNK:i * CHUNK + len(chunk)] = chunk
-                bar.update(len(chunk))
-    except BaseException:
-        del out
-        tmp.unlink(missing_ok=True)
-        raise
-    finally:
-        bar.close()
-    out.flush()
-    del out
-    os.replace(tmp, data_path)
-    atomic_write_bytes(info_path, (json.dumps({"shape": list(shape), "stage": STAGE}) + "\n").encode())
-    return np.memmap(data_path, dtype=np.uint8, mode="r", shape=shape)
+    return cached_array(cache_dir, cache_key(paths, size, f"{FOV_LOCAL_MEAN}:{STAGE}"), (len(paths), size, size, 4),
+                        tasks, _crop_chunk, desc=f"cropping {len(paths)} images", workers=max(1, workers),
+                        progress=progress, info={"stage": STAGE})
