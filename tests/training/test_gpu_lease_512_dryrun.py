@@ -15,6 +15,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors import safe_open
 
 from models.artifact import load_artifact
 from models.preprocessing import FOV_LOCAL_MEAN
@@ -43,7 +45,10 @@ def test_the_512_lease_trains_both_sizes_from_shards_sent_in_parts(tiny_data: Pa
     parent = build_tiny_artifact(tmp_path / "parent", width=4, input_size=64, preprocessing=FOV_LOCAL_MEAN)
     subprocess.run([sys.executable, "scripts/artifact_fp16.py", str(parent), str(lease / "init-fp16")], cwd=ROOT,
                    check=True, timeout=120, capture_output=True)
-    assert load_artifact(lease / "init-fp16").state_dict()["features.0.weight_mu"].dtype.is_floating_point
+    with safe_open(str(lease / "init-fp16" / "weights.safetensors"), framework="pt") as f:
+        assert {f.get_slice(name).get_dtype() for name in f.keys()} == {"F16"}  # noqa: SIM118 (no __iter__)
+    half, full = load_artifact(lease / "init-fp16").state_dict(), load_artifact(parent).state_dict()
+    assert torch.equal(half["features.0.weight_mu"], full["features.0.weight_mu"].half().float())  # rounded, no more
 
     out = tmp_path / "out"
     env = {**os.environ, "PY": sys.executable, "LEASE": str(lease), "WORK": str(tmp_path / "work"),
