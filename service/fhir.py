@@ -119,6 +119,10 @@ def _device(model: dict[str, Any]) -> dict[str, Any]:
                 "type": _code("head-draws", "Draws of the final layer per posterior draw"),
                 "valueQuantity": [{"value": int(model.get("head_draws", 1)), "unit": "draws"}],
             },
+            {
+                "type": _code("views", "Orientations each image is scored in (2: also mirrored, draws pooled)"),
+                "valueQuantity": [{"value": 2 if model.get("test_time_flip") else 1, "unit": "views"}],
+            },
         ]
     if not device["identifier"]:
         del device["identifier"]

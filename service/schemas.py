@@ -51,6 +51,14 @@ class ModelIdentity(BaseModel):
             "mc_samples x head_draws complete posterior samples (the extra head draws steady the MI estimate)."
         ),
     )
+    test_time_flip: bool = Field(
+        default=False,
+        description=(
+            "The model's serving option, named in its card: true = each image is also scored mirrored "
+            "left-right and the probability and mutual information are taken over both orientations' draws "
+            "(2 x mc_samples x head_draws predictions)."
+        ),
+    )
     training_data: str = Field(description="'synthetic' or 'real: <description>'.")
     intended_use: str
 

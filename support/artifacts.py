@@ -36,6 +36,7 @@ def build_tiny_artifact(
     input_size: int = TINY_SIZE,
     head_draws: int = 1,
     preprocessing: str | None = None,
+    test_time_flip: bool = False,
 ) -> Path:
     """Save an untrained radial VGG-16* artifact (``width`` channels, ``input_size`` px) and return its path.
 
@@ -43,7 +44,8 @@ def build_tiny_artifact(
     posterior spread, so the mutual information is visible (~1e-3 nats at -2.5). A ``referral_threshold_mi``
     far below that refers every gradable image, which lets tests see the referral path deterministically.
     ``validation=None`` stores an empty validation record. ``preprocessing``: the contract named in the config
-    (default: the artifact format's default). An existing ``directory`` is replaced.
+    (default: the artifact format's default). ``test_time_flip``: the serving option (each image and its mirror).
+    An existing ``directory`` is replaced.
     """
     import torch
 
@@ -66,6 +68,7 @@ def build_tiny_artifact(
         training_data="synthetic",
         intended_use=intended_use,
         head_draws=head_draws,
+        test_time_flip=test_time_flip,
         **contract,
     )
     calibration = Calibration(

@@ -44,7 +44,8 @@ def mc_probabilities(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(probabilities ``[S, N]``, labels ``[N]``) in dataset order; ``progress`` shows a bar on stderr.
 
-    Bayesian models: S = K · M of ``draws`` (draw-major, as :class:`models.draws.DrawnNetwork`).
+    Bayesian models: S = K · M of ``draws`` (draw-major, as :class:`models.draws.DrawnNetwork`), times 2 with
+    ``draws.test_time_flip``: the mirrored images' S draws follow the images' own.
     MC-dropout and deterministic baselines run K seeded stochastic passes and have no head posterior:
     ``draws.head_draws`` must be 1 for them.
     """
@@ -61,10 +62,14 @@ def mc_probabilities(
     probs: list[torch.Tensor] = []
     labels: list[torch.Tensor] = []
     with seeded(model, draws.draw_seed):
-        for x, y, _ in tqdm(loader, desc=f"scoring {len(loader.dataset)} images x {draws.mc_samples} draws",  # type: ignore[arg-type]
-                            unit="batch", disable=not progress):
+        n = len(loader.dataset)  # type: ignore[arg-type]
+        desc = f"scoring {n} images x {draws.mc_samples} draws x {draws.views} views"
+        for x, y, _ in tqdm(loader, desc=desc, unit="batch", disable=not progress):
             x = normalise(x.to(device), mean, std).contiguous(memory_format=torch.channels_last)  # as the service
-            logits = drawn(x) if drawn is not None else mc_logits(model, x, draws.mc_samples)  # [S, B, 1]
+            views = (x, torch.flip(x, dims=(3,)).contiguous(memory_format=torch.channels_last)) \
+                if draws.test_time_flip else (x,)  # as the service's FlipViewsBackend
+            logits = torch.cat([drawn(v) if drawn is not None else mc_logits(model, v, draws.mc_samples)
+                                for v in views])  # [S, B, 1], the views' draws one after the other
             probs.append(torch.sigmoid(logits[..., 0].double()).cpu())
             labels.append(y.cpu())
     model.train(was_training)

@@ -141,6 +141,11 @@ class ServingDraws:
     """An artifact's serving form as one value: ``mc_samples`` (K) network draws made with ``draw_seed``, each
     carrying ``head_draws`` (M) draws of the last layer; the names are ``config.json``'s ``serving`` section.
 
+    ``test_time_flip`` scores each image twice, as taken and mirrored left-right (a right eye's mirror image
+    looks like a left eye, and training flips at random), and pools the two orientations' draws: p̄ and the
+    mutual information are then taken over ``samples`` = 2·K·M predictions, so the MI also counts the
+    network's disagreement with itself across the mirror. It doubles the serving cost.
+
     The artifact hands it out (``Artifact.serving_draws()``, like torchvision's ``weights.transforms()``),
     and so does a training config for the artifact it will write (``TrainConfig.serving_draws()``):
     the service, evaluation, calibration, export and the benchmarks take K, the seed and M from it rather
@@ -150,6 +155,17 @@ class ServingDraws:
     mc_samples: int
     draw_seed: int
     head_draws: int = 1
+    test_time_flip: bool = False  # each image also scored mirrored left-right; its draws join the K x M
+
+    @property
+    def views(self) -> int:
+        """Orientations each image is scored in: 2 with ``test_time_flip`` (as taken, then mirrored), else 1."""
+        return 2 if self.test_time_flip else 1
+
+    @property
+    def samples(self) -> int:
+        """Predictions averaged per image: K network draws x M head draws x the views."""
+        return self.mc_samples * self.head_draws * self.views
 
     def materialise(self, model: VGGStar, *, strategy: str = "grouped") -> DrawnNetwork:
         """The fixed network of these draws of ``model``'s posterior (:func:`materialise_draws`)."""
@@ -178,6 +194,7 @@ class ArtifactConfig:
     input_size: int = 0  # 0 = take architecture.input_size
     mc_samples: int = 16
     head_draws: int = 1  # draws of the last linear layer per network draw (models.draws); 1 before 0.3.0
+    test_time_flip: bool = False  # ServingDraws.test_time_flip: the image and its mirror, draws pooled
     positive_class: str = "referable"
     positive_definition: str = "EyePACS grade >= 2"
     channel_order: str = "RGB"
@@ -247,6 +264,8 @@ class ArtifactConfig:
         _check(self.draw_seed >= 0, f, "serving.draw_seed", f"must be >= 0, got {self.draw_seed}")
         _check(1 <= self.head_draws <= MAX_HEAD_DRAWS, f, "serving.head_draws",
                f"must be in [1, {MAX_HEAD_DRAWS}], got {self.head_draws}")
+        _check(isinstance(self.test_time_flip, bool), f, "serving.test_time_flip",
+               f"must be true or false, got {self.test_time_flip!r}")
         _check(
             self.training_data == "synthetic" or self.training_data.startswith("real: "),
             f,
@@ -262,7 +281,8 @@ class ArtifactConfig:
 
     def serving_draws(self, mc_samples: int | None = None) -> ServingDraws:
         """The serving form: K draws with the artifact's seed and head draws; ``mc_samples`` replaces its K."""
-        return ServingDraws(self.mc_samples if mc_samples is None else mc_samples, self.draw_seed, self.head_draws)
+        return ServingDraws(self.mc_samples if mc_samples is None else mc_samples, self.draw_seed, self.head_draws,
+                            self.test_time_flip)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``config.json`` layout (nested sections, JSON types only)."""
@@ -282,9 +302,10 @@ class ArtifactConfig:
             "classes": {"positive": self.positive_class, "definition": self.positive_definition},
             "posterior": self.posterior,
             "prior": self.prior,
-            # head_draws only when used, so an artifact from before head draws re-serialises byte for byte
+            # head_draws and test_time_flip only when used, so an older artifact re-serialises byte for byte
             "serving": {"mc_samples": self.mc_samples, "draw_seed": self.draw_seed,
-                        **({"head_draws": self.head_draws} if self.head_draws != 1 else {})},
+                        **({"head_draws": self.head_draws} if self.head_draws != 1 else {}),
+                        **({"test_time_flip": True} if self.test_time_flip else {})},
             "training_data": self.training_data,
             "intended_use": self.intended_use,
         }
@@ -322,6 +343,7 @@ class ArtifactConfig:
             mc_samples=serving.int_("mc_samples"),
             draw_seed=serving.int_("draw_seed"),
             head_draws=serving.int_("head_draws", 1),  # missing: an artifact from before head draws
+            test_time_flip=serving.raw("test_time_flip", False),  # missing: one view; __post_init__ checks the type
             training_data=top.str_("training_data"),
             intended_use=top.str_("intended_use"),
         )

@@ -122,7 +122,7 @@ def scoring_code_digest() -> str:
 def scoring_settings(scorer: Scorer) -> dict[str, Any]:
     """What, beside the model, shapes a row's numbers: recorded in the parts folder and checked on resume."""
     return {"mc_samples": scorer.model_identity.mc_samples, "head_draws": scorer.model_identity.head_draws,
-            "precision": scorer.precision,
+            "test_time_flip": scorer.model_identity.test_time_flip, "precision": scorer.precision,
             "backend": scorer.backend.name, "device": str(scorer.backend.device),
             "strategy": scorer.runtime.get("strategy"), "max_pixels": scorer.pipeline.max_pixels,
             "max_upload_bytes": scorer.pipeline.max_bytes, "scoring_code": scoring_code_digest()}

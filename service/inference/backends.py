@@ -12,6 +12,7 @@ Both run the same ``DrawnNetwork`` (K materialised draws, ``models.draws``):
 The precision and strategy arrive already resolved (``models.compute.resolve``: ``auto`` is decided there, from
 the machine and the artifact); ``strategy="auto"`` is still accepted here and resolved the same way.
 
+``FlipViewsBackend`` runs each image and its mirror image (the artifact's ``test_time_flip``).
 ``GuardedBackend`` wraps a reduced-precision backend with an fp32 one that re-scores the images whose answer
 lies near a threshold (the artifact's measured guard band).
 
@@ -151,6 +152,24 @@ class GuardedBackend:
         self.scored += len(near)
         self.rescored += int(near.sum())
         return logits
+
+
+class FlipViewsBackend:
+    """Test-time flip (``ServingDraws.test_time_flip``): each image is run as taken and mirrored left-right in
+    one batch of 2B, and the two orientations' K draws are returned one after the other, ``[2K, B, O]``: the
+    scorer then takes p̄ and the mutual information over all 2K predictions. It wraps each backend that runs
+    draws (inside ``GuardedBackend``, so the guard judges the pooled answer that is served).
+    """
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.name, self.device, self.precision = inner.name, inner.device, inner.precision
+        self.strategy = inner.strategy
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        b = x.shape[0]
+        logits = self.inner.run(np.ascontiguousarray(np.concatenate([x, x[..., ::-1]])))  # [K, 2B, O]
+        return np.concatenate([logits[:, :b], logits[:, b:]])
 
 
 def make_backend(net: DrawnNetwork, *, backend: str, device: str, precision: str, strategy: str = "auto",

@@ -23,7 +23,7 @@ from models.compute import Runtime, resolve
 from models.cpu import CpuCapability, detect_cpu
 from models.draws import DrawnNetwork
 from models.int8 import INT8_RANGES_FILE
-from service.inference.backends import Backend, GuardedBackend, make_backend
+from service.inference.backends import Backend, FlipViewsBackend, GuardedBackend, make_backend
 from service.inference.imaging import ImagePipeline
 from service.inference.platform import SERVICE_FIX, choose_backend
 from service.inference.scoring import Scorer, ScorerIdentity
@@ -84,6 +84,7 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
         sha256=artifact.sha256,
         mc_samples=draws.mc_samples,
         head_draws=draws.head_draws,
+        test_time_flip=draws.test_time_flip,
         training_data=cfg.training_data,
         intended_use=cfg.intended_use,
     )
@@ -102,6 +103,7 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
             "strategy": draws_backend.strategy,
             "cpu": cpu.summary(),
             "k": draws.mc_samples,
+            "test_time_flip": draws.test_time_flip,
         },
     )
     return Scorer(
@@ -128,16 +130,21 @@ def _verified_artifact(spec: ScorerSpec) -> Artifact:
 
 def _draws_backend(net: DrawnNetwork, backend: str, artifact: Artifact, spec: ScorerSpec,
                    runtime: Runtime) -> Backend:
-    """``backend`` running ``net`` as ``runtime`` says; behind ``GuardedBackend`` when the precision's permit
-    has a guard band (the images near a threshold are re-scored in fp32)."""
+    """``backend`` running ``net`` as ``runtime`` says, on each image and its mirror when the artifact serves with
+    ``test_time_flip`` (``FlipViewsBackend``); behind ``GuardedBackend`` when the precision's permit has a guard
+    band (the images near a threshold are re-scored in fp32, both views)."""
     dev, cal = runtime.device, artifact.calibration
     ranges = artifact.directory / INT8_RANGES_FILE if INT8_RANGES_FILE in artifact.files else None
-    draws_backend = make_backend(net, backend=backend, device=dev, precision=runtime.precision,
-                                 strategy=runtime.strategy, intra_op_threads=spec.threads, int8_ranges=ranges)
+
+    def views(b: Backend) -> Backend:
+        return FlipViewsBackend(b) if artifact.config.test_time_flip else b
+
+    draws_backend = views(make_backend(net, backend=backend, device=dev, precision=runtime.precision,
+                                       strategy=runtime.strategy, intra_op_threads=spec.threads, int8_ranges=ranges))
     if runtime.guard is None:
         return draws_backend
     exact_backend, _ = choose_backend("auto", device=dev, precision="fp32")
     return GuardedBackend(
-        draws_backend, make_backend(net, backend=exact_backend, device=dev, precision="fp32",
-                                    strategy=runtime.strategy, intra_op_threads=spec.threads),
+        draws_backend, views(make_backend(net, backend=exact_backend, device=dev, precision="fp32",
+                                          strategy=runtime.strategy, intra_op_threads=spec.threads)),
         runtime.guard, decision_threshold=cal.decision_threshold, referral_threshold_mi=cal.referral_threshold_mi)

@@ -62,6 +62,7 @@ class ScorerIdentity:
     sha256: str  # of the artifact's manifest.json: the model's identity
     mc_samples: int  # K draws actually averaged (may differ from the artifact's, with a warning)
     head_draws: int  # draws of the last layer per network draw (the artifact's; models.draws)
+    test_time_flip: bool  # each image also scored mirrored, the draws pooled (the artifact's serving option)
     training_data: str  # "synthetic" or "real: <description>"
     intended_use: str
 

@@ -127,7 +127,8 @@ def _evidence(header: Dataset) -> Dataset:
 def _algorithm(model: dict[str, Any]) -> hd.sr.AlgorithmIdentification:
     return hd.sr.AlgorithmIdentification(
         name=str(model["name"]), version=str(model["version"]),
-        parameters=[f"sha256={model['sha256']}", f"draws={model['mc_samples']}x{model['head_draws']}"],
+        parameters=[f"sha256={model['sha256']}", f"draws={model['mc_samples']}x{model['head_draws']}"
+                    + ("x2 (test-time flip)" if model.get("test_time_flip") else "")],
     )
 
 

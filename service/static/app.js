@@ -278,7 +278,8 @@
       body.refer_to_expert
         ? el("p", { class: "meta" }, `The model defers this image to a human: ${deferralText(body)}.`) : null,
       el("p", { class: "meta" },
-        `Model ${m.name} ${m.version} (sha256 ${m.sha256.slice(0, 12)}), ${m.mc_samples} posterior draws. `,
+        `Model ${m.name} ${m.version} (sha256 ${m.sha256.slice(0, 12)}), ${m.mc_samples} posterior draws`,
+        m.test_time_flip ? ", each image also scored mirrored. " : ". ",
         `Request ${body.request_id}. Timing: decode ${body.timing_ms.decode.toFixed(0)} ms, `,
         `queue ${body.timing_ms.queue.toFixed(0)} ms, inference ${body.timing_ms.inference.toFixed(0)} ms.`),
       el("p", { class: "meta disclaimer-line" }, body.disclaimer || ""),
@@ -458,7 +459,7 @@
       state.model = body;
       bind("name", m.name); bind("version", m.version);
       bind("sha256_short", m.sha256.slice(0, 12), m.sha256);
-      bind("mc_samples", `${m.mc_samples} fixed draws`);
+      bind("mc_samples", `${m.mc_samples} fixed draws` + (m.test_time_flip ? ", on the image and its mirror" : ""));
       bind("training_data", m.training_data);
       bind("intended_use", m.intended_use);
       bind("referral_threshold_mi", `${nat(c.referral_threshold_mi)} nat`);

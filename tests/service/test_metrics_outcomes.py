@@ -28,8 +28,8 @@ def score(outcome: ScreeningOutcome, mi: float, p: float = 0.3) -> ImageScore:
 
 
 def identity(name: str, sha256: str) -> ScorerIdentity:
-    return ScorerIdentity(name=name, version="1", sha256=sha256, mc_samples=16, head_draws=1, training_data="synthetic",
-                          intended_use="tests only.")
+    return ScorerIdentity(name=name, version="1", sha256=sha256, mc_samples=16, head_draws=1, test_time_flip=False,
+                          training_data="synthetic", intended_use="tests only.")
 
 
 def samples(metrics: ServiceMetrics, name: str) -> dict[tuple[tuple[str, str], ...], float]:
