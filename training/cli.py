@@ -30,7 +30,7 @@ from models.preprocessing import BY_NAME as PREPROCESSING_BY_NAME
 from models.preprocessing import FOV_LOCAL_MEAN
 from training.cli_lease import HANDLERS as LEASE_HANDLERS
 from training.cli_lease import add_lease_commands
-from training.config import LAYOUTS, OPTIMIZERS, PRECISIONS, SCHEDULES, SELECT_BY, TrainConfig
+from training.config import FLIP_MODES, LAYOUTS, OPTIMIZERS, PRECISIONS, SCHEDULES, SELECT_BY, TrainConfig
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -153,6 +153,11 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v.add_argument("--head-draws", type=int, default=d.head_draws,
                    help="draws of the last layer per serving draw: steadies the MI estimate at no real cost "
                         "(docs/results-science.md, 'Head draws'); 1 = the plain K draws")
+    v.add_argument("--test-time-flip", choices=FLIP_MODES, default=d.test_time_flip,
+                   help="on: serve on each image and its mirror image, p and MI over both orientations' draws "
+                        "(twice the serving cost; calibration and the test figures use it too); auto: choose on "
+                        "the validation eyes by whether its MI referral earns its keep "
+                        "(training.evaluation.serving_choice, docs/uncertainty.md)")
     v.add_argument("--target-referral-rate", type=float, default=d.target_referral_rate,
                    help="share of validation images the MI threshold refers (without --max-missed-share)")
     v.add_argument("--max-missed-share", type=float, default=None,
@@ -236,7 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_manifest(sub)
     e = sub.add_parser("evaluate", help="evaluate an artifact's serving draws on a labelled data set",
                        description="Score a labelled data set with the artifact's fixed serving draws and write "
-                                   "evaluation.json and PNG plots (referral curves, reliability, MI histogram).",
+                                   "evaluation.json, the per-draw probabilities (draws.npz) and PNG plots (referral "
+                                   "curves, reliability, MI histogram).",
                        formatter_class=_HelpFormatter)
     e.add_argument("--artifact", default=None, help="artifact directory (default: the embedded model)")
     e.add_argument("--data", required=True, help="dataset folder or manifest CSV")
@@ -247,6 +253,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "refuse them; the summary says how many)")
     e.add_argument("--n-bootstrap", type=int, default=200, help="bootstrap resamples for SEs and 95 %% intervals")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    f = sub.add_parser("finalise", help="re-score a finished run's best weights and rewrite its artifact",
+                       description="Score the validation (and test) eyes of a finished run with its best weights, "
+                                   "fit the thresholds and write the artifact and its card again: to serve it with "
+                                   "another serving option, or where the run's data now lives elsewhere. Only the "
+                                   "settings below change; they are recorded in the run's config.json.",
+                       formatter_class=_HelpFormatter)
+    f.add_argument("--run", required=True, help="the run directory (config.json, best.safetensors, history)")
+    f.add_argument("--data", default=None, help="where the run's data set is now (default: as recorded)")
+    f.add_argument("--artifact", default=None, help="artifact directory to write (default: as recorded)")
+    f.add_argument("--device", default=None, help="scoring device (default: as recorded)")
+    f.add_argument("--test-time-flip", choices=FLIP_MODES, default=None,
+                   help="the serving option (see fit --test-time-flip; default: as recorded)")
+    f.add_argument("--workers", type=int, default=None, help="data loader workers (default: as recorded)")
     x = sub.add_parser("export", help="write the weight-free ONNX graph of an artifact's serving draws",
                        description="Write the ONNX graph of the K serving draws WITHOUT weights (a few KB): the "
                                    "weights are external initializers supplied at session creation. See "
@@ -269,7 +288,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         checkpoint_minutes=args.checkpoint_minutes, val_every=args.val_every,
         precision=args.precision, seed=args.seed, split_seed=args.split_seed, draw_seed=args.draw_seed,
         target_referral_rate=args.target_referral_rate, max_missed_share=args.max_missed_share,
-        split=tuple(args.split), head_draws=args.head_draws,
+        split=tuple(args.split), head_draws=args.head_draws, test_time_flip=args.test_time_flip,
         gradable_only=not args.include_ungradable, include_other_disease=not args.exclude_other_disease,
         augment=not args.no_augment, color_jitter=not args.no_color_jitter, frame_cuts=not args.no_frame_cuts,
         cache_images=not args.no_cache,
@@ -316,12 +335,31 @@ def _fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _finalise(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from training.finalise import finalise_run, summary_lines
+
+    run = Path(args.run)
+    config = TrainConfig.load(run / "config.json")
+    changes = {k: v for k, v in (("data", args.data), ("artifact", args.artifact), ("device", args.device),
+                                 ("test_time_flip", args.test_time_flip), ("workers", args.workers)) if v is not None}
+    config = replace(config, out=str(run), **changes)
+    config.save(run / "config.json")
+    command = " ".join(shlex.quote(a) for a in ["radscreen-train", *args.argv])
+    for line in summary_lines(finalise_run(config, command=command)):
+        print(line)
+    return 0
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     from models.artifact import load_artifact
     from training.data.dataset import ManifestDataset
     from training.data.prepare import read_rows
     from training.evaluation import evaluate_predictions, write_report
     from training.evaluation.by_source import report_by_source
+    from training.evaluation.ensemble import DRAWS_FILENAME, save_draws
+    from training.finalise import image_ids
     from training.predict import mc_probabilities
 
     artifact = load_artifact(args.artifact)
@@ -337,6 +375,9 @@ def _evaluate(args: argparse.Namespace) -> int:
                                   decision_threshold=artifact.calibration.decision_threshold,
                                   referral_threshold_mi=artifact.calibration.referral_threshold_mi)
     paths = write_report(report, args.out)
+    # the per-draw probabilities (the mirrored images' after the images' own when the artifact serves with
+    # test_time_flip), so referral comparisons and serving options need no re-scoring
+    paths["draws"] = save_draws(Path(args.out) / DRAWS_FILENAME, probs, labels, image_ids(rows))
     by_source = Path(args.out) / "by_source.json"
     if report_by_source(probs, labels, rows, by_source, n_bootstrap=args.n_bootstrap,
                         decision_threshold=artifact.calibration.decision_threshold,
@@ -411,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # the model card records the command that was actually run
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handlers = {"synth": _synth, "fit": _fit, "evaluate": _evaluate, "export": _export, "manifest": _manifest,
+    handlers = {"synth": _synth, "fit": _fit, "finalise": _finalise, "evaluate": _evaluate, "export": _export,
+                "manifest": _manifest,
                 **LEASE_HANDLERS}
     try:
         return handlers[args.command](args)

@@ -22,6 +22,8 @@ SELECT_BY: tuple[str, ...] = ("val_nll", "val_elbo")
 WeightsDtype = Literal["fp32", "fp16"]
 Precision = Literal["auto", "fp32", "bf16"]
 PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
+FlipMode = Literal["off", "on", "auto"]
+FLIP_MODES: tuple[str, ...] = ("off", "on", "auto")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,9 @@ class TrainConfig:
     draw_seed: int = 20260
     mc_samples: int = 16  # serving draws stored in the artifact
     head_draws: int = 64  # draws of the last layer per serving draw (models.draws; 1 = the plain K draws)
+    # serve (and calibrate) on each image and its mirror (ServingDraws.test_time_flip): "on", "off", or "auto" =
+    # chosen on validation by training.evaluation.serving_choice
+    test_time_flip: FlipMode = "off"
     target_referral_rate: float = 0.2
     decision_threshold: float = 0.5
     # the screening operating point (training.evaluation.operating_point): when set, both thresholds are chosen
@@ -107,7 +112,8 @@ class TrainConfig:
         for name, value, valid in (("optimizer", self.optimizer, OPTIMIZERS), ("lr_schedule", self.lr_schedule,
                                    SCHEDULES), ("select_by", self.select_by, SELECT_BY),
                                    ("precision", self.precision, PRECISIONS),
-                                   ("weights_dtype", self.weights_dtype, ("fp32", "fp16"))):
+                                   ("weights_dtype", self.weights_dtype, ("fp32", "fp16")),
+                                   ("test_time_flip", self.test_time_flip, FLIP_MODES)):
             if value not in valid:
                 raise ValueError(f"Unknown {name} {value!r}; expected one of: {', '.join(valid)}.")
         if self.lr <= 0 or (self.rho_lr is not None and self.rho_lr <= 0):
@@ -130,8 +136,9 @@ class TrainConfig:
 
     def serving_draws(self) -> ServingDraws:
         """The serving form the run's artifact will carry (``config.json``'s ``serving``): what calibration and
-        the test evaluation score with, before the artifact exists."""
-        return ServingDraws(self.mc_samples, self.draw_seed, self.head_draws)
+        the test evaluation score with, before the artifact exists. ``test_time_flip="auto"`` scores both
+        views here; ``training.finalise`` then keeps the first view's draws alone if one view is chosen."""
+        return ServingDraws(self.mc_samples, self.draw_seed, self.head_draws, self.test_time_flip != "off")
 
     def image_transform(self) -> ImageTransform:
         """The artifact-to-be's decode and preprocessing contract: the one transform every training image goes
@@ -162,6 +169,7 @@ class TrainConfig:
             raise ValueError(f"Unknown training config fields: {sorted(unknown)}.")
         d = dict(d)
         d.setdefault("head_draws", 1)  # a run saved before head draws existed was scored with the plain K draws
+        d.setdefault("test_time_flip", "off")  # and with one view
         d.setdefault("color_jitter", False)  # runs saved before photometric augmentation existed trained without it
         d.setdefault("frame_cuts", False)  # likewise for the framing augmentation
         for name in ("split", "exclude_copies", "train_only_copies"):
@@ -178,9 +186,11 @@ class TrainConfig:
 
     def resume_key(self) -> dict[str, Any]:
         """The fields that must not change when a run is resumed (everything but epochs, I/O and how the
-        finished run is served: ``head_draws`` only changes the final scoring, never a training step)."""
+        finished run is served: ``head_draws`` and ``test_time_flip`` only change the final scoring, never a
+        training step)."""
         d = self.to_dict()
         for k in ("epochs", "artifact", "workers", "n_bootstrap", "out", "weights_dtype", "head_draws",
+                  "test_time_flip",
                   "cache_images", "max_missed_share", "checkpoint_every", "checkpoint_minutes", "cache_dir"):
             d.pop(k)
         return d

@@ -26,6 +26,7 @@ from training.evaluation import EvaluationReport, evaluate_predictions, write_re
 from training.evaluation.by_source import report_by_source
 from training.evaluation.ensemble import DRAWS_FILENAME, save_draws
 from training.evaluation.operating_point import OperatingPoint, outcome_shares, screening_operating_point
+from training.evaluation.serving_choice import ONE_VIEW, TEST_TIME_FLIP, ServingChoice, choose_serving_option
 from training.evaluation.uncertainty import mc_uncertainty
 from training.history import read_history
 from training.loop import BEST_WEIGHTS, build_model
@@ -171,6 +172,18 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
                                 referral_threshold_mi=float(report.referral_threshold.threshold))
 
     val_probs, val_labels = score("val")
+    choice: ServingChoice | None = None
+    if config.test_time_flip == "auto":  # both views were scored; the first S draws are the image as taken
+        one = val_probs.shape[0] // 2
+        choice = choose_serving_option({ONE_VIEW: (val_probs[:one], 1.0), TEST_TIME_FLIP: (val_probs, 2.0)},
+                                       val_labels, n_bootstrap=config.n_bootstrap, seed=config.seed,
+                                       max_missed_share=config.max_missed_share or 0.03)
+        log.info("serving option: %s", choice.sentence())
+        (run_dir / "eval_val" / "serving_choice.json").write_text(json.dumps(choice.as_dict(), indent=2) + "\n")
+        if choice.chosen == ONE_VIEW:  # calibrate, test and save the draws that will be served
+            draws = replace(draws, test_time_flip=False)
+            val_probs = val_probs[:one]
+            save_draws(run_dir / "eval_val" / DRAWS_FILENAME, val_probs, val_labels, image_ids(data.val.rows))
     operating: OperatingPoint | None = None
     referral_threshold_mi: float | None = None
     decision = config.decision_threshold
@@ -201,6 +214,8 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         config, [*data.train.rows, *data.val.rows, *data.test.rows])
     validation: dict[str, Any] = {**val_summary["validation"],
                                   "test": test.calibration_summary()["validation"] if test else None}
+    if choice is not None:
+        validation["serving_option"] = choice.as_dict()
     if operating is not None:
         validation["operating_point"] = operating.as_dict()
         validation["operating_point_test"] = test_shares
@@ -224,11 +239,13 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         posterior_sigma=mean_posterior_sigma(model), best_epoch=_best_epoch(history, config),
         storage=storage_line(rounding, config.weights_dtype), init=load_init_record(run_dir),
         operating=operating.as_dict() if operating is not None else None, operating_test=test_shares,
-        by_source=sources if sources["val"] is not None else None)
+        by_source=sources if sources["val"] is not None else None, test_time_flip=draws.test_time_flip,
+        serving_choice=choice)
     art_config = ArtifactConfig(
         name=config.name, version=config.version, architecture=model.config, mean=data.mean, std=data.std,
         posterior=model.config.layer, prior=dict(config.prior), draw_seed=config.draw_seed,
-        mc_samples=config.mc_samples, head_draws=config.head_draws, preprocessing=config.preprocessing,
+        mc_samples=config.mc_samples, head_draws=config.head_draws, test_time_flip=draws.test_time_flip,
+        preprocessing=config.preprocessing,
         training_data="synthetic" if synthetic else f"real: {description}",
         intended_use=SYNTHETIC_USE if synthetic else REAL_USE,
     )

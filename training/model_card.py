@@ -12,6 +12,7 @@ import torch
 from models.cpu import detect_cpu
 from training.config import TrainConfig
 from training.diagnostics import OPTIMISER_LIMIT
+from training.evaluation.serving_choice import ServingChoice
 from training.warm_start import InitSource
 
 SYNTHETIC_USE = (
@@ -59,7 +60,11 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
                       best_epoch: int | None = None, storage: str | None = None,
                       init: InitSource | None = None, operating: dict[str, Any] | None = None,
                       operating_test: dict[str, Any] | None = None,
-                      by_source: dict[str, dict[str, Any] | None] | None = None) -> str:
+                      by_source: dict[str, dict[str, Any] | None] | None = None,
+                      test_time_flip: bool | None = None, serving_choice: ServingChoice | None = None) -> str:
+    """The card's markdown. ``test_time_flip``: whether the artifact serves with it (default: the config's
+    "on"); ``serving_choice``: the validation measurement that chose it (``test_time_flip="auto"``)."""
+    flip = config.test_time_flip == "on" if test_time_flip is None else test_time_flip
     val = val_summary.get("validation", {})
     sigma0 = init.sigma_mean if init is not None and init.sigma_mean is not None else softplus(config.rho_init)
     lines = [
@@ -81,8 +86,12 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         f"- Serving: {config.mc_samples} posterior draws, seed {config.draw_seed}"
         + (f", each with {config.head_draws} draws of the final layer ({config.mc_samples * config.head_draws} "
            f"posterior samples per image at the cost of {config.mc_samples} forward passes; "
-           "docs/results-science.md, 'Head draws')."
-           if config.head_draws > 1 else "."),
+           "docs/results-science.md, 'Head draws')"
+           if config.head_draws > 1 else "")
+        + ("; **test-time flip**: every image is also scored mirrored left-right and the probability and the "
+           "mutual information are taken over both orientations' draws (twice the forward passes)."
+           if flip else "."),
+        *([f"- {serving_choice.sentence()}"] if serving_choice is not None else []),
         "",
         "## Training data",
         f"- Provenance: {'SYNTHETIC (procedural fundus generator, training.synthetic)' if synthetic else 'real'}.",

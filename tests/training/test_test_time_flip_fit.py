@@ -1,0 +1,52 @@
+"""A run's serving option: ``--test-time-flip on`` calibrates and serves both orientations; ``auto`` chooses on
+the validation eyes (training.evaluation.serving_choice) and the artifact, its calibration, its saved draws and
+its card all follow the choice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from models.artifact import load_artifact
+from training.cli import main as train_main
+from training.config import TrainConfig
+from training.evaluation.ensemble import DRAWS_FILENAME, load_draws
+from training.evaluation.serving_choice import ONE_VIEW, TEST_TIME_FLIP
+
+
+def _fit(data: Path, run: Path, mode: str) -> None:
+    assert train_main(["fit", "--data", str(data), "--out", str(run), "--width", "2", "--input-size", "32",
+                       "--epochs", "1", "--batch-size", "8", "--eval-samples", "2", "--head-draws", "2",
+                       "--no-progress", "--rho-init", "-3",
+                       "--device", "cpu", "--test-time-flip", mode]) == 0
+
+
+@pytest.mark.training
+def test_on_serves_and_calibrates_both_orientations(tiny_data: Path, tmp_path: Path) -> None:
+    _fit(tiny_data, tmp_path / "run", "on")
+    artifact = load_artifact(tmp_path / "run" / "artifact")
+    assert artifact.config.test_time_flip and artifact.serving_draws().samples == 16 * 2 * 2
+    for split in ("val", "test"):  # calibration and the test figures were scored the way the service scores
+        assert load_draws(tmp_path / "run" / f"eval_{split}" / DRAWS_FILENAME).probs.shape[0] == 16 * 2 * 2
+    assert "**test-time flip**" in artifact.model_card
+    assert not (tmp_path / "run" / "eval_val" / "serving_choice.json").exists()  # nothing was chosen
+    assert TrainConfig.load(tmp_path / "run" / "config.json").serving_draws() == artifact.serving_draws()
+
+
+@pytest.mark.training
+def test_auto_serves_what_the_validation_eyes_chose_and_says_why(tiny_data: Path, tmp_path: Path) -> None:
+    _fit(tiny_data, tmp_path / "run", "auto")
+    artifact = load_artifact(tmp_path / "run" / "artifact")
+    choice = json.loads((tmp_path / "run" / "eval_val" / "serving_choice.json").read_text())
+    assert choice["chosen"] in (ONE_VIEW, TEST_TIME_FLIP)
+    flip = choice["chosen"] == TEST_TIME_FLIP
+    assert artifact.config.test_time_flip is flip
+    assert artifact.calibration.validation["serving_option"] == choice  # the record travels with the artifact
+    views = 2 if flip else 1
+    for split in ("val", "test"):  # the saved draws are the served option's
+        assert load_draws(tmp_path / "run" / f"eval_{split}" / DRAWS_FILENAME).probs.shape[0] == 16 * 2 * views
+    assert f"Served option: **{choice['chosen']}**, chosen on the {choice['n_images']} validation eyes" \
+        in artifact.model_card
+    assert ("**test-time flip**: every image" in artifact.model_card) is flip
