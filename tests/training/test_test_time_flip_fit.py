@@ -50,3 +50,26 @@ def test_auto_serves_what_the_validation_eyes_chose_and_says_why(tiny_data: Path
     assert f"Served option: **{choice['chosen']}**, chosen on the {choice['n_images']} validation eyes" \
         in artifact.model_card
     assert ("**test-time flip**: every image" in artifact.model_card) is flip
+
+
+@pytest.mark.training
+def test_finalise_re_serves_a_finished_run_with_another_option(tiny_data: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    _fit(tiny_data, run, "off")
+    before = load_artifact(run / "artifact")
+    assert not before.config.test_time_flip
+    assert train_main(["finalise", "--run", str(run), "--test-time-flip", "on", "--artifact", str(tmp_path / "b")]) == 0
+    after = load_artifact(tmp_path / "b")
+    assert after.config.test_time_flip and "**test-time flip**" in after.model_card
+    assert "Command: `radscreen-train finalise --run" in after.model_card  # the card says how it was made
+    # the same weights, other thresholds (calibrated on both orientations' draws)
+    assert after.sha256 != before.sha256
+    weights = "weights.safetensors"
+    assert (tmp_path / "b" / weights).read_bytes() == (run / "artifact" / weights).read_bytes()
+    saved = TrainConfig.load(run / "config.json")  # the run records what its artifact now is
+    assert saved.test_time_flip == "on" and saved.artifact == str(tmp_path / "b")
+    # a run directory without best weights is refused with one line, not a traceback
+    (run / "best.safetensors").unlink()
+    assert train_main(["finalise", "--run", str(run)]) == 2
+    assert "best.safetensors" in capsys.readouterr().err
