@@ -12,6 +12,7 @@ import torch
 from models.cpu import detect_cpu
 from training.config import TrainConfig
 from training.diagnostics import OPTIMISER_LIMIT
+from training.evaluation.operating_point import MAX_MI
 from training.evaluation.serving_choice import ServingChoice
 from training.warm_start import InitSource
 
@@ -172,7 +173,11 @@ def operating_point_lines(op: dict[str, Any], test: dict[str, Any] | None) -> li
         "## Screening operating point",
         f"- Chosen on validation so that at most {_pct(op['max_missed_share'])} of referable eyes are answered "
         "no_referable_dr, answering as many non-referable eyes as possible: decision threshold "
-        f"p̄ >= {op['decision_threshold']:.4g} refers, MI > {op['referral_threshold_mi']:.3g} nat defers.",
+        f"p̄ >= {op['decision_threshold']:.4g} refers, "
+        + (f"MI > {op['referral_threshold_mi']:.3g} nat defers." if op["referral_threshold_mi"] < MAX_MI - 1e-9 else
+           "and **nothing is deferred as uncertain**: deferring any share of the eyes by MI answered no more "
+           "non-referable eyes on validation, so the MI threshold is ln 2 nat, the largest MI a binary answer can "
+           "have. MI is still reported with every answer."),
         f"- Validation ({op['n_referable']} referable, {op['n_non_referable']} non-referable eyes): "
         f"{_pct(op['missed_share'])} of referable eyes answered no_referable_dr (one-sided 95 % upper bound "
         f"{_pct(op['missed_share_upper95'])}), {_pct(op['auto_negative_share'])} of non-referable eyes answered "

@@ -69,3 +69,15 @@ def test_options_must_score_the_same_eyes(eyes: tuple[np.ndarray, np.ndarray, np
         choose_serving_option({ONE_VIEW: (_draws(wrong, mean_logit, 6)[:, 1:], 1.0)}, labels)
     with pytest.raises(ValueError, match="no serving option"):
         choose_serving_option({}, labels)
+
+
+def test_the_card_says_in_words_when_mi_defers_nothing() -> None:
+    from training.model_card import operating_point_lines
+
+    op = {"max_missed_share": 0.03, "decision_threshold": 0.061, "referral_threshold_mi": float(np.log(2)),
+          "n_referable": 200, "n_non_referable": 878, "missed_share": 0.03, "missed_share_upper95": 0.058,
+          "auto_negative_share": 0.264, "uncertain_share": 0.0, "referred_share": 0.779}
+    off = " ".join(operating_point_lines(op, None))
+    assert "**nothing is deferred as uncertain**" in off and "MI > 0.693" not in off
+    on = " ".join(operating_point_lines({**op, "referral_threshold_mi": 1e-3, "uncertain_share": 0.2}, None))
+    assert "MI > 0.001 nat defers." in on and "nothing is deferred" not in on

@@ -93,8 +93,8 @@ class ServingChoice:
                           for d, lo, hi in zip(r.mi_minus_random, r.ci_low, r.ci_high, strict=True))
         others = ", ".join(f"{o.name} {_plain(o.mean_kept_auc)}" for o in self.rows if o.name != self.chosen)
         verdict = ("its MI referral beats random referral at every share" if self.earns_keep else
-                   "MI referral beat random referral under none of the options, so the MI threshold is a "
-                   "weak safeguard, not a measured benefit")
+                   "MI referral beat random referral under none of the options, so MI is reported but deferring "
+                   "by it is not a measured benefit")
         return (f"Served option: **{self.chosen}**, chosen on the {self.n_images} validation eyes: {verdict} "
                 f"(kept-eye AUC, MI − random at {shares} referred: {diffs}); mean kept-eye AUC "
                 f"{_plain(r.mean_kept_auc)} against {others or 'no other option'}.")
