@@ -63,7 +63,7 @@ def mc_probabilities(
     labels: list[torch.Tensor] = []
     with seeded(model, draws.draw_seed):
         n = len(loader.dataset)  # type: ignore[arg-type]
-        desc = f"scoring {n} images x {draws.mc_samples} draws x {draws.views} views"
+        desc = f"scoring {n} images x {draws.mc_samples} draws" + (" x 2 views" if draws.test_time_flip else "")
         for x, y, _ in tqdm(loader, desc=desc, unit="batch", disable=not progress):
             x = normalise(x.to(device), mean, std).contiguous(memory_format=torch.channels_last)  # as the service
             views = (x, torch.flip(x, dims=(3,)).contiguous(memory_format=torch.channels_last)) \
