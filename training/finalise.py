@@ -94,6 +94,8 @@ def _dataset_description(config: TrainConfig, rows: Sequence[ManifestRow] = ()) 
     shards are described by what they were packed from (their index records it).
     """
     if config.layout == "shards":
+        if any(row.source for row in rows):  # packed from a multi-source manifest: name the sources, as unpacked
+            return f"{sources_description(config, rows)} (packed shards)", False, None
         settings = read_index(Path(config.data))["settings"]
         description, synthetic, command = _describe(settings.get("layout", "manifest"), settings.get("dataset"),
                                                     bool(settings.get("include_other_disease", True)),

@@ -13,7 +13,7 @@ import torch
 from training.cli import main as train_main
 from training.config import TrainConfig
 from training.data import read_synthetic
-from training.data.prepare import prepare_data
+from training.data.prepare import prepare_data, read_rows
 from training.data.sources import NATURAL_COPY, STRETCHED_COPY, write_sources_manifest
 from training.finalise import finalise_run
 from training.loop import Trainer
@@ -120,3 +120,19 @@ def test_saved_draw_ids_tell_two_sources_apart_whose_files_are_named_alike(tmp_p
     plain = ManifestRow(tmp_path / "synth" / "13_left.jpg", 0, "13", "left", 4)
     assert image_ids([odir, eyepacs, plain]) == ["odir/13_left.jpg", f"eyepacs/{NATURAL_COPY}/13_left.jpg",
                                                  "13_left.jpg"]
+
+
+def test_packed_shards_of_several_sources_name_the_sources_as_the_manifest_does(two_source_manifest: Path,
+                                                                                tmp_path: Path) -> None:
+    """The card and every response state the training data: a run from shards names each source and its eyes,
+    not the shards' file name."""
+    from training.finalise import _dataset_description
+
+    packed = tmp_path / "packed"
+    assert train_main(["pack", "--data", str(two_source_manifest), "--layout", "manifest", "--out", str(packed),
+                       "--input-size", "32"]) == 0
+    rows = read_rows(_config(two_source_manifest, tmp_path / "r"))
+    unpacked, _, _ = _dataset_description(_config(two_source_manifest, tmp_path / "r"), rows)
+    shards, synthetic, _ = _dataset_description(_config(packed, tmp_path / "s", layout="shards"), rows)
+    assert shards == f"{unpacked} (packed shards)" and not synthetic
+    assert "odir" in shards.lower() and "eyepacs" in shards.lower() and "manifest" not in shards
