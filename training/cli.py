@@ -345,9 +345,10 @@ def _finalise(args: argparse.Namespace) -> int:
     changes = {k: v for k, v in (("data", args.data), ("artifact", args.artifact), ("device", args.device),
                                  ("test_time_flip", args.test_time_flip), ("workers", args.workers)) if v is not None}
     config = replace(config, out=str(run), **changes)
-    config.save(run / "config.json")
     command = " ".join(shlex.quote(a) for a in ["radscreen-train", *args.argv])
-    for line in summary_lines(finalise_run(config, command=command)):
+    result = finalise_run(config, command=command)
+    config.save(run / "config.json")  # only once the artifact it describes was written
+    for line in summary_lines(result):
         print(line)
     return 0
 

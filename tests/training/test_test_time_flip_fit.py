@@ -69,7 +69,8 @@ def test_finalise_re_serves_a_finished_run_with_another_option(tiny_data: Path, 
     assert (tmp_path / "b" / weights).read_bytes() == (run / "artifact" / weights).read_bytes()
     saved = TrainConfig.load(run / "config.json")  # the run records what its artifact now is
     assert saved.test_time_flip == "on" and saved.artifact == str(tmp_path / "b")
-    # a run directory without best weights is refused with one line, not a traceback
+    # a run directory without best weights is refused with one line, not a traceback, and its record is kept
     (run / "best.safetensors").unlink()
-    assert train_main(["finalise", "--run", str(run)]) == 2
+    assert train_main(["finalise", "--run", str(run), "--test-time-flip", "off"]) == 2
     assert "best.safetensors" in capsys.readouterr().err
+    assert TrainConfig.load(run / "config.json").test_time_flip == "on"
