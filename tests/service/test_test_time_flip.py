@@ -18,10 +18,12 @@ from models.artifact import ArtifactError, load_artifact
 from models.artifact.schema import GuardBand
 from models.compute import Runtime
 from models.uncertainty import binary_uncertainty
+from service.fhir import to_fhir_bundle
 from service.inference.backends import FlipViewsBackend, GuardedBackend
 from service.inference.loading import _draws_backend, load_scorer
 from service.inference.prepare import PreparedImage, prepare_image
 from service.inference.spec import BackendSetting, ScorerSpec
+from service.pacs.sr import _algorithm
 from service.payload import score_payload
 from service.schemas import ModelIdentity
 from support.artifacts import build_tiny_artifact, edit_config
@@ -80,6 +82,12 @@ def test_the_option_is_named_wherever_the_model_is(artifacts: tuple[Path, Path],
     assert not plain.model_identity.test_time_flip and flip.model_identity.test_time_flip
     body = score_payload(flip.score_batch(images[:1])[0], flip)
     assert ModelIdentity.model_validate(body["model"]).test_time_flip is True  # the documented field
+    device = next(e["resource"] for e in to_fhir_bundle({**body, "request_id": "r"})["entry"]
+                  if e["resource"]["resourceType"] == "Device")
+    views = {p["type"]["coding"][0]["code"]: p["valueQuantity"][0]["value"] for p in device["property"]}["views"]
+    assert views == 2  # the FHIR Device says how many orientations each image was scored in
+    sr_texts = [str(item.TextValue) for item in _algorithm(body["model"]) if "TextValue" in item]
+    assert "draws=16x1x2 (test-time flip)" in sr_texts  # and the DICOM SR's algorithm parameters
     config = json.loads((artifacts[1] / "config.json").read_text())
     assert config["serving"]["test_time_flip"] is True
     # an artifact without the option does not write the key, so older artifacts re-serialise byte for byte
