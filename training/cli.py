@@ -97,6 +97,9 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g.add_argument("--train-only-copy", action="append", default=[], metavar="COPY",
                    help="train on the images of this copy but leave them out of validation and test (the patient "
                         "split is made first, so validation and test patients do not change)")
+    g.add_argument("--train-fraction", type=float, default=d.train_fraction, metavar="F",
+                   help="train on this share of the training patients (a learning curve's arm: within each source "
+                        "and referable stratum, nested across fractions); validation and test do not change")
     g.add_argument("--weights-dtype", choices=("fp32", "fp16"), default=d.weights_dtype,
                    help="artifact storage of μ and ρ (fp16: calibrated after the cast, rounding/sd ratio in the card)")
     m = p.add_argument_group("model")
@@ -299,7 +302,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         select_by=args.select_by, grad_sd_samples=args.grad_sd_samples, weights_dtype=args.weights_dtype,
         preprocessing=PREPROCESSING_BY_NAME[args.preprocessing], init_from=args.init_from,
         source_weights=_parse_weights(args.source_weight), exclude_copies=tuple(args.exclude_copy),
-        train_only_copies=tuple(args.train_only_copy), cache_dir=args.cache_dir)
+        train_only_copies=tuple(args.train_only_copy), train_fraction=args.train_fraction, cache_dir=args.cache_dir)
 
 
 def _fit(args: argparse.Namespace) -> int:

@@ -96,6 +96,9 @@ class TrainConfig:
     source_weights: dict[str, float] | None = None
     exclude_copies: tuple[str, ...] = ()  # image copies left out of every split (e.g. EyePACS "stretched-256")
     train_only_copies: tuple[str, ...] = ()  # image copies trained on but left out of validation and test
+    # share of the training patients trained on (within each source and referable stratum, nested: a learning
+    # curve's smaller arm keeps a subset of a larger one's patients); validation and test are unchanged
+    train_fraction: float = 1.0
     cache_dir: str | None = None  # where preprocessed images are kept (default: <out>/cache)
 
     def __post_init__(self) -> None:
@@ -129,6 +132,8 @@ class TrainConfig:
         if set(self.exclude_copies) & set(self.train_only_copies):
             raise ValueError(f"a copy cannot be both excluded and train-only: "
                              f"{sorted(set(self.exclude_copies) & set(self.train_only_copies))}")
+        if not 0 < self.train_fraction <= 1:
+            raise ValueError(f"train_fraction must be in (0, 1], got {self.train_fraction}.")
         if self.source_weights is not None and any(not v > 0 for v in self.source_weights.values()):
             raise ValueError(f"source weights must be positive, got {self.source_weights}")
         if self.grad_sd_samples == 1 or self.grad_sd_samples < 0:

@@ -91,8 +91,17 @@ def _dataset_description(config: TrainConfig, rows: Sequence[ManifestRow] = ()) 
     """(description, synthetic?, the command that regenerates the data set or None).
 
     Names the data set, never a path on the training machine (the card travels with the artifact). Packed
-    shards are described by what they were packed from (their index records it).
+    shards are described by what they were packed from (their index records it). A run on part of the training
+    patients (``train_fraction`` < 1, a learning curve's arm) says so.
     """
+    description, synthetic, command = _whole_dataset_description(config, rows)
+    if config.train_fraction < 1:
+        description += (f"; trained on {config.train_fraction:.0%} of the training patients (a nested subset "
+                        "within each source; validation and test unchanged)")
+    return description, synthetic, command
+
+
+def _whole_dataset_description(config: TrainConfig, rows: Sequence[ManifestRow]) -> tuple[str, bool, str | None]:
     if config.layout == "shards":
         if any(row.source for row in rows):  # packed from a multi-source manifest: name the sources, as unpacked
             return f"{sources_description(config, rows)} (packed shards)", False, None

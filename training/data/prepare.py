@@ -34,7 +34,7 @@ from training.data.manifest import (
 )
 from training.data.shards import read_shards
 from training.data.sources import keep_copies
-from training.data.splits import DataSplit, split_by_source, split_from_sides
+from training.data.splits import DataSplit, split_by_source, split_from_sides, training_subset
 from training.warm_start import input_statistics
 
 log = logging.getLogger(__name__)
@@ -78,8 +78,9 @@ def source_split(rows: Manifest, config: TrainConfig, sides: Sequence[int] | np.
     split = (split_from_sides(rows, sides) if sides is not None
              else split_by_source(rows, config.split, seed=config.effective_split_seed))
     evaluated = (*config.exclude_copies, *config.train_only_copies)
-    return DataSplit(keep_copies(split.train, config.exclude_copies), keep_copies(split.val, evaluated),
-                     keep_copies(split.test, evaluated))
+    train = training_subset(keep_copies(split.train, config.exclude_copies), config.train_fraction,
+                            seed=config.effective_split_seed)
+    return DataSplit(train, keep_copies(split.val, evaluated), keep_copies(split.test, evaluated))
 
 
 @dataclass

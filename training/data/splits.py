@@ -97,3 +97,31 @@ def source_sides(rows: Sequence[ManifestRow], fractions: Sequence[float] = (0.7,
 def split_from_sides(rows: Sequence[ManifestRow], side: Sequence[int] | np.ndarray) -> DataSplit:
     """The split that an assignment made earlier (``source_sides``, e.g. recorded in packed shards) gives."""
     return _parts(rows, np.asarray(side, dtype=np.int64))
+
+
+def training_subset(rows: Sequence[ManifestRow], fraction: float, seed: int = 0) -> list[ManifestRow]:
+    """About ``fraction`` of the training patients, for a learning curve; rows kept in their order.
+
+    Within each source and each stratum (patients with / without a referable eye), patients are ranked by one
+    seeded permutation and the first ``round(fraction * n)`` are kept (at least one where the stratum has any),
+    so a smaller fraction keeps a subset of a larger one's patients (nested arms) and both eyes of a patient,
+    and every copy of them, stay together. ``fraction`` 1 returns every row.
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"the training fraction must be in (0, 1], got {fraction}")
+    if fraction == 1:
+        return list(rows)
+    by_patient: dict[tuple[str | None, str], list[int]] = defaultdict(list)
+    for i, row in enumerate(rows):
+        by_patient[(row.source, row.patient_id)].append(i)
+    strata: dict[tuple[str | None, bool], list[tuple[str | None, str]]] = defaultdict(list)
+    for key in sorted(by_patient, key=lambda k: (k[0] or "", k[1])):
+        strata[(key[0], any(rows[i].referable for i in by_patient[key]))].append(key)
+    keep: set[int] = set()
+    rng = np.random.default_rng(seed)
+    for stratum in sorted(strata, key=lambda s: (s[0] or "", s[1])):
+        patients = strata[stratum]
+        ranked = rng.permutation(len(patients))
+        for j in ranked[:max(1, round(fraction * len(patients)))].tolist():
+            keep.update(by_patient[patients[j]])
+    return [row for i, row in enumerate(rows) if i in keep]
