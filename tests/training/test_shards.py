@@ -3,6 +3,7 @@ manifest's order, and refused when altered or made for another size."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from models.transform import ImageTransform
 from training.config import TrainConfig
 from training.data.cache import cache_key, code_digest, preprocessed_array
 from training.data.manifest import ManifestRow
-from training.data.prepare import read_rows
+from training.data.prepare import read_rows, source_split
 from training.data.shards import ShardError, pack_shards, read_index, read_shards
 
 TRANSFORM = ImageTransform(size=32, preprocessing=FOV_LOCAL_MEAN)
@@ -55,6 +56,24 @@ def test_each_shard_holds_one_source_and_reading_restores_the_manifest_order(tin
     packed = read_shards(tmp_path / "s", size=32, preprocessing=FOV_LOCAL_MEAN)
     assert [r.path.name for r in packed.rows] == [r.path.name for r in rows]
     assert np.array_equal(packed.pixels, pixels)
+
+
+def test_each_rows_copy_travels_so_a_run_on_shards_can_train_on_a_copy_only(tiny_data: Path, tmp_path: Path) -> None:
+    rows = [dataclasses.replace(r, source="eyepacs", copy="stretched-256" if i % 2 else "natural-1024")
+            for i, r in enumerate(_rows(tiny_data))]
+    pixels = np.asarray(preprocessed_array(rows, transform=TRANSFORM, cache_dir=tmp_path / "c"))
+    pack_shards(rows, pixels, tmp_path / "s", preprocessing=FOV_LOCAL_MEAN, code=code_digest(), source="unused")
+    packed = read_shards(tmp_path / "s", size=32, preprocessing=FOV_LOCAL_MEAN)
+    assert [r.copy for r in packed.rows] == [r.copy for r in rows]
+    config = TrainConfig(data=str(tmp_path / "s"), out="unused", layout="shards",
+                         train_only_copies=("stretched-256",))
+    split = source_split(packed.rows, config)
+    assert {r.copy for r in split.train} == {"natural-1024", "stretched-256"}
+    assert {r.copy for r in split.val + split.test} == {"natural-1024"}
+    # rows without a copy (single-source data sets) read back with none
+    plain = tmp_path / "plain"
+    pack_shards(_rows(tiny_data), pixels, plain, preprocessing=FOV_LOCAL_MEAN, code=code_digest(), source="synth")
+    assert {r.copy for r in read_shards(plain, size=32, preprocessing=FOV_LOCAL_MEAN).rows} == {None}
 
 
 def test_an_altered_shard_or_another_size_is_refused_by_name(tiny_data: Path, tmp_path: Path) -> None:

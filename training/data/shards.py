@@ -129,6 +129,7 @@ def _write_shard(path: Path, rows: Sequence[tuple[int, ManifestRow]], blobs: Seq
         "name": np.array([r.path.name for _, r in rows]), "patient_id": np.array([r.patient_id for _, r in rows]),
         "eye": np.array([r.eye or "" for _, r in rows]), "category": np.array([r.category or "" for _, r in rows]),
         "source": np.array([source] * len(rows)),
+        "copy": np.array([getattr(r, "copy", None) or "" for _, r in rows]),  # which copy of the source's images
         **({"side": np.array([sides[i] for i, _ in rows], dtype=np.int8)} if sides is not None else {}),
     }
     buf = io.BytesIO()
@@ -226,7 +227,8 @@ def read_shards(root: Path, *, size: int, preprocessing: str, gradable_only: boo
         with np.load(path, allow_pickle=False) as z:
             images, offsets = z["images"], z["offsets"]
             blobs += [images[offsets[i]:offsets[i + 1]].tobytes() for i in range(len(offsets) - 1)]
-            for key in ("order", "grade", "row_no", "gradable", *_TEXT, *(("side",) if "side" in z.files else ())):
+            optional = tuple(key for key in ("side", "copy") if key in z.files)  # shards packed before "copy": none
+            for key in ("order", "grade", "row_no", "gradable", *_TEXT, *optional):
                 columns.setdefault(key, []).append(z[key])
     col = {k: np.concatenate(v) for k, v in columns.items()}
     order = np.argsort(col["order"], kind="stable")
@@ -246,6 +248,7 @@ def read_shards(root: Path, *, size: int, preprocessing: str, gradable_only: boo
                         patient_id=str(col["patient_id"][i]), eye=str(col["eye"][i]) or None,
                         row_no=int(col["row_no"][i]), gradable=bool(col["gradable"][i]),
                         category=str(col["category"][i]) or None,
-                        **({"source": str(col["source"][i])} if has_source else {})) for i in keep]
+                        **({"source": str(col["source"][i])} if has_source else {}),
+                        copy=str(col["copy"][i]) or None if "copy" in col else None) for i in keep]
     sides = np.asarray([int(col["side"][i]) for i in keep], dtype=np.int64) if "side" in col else None
     return Packed(Manifest(rows, source=folder / INDEX), pixels, info, sides)
