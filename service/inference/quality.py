@@ -79,7 +79,9 @@ MIN_FOV_IOU = 0.9
 # exposure, obstruction, sharpness, colour, compression
 MIN_MEAN_LUMA = 0.10
 MAX_MEAN_LUMA = 0.60  # brighter than this AND not sharp: washed out
-MAX_MEAN_LUMA_SHARP = 0.80  # brighter than this: overexposed however sharp
+# brighter than this: overexposed however sharp. Bright, sharp renderings of some programmes' cameras reach
+# 0.81-0.86 (EyePACS 95, 728; ODIR 3212: vessels sharp to the periphery), a burnt-out picture >= 0.93
+MAX_MEAN_LUMA_SHARP = 0.87
 SATURATED_LUMA = 0.94
 MAX_SATURATED = 0.20
 SHADOW_SIGMA = 8.0  # px at WORK_SIZE: illumination, not vessels

@@ -142,3 +142,25 @@ def test_the_page_names_every_measure_the_gate_can_refuse_on() -> None:
     table = page[page.index("const MEASURES = {"):]
     named = set(re.findall(r"^\s+(\w+): \"", table[: table.index("};")], re.M))
     assert {r.measure for r in (*RULES, WASHED_OUT)} <= named
+
+
+def _pale(disc: np.ndarray, keep: float) -> np.ndarray:
+    """A camera that renders the fundus pale: every lit pixel lifted towards white, ``keep`` of its distance left."""
+    x = disc.astype(np.float32)
+    lit = x.max(axis=2, keepdims=True) > 10
+    return np.where(lit, 255 - (255 - x) * keep, x).clip(0, 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize("keep", [0.3, 0.25])
+def test_a_pale_bright_sharp_camera_rendering_is_gradable_a_burnt_out_picture_is_not(keep: float) -> None:
+    """Mean luminance 0.82-0.85 with the vessels sharp (EyePACS 95, 728 and ODIR 3212 render so): gradable; the
+    same photograph burnt out (the retina's median near white) is still refused as overexposed."""
+    from support.degradations import overexposed
+
+    disc = _fundus()
+    m = measure(_pale(disc, keep))
+    assert 0.81 < m.mean_luma < 0.87 and m.sharpness > 2.0 and m.saturated_fraction < 0.05, m
+    assert assess_quality(_pale(disc, keep)).gradable
+    burnt = overexposed(disc, np.random.default_rng(0))
+    assert measure(burnt).mean_luma > 0.9
+    assert "overexposed" in assess_quality(burnt).issues
