@@ -308,7 +308,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def _fit(args: argparse.Namespace) -> int:
     from models.cpu import detect_cpu
     from training.data.prepare import prepare_data
-    from training.finalise import finalise_run, summary_lines
+    from training.finalise import COMMAND_FILE, finalise_run, summary_lines, training_command
     from training.loop import Trainer
 
     config = config_from_args(args)
@@ -318,6 +318,11 @@ def _fit(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.restart and out.exists():  # only once the settings are known to be good
         shutil.rmtree(out)
+    command = " ".join(shlex.quote(a) for a in ["radscreen-train", *args.argv])
+    record = out / COMMAND_FILE  # the run's training command, kept for a later finalise's card
+    if not record.exists():  # a resumed run keeps the command it started with
+        out.mkdir(parents=True, exist_ok=True)
+        record.write_text(command + "\n", encoding="utf-8")
     started = time.monotonic()
     data = prepare_data(config, progress=not args.no_progress)
     deadline = started + args.time_budget_min * 60 if args.time_budget_min is not None else None
@@ -329,8 +334,7 @@ def _fit(args: argparse.Namespace) -> int:
     elif state.epoch < config.epochs:
         print(f"stopped at epoch {state.epoch + 1} step {state.step_in_epoch} (step budget); rerun to continue")
         return 0
-    command = " ".join(shlex.quote(a) for a in ["radscreen-train", *args.argv])
-    result = finalise_run(config, data=data, command=command, train_seconds=elapsed)
+    result = finalise_run(config, data=data, command=training_command(out) or command, train_seconds=elapsed)
     print(f"trained {state.epoch} epochs ({state.global_step} steps) in {elapsed / 60:.1f} min; "
           f"best epoch {state.best_epoch}")
     for line in summary_lines(result):
@@ -341,7 +345,7 @@ def _fit(args: argparse.Namespace) -> int:
 def _finalise(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from training.finalise import finalise_run, summary_lines
+    from training.finalise import finalise_run, summary_lines, training_command
 
     run = Path(args.run)
     config = TrainConfig.load(run / "config.json")
@@ -349,7 +353,11 @@ def _finalise(args: argparse.Namespace) -> int:
                                  ("test_time_flip", args.test_time_flip), ("workers", args.workers)) if v is not None}
     config = replace(config, out=str(run), **changes)
     command = " ".join(shlex.quote(a) for a in ["radscreen-train", *args.argv])
-    result = finalise_run(config, command=command)
+    trained_by = training_command(run)
+    if trained_by is None:
+        print(f"{run}: no command.txt (a run made before fit kept its command): the card names this finalise "
+              "command only; write the fit command there first to keep the card's lineage", file=sys.stderr)
+    result = finalise_run(config, command=trained_by or command, reserved_by=command if trained_by else None)
     config.save(run / "config.json")  # only once the artifact it describes was written
     for line in summary_lines(result):
         print(line)

@@ -144,8 +144,20 @@ def mean_posterior_sigma(model: torch.nn.Module) -> float | None:
     return float(torch.nn.functional.softplus(torch.cat(rhos)).mean()) if rhos else None
 
 
+COMMAND_FILE = "command.txt"  # the fit command that trained a run (its first call), written by ``fit``
+
+
+def training_command(run_dir: Path) -> str | None:
+    """The ``fit`` command a run was trained with (``command.txt``), or None for a run made before it was kept."""
+    path = run_dir / COMMAND_FILE
+    return path.read_text(encoding="utf-8").strip() or None if path.is_file() else None
+
+
 def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, command: str | None = None,
-                 train_seconds: float = 0.0) -> FinalResult:
+                 train_seconds: float = 0.0, reserved_by: str | None = None) -> FinalResult:
+    """Score the run's best weights, fit the thresholds and write the artifact and its card. ``command``: the
+    training command (the card's "Command:", which a warm start from this artifact reads as its parent's
+    training); ``reserved_by``: the ``finalise`` command that re-served a finished run, named beside it."""
     run_dir = Path(config.out)
     data = data or prepare_data(config)
     model = build_model(config)
@@ -251,7 +263,7 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         storage=storage_line(rounding, config.weights_dtype), init=load_init_record(run_dir),
         operating=operating.as_dict() if operating is not None else None, operating_test=test_shares,
         by_source=sources if sources["val"] is not None else None, test_time_flip=draws.test_time_flip,
-        serving_choice=choice)
+        serving_choice=choice, reserved_by=reserved_by)
     art_config = ArtifactConfig(
         name=config.name, version=config.version, architecture=model.config, mean=data.mean, std=data.std,
         posterior=model.config.layer, prior=dict(config.prior), draw_seed=config.draw_seed,

@@ -62,7 +62,8 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
                       init: InitSource | None = None, operating: dict[str, Any] | None = None,
                       operating_test: dict[str, Any] | None = None,
                       by_source: dict[str, dict[str, Any] | None] | None = None,
-                      test_time_flip: bool | None = None, serving_choice: ServingChoice | None = None) -> str:
+                      test_time_flip: bool | None = None, serving_choice: ServingChoice | None = None,
+                      reserved_by: str | None = None) -> str:
     """The card's markdown. ``test_time_flip``: whether the artifact serves with it (default: the config's
     "on"); ``serving_choice``: the validation measurement that chose it (``test_time_flip="auto"``)."""
     flip = config.test_time_flip == "on" if test_time_flip is None else test_time_flip
@@ -106,6 +107,8 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         "",
         "## Training",
         f"- Command: `{portable(command)}`",
+        *([f"- Re-served from the run's best weights (thresholds, serving option and this card): "
+           f"`{portable(reserved_by)}`"] if reserved_by else []),
         *(init_lines(init) if init is not None else []),
         f"- Objective: {config.nll_epochs} NLL-only epoch(s) on the means, then {objective_text(config)}"
         f"; batch {config.batch_size}, "

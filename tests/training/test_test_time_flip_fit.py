@@ -14,6 +14,8 @@ from training.cli import main as train_main
 from training.config import TrainConfig
 from training.evaluation.ensemble import DRAWS_FILENAME, load_draws
 from training.evaluation.serving_choice import ONE_VIEW, TEST_TIME_FLIP
+from training.model_card import portable
+from training.warm_start import _card_command
 
 
 def _fit(data: Path, run: Path, mode: str) -> None:
@@ -62,7 +64,14 @@ def test_finalise_re_serves_a_finished_run_with_another_option(tiny_data: Path, 
     assert train_main(["finalise", "--run", str(run), "--test-time-flip", "on", "--artifact", str(tmp_path / "b")]) == 0
     after = load_artifact(tmp_path / "b")
     assert after.config.test_time_flip and "**test-time flip**" in after.model_card
-    assert "Command: `radscreen-train finalise --run" in after.model_card  # the card says how it was made
+    # the card keeps the command that trained the run (a warm start from it reads that line as its parent's
+    # training) and names the finalise that re-served it beside it
+    fit_line = (run / "command.txt").read_text().strip()
+    assert fit_line.startswith("radscreen-train fit --data") and "--test-time-flip off" in fit_line
+    assert f"- Command: `{portable(fit_line)}`" in after.model_card
+    assert "- Re-served from the run's best weights" in after.model_card
+    assert "`radscreen-train finalise --run" in after.model_card
+    assert _card_command(after.model_card) == portable(fit_line)
     # the same weights, other thresholds (calibrated on both orientations' draws)
     assert after.sha256 != before.sha256
     weights = "weights.safetensors"
@@ -74,3 +83,10 @@ def test_finalise_re_serves_a_finished_run_with_another_option(tiny_data: Path, 
     assert train_main(["finalise", "--run", str(run), "--test-time-flip", "off"]) == 2
     assert "best.safetensors" in capsys.readouterr().err
     assert TrainConfig.load(run / "config.json").test_time_flip == "on"
+    # a run made before fit kept its command: the card names the finalise alone, and it says so
+    (run / "command.txt").unlink()
+    (run / "best.safetensors").write_bytes((run / "artifact" / weights).read_bytes())
+    capsys.readouterr()
+    assert train_main(["finalise", "--run", str(run), "--artifact", str(tmp_path / "c")]) == 0
+    assert "no command.txt" in capsys.readouterr().err
+    assert "Command: `radscreen-train finalise --run" in load_artifact(tmp_path / "c").model_card
