@@ -15,16 +15,15 @@
 set -uo pipefail
 mode=${1:?usage: $0 smoke|train OUT ...}; out=${2:?OUT}; shift 2
 root=$(cd "$(dirname "$0")/.." && pwd); cd "$root"
+# shellcheck source=scripts/lease_lib.sh
+. scripts/lease_lib.sh
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 py=${PY:-python3}; work=${WORK:-/tmp/lease512}; lease=${LEASE:-.lease}; mkdir -p "$out" "$work"
 extra=${FIT_EXTRA:-}  # more fit options, last (they win): the CPU dry run's tiny model
 log="$out/lease.log"; exec > >(tee -a "$log") 2>&1
 echo "== $(date -u +%FT%TZ) $mode on $(hostname), $(nproc) cores"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-"$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
-[ -f "$lease/init-fp16/manifest.json" ] || { echo "no warm start at $lease/init-fp16: carry it" >&2; exit 2; }
-shards=$work/shards; rm -rf "$shards"; mkdir -p "$shards"
-for f in "$lease"/s512-*/*.npz; do [ -e "$f" ] && ln -sf "$(realpath "$f")" "$shards/"; done
+lease_node_check "$py" "$lease"
+shards=$work/shards; lease_link_shards "$lease" s512 "$shards"
 "$py" - "$shards" "$lease/s512-index/index.json" <<'PY'
 import json, sys
 from pathlib import Path

@@ -25,17 +25,16 @@
 set -uo pipefail
 out=${1:?usage: $0 OUT [MINUTES]}; minutes=${2:-8}
 root=$(cd "$(dirname "$0")/.." && pwd); cd "$root"
+# shellcheck source=scripts/lease_lib.sh
+. scripts/lease_lib.sh
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 py=${PY:-python3}; work=${WORK:-/tmp/lease-arms}; lease=${LEASE:-.lease}; epochs=${EPOCHS:-80}
 arms=${ARMS:-full copy half quarter}; extra=${FIT_EXTRA:-}
 mkdir -p "$out" "$work"
 exec > >(tee -a "$out/lease.log") 2>&1
 echo "== $(date -u +%FT%TZ) arms [$arms], $epochs epochs, $minutes min each, on $(hostname), $(nproc) cores"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-"$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
-[ -f "$lease/init-fp16/manifest.json" ] || { echo "no warm start at $lease/init-fp16: carry it" >&2; exit 2; }
-shards=$work/shards; rm -rf "$shards"; mkdir -p "$shards"
-for f in "$lease"/s256-*/*.npz; do [ -e "$f" ] && ln -sf "$(realpath "$f")" "$shards/"; done
+lease_node_check "$py" "$lease"
+shards=$work/shards; lease_link_shards "$lease" s256 "$shards"
 # the shards that arrived, and how many training images each arm sees an epoch (copy trains for full's steps)
 copy_epochs=$("$py" - "$shards" "$lease/s256-index/index.json" "$epochs" <<'PY'
 import json, sys

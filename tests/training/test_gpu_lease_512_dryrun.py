@@ -8,7 +8,6 @@ import hashlib
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -19,9 +18,7 @@ import torch
 from safetensors import safe_open
 
 from models.artifact import load_artifact
-from models.preprocessing import FOV_LOCAL_MEAN
-from support.artifacts import build_tiny_artifact
-from training.cli import main as train_main
+from tests.helpers.lease import lease_folders
 
 pytestmark = pytest.mark.training
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,22 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_512_lease_trains_both_sizes_from_shards_sent_in_parts(tiny_data: Path, tmp_path: Path) -> None:
     lease = tmp_path / "lease"
-    packed = tmp_path / "packed"
-    assert train_main(["pack", "--data", str(tiny_data), "--layout", "eyepacs", "--out", str(packed),
-                       "--input-size", "64", "--codec", "webp-crop", "--sides", "train,val", "--shard-mib", "0.1",
-                       "--cache-dir", str(tmp_path / "crops"), "--workers", "1"]) == 0
-    index = json.loads((packed / "index.json").read_text())
-    files = [s["file"] for s in index["shards"]]
-    assert len(files) >= 2
-    for folder, part in (("s512-a", files[: len(files) // 2]), ("s512-b", files[len(files) // 2:])):
-        (lease / folder).mkdir(parents=True)
-        for name in part:
-            shutil.copy(packed / name, lease / folder / name)
-    (lease / "s512-index").mkdir()
-    shutil.copy(packed / "index.json", lease / "s512-index" / "index.json")
-    parent = build_tiny_artifact(tmp_path / "parent", width=4, input_size=64, preprocessing=FOV_LOCAL_MEAN)
-    subprocess.run([sys.executable, "scripts/artifact_fp16.py", str(parent), str(lease / "init-fp16")], cwd=ROOT,
-                   check=True, timeout=120, capture_output=True)
+    files = lease_folders(tiny_data, "eyepacs", lease, "s512", tmp_path)
+    index = json.loads((lease / "s512-index" / "index.json").read_text())
+    parent = tmp_path / "parent"  # the tiny artifact the fp16 warm start was made from
     with safe_open(str(lease / "init-fp16" / "weights.safetensors"), framework="pt") as f:
         assert {f.get_slice(name).get_dtype() for name in f.keys()} == {"F16"}  # noqa: SIM118 (no __iter__)
     half, full = load_artifact(lease / "init-fp16").state_dict(), load_artifact(parent).state_dict()

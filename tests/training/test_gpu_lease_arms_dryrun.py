@@ -9,7 +9,6 @@ import csv
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -18,9 +17,7 @@ from pathlib import Path
 import pytest
 
 from models.artifact import load_artifact
-from models.preprocessing import FOV_LOCAL_MEAN
-from support.artifacts import build_tiny_artifact
-from training.cli import main as train_main
+from tests.helpers.lease import lease_folders
 
 pytestmark = pytest.mark.training
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,22 +41,8 @@ def test_the_arms_lease_trains_four_arms_at_once_and_returns_the_chosen_weights(
                                                                                tmp_path: Path) -> None:
     manifest = tmp_path / "manifest.csv"
     _two_copy_manifest(tiny_data, manifest)
-    packed, lease = tmp_path / "packed", tmp_path / "lease"
-    assert train_main(["pack", "--data", str(manifest), "--layout", "manifest", "--out", str(packed),
-                       "--input-size", "64", "--codec", "webp-crop", "--sides", "train,val", "--shard-mib", "0.1",
-                       "--cache-dir", str(tmp_path / "crops"), "--workers", "1"]) == 0
-    index = json.loads((packed / "index.json").read_text())
-    files = [s["file"] for s in index["shards"]]
-    assert len(files) >= 2
-    for folder, part in (("s256-a", files[: len(files) // 2]), ("s256-b", files[len(files) // 2:])):
-        (lease / folder).mkdir(parents=True)
-        for name in part:
-            shutil.copy(packed / name, lease / folder / name)
-    (lease / "s256-index").mkdir()
-    shutil.copy(packed / "index.json", lease / "s256-index" / "index.json")
-    parent = build_tiny_artifact(tmp_path / "parent", width=4, input_size=64, preprocessing=FOV_LOCAL_MEAN)
-    subprocess.run([sys.executable, "scripts/artifact_fp16.py", str(parent), str(lease / "init-fp16")], cwd=ROOT,
-                   check=True, timeout=120, capture_output=True)
+    lease = tmp_path / "lease"
+    files = lease_folders(manifest, "manifest", lease, "s256", tmp_path)
 
     out = tmp_path / "out"
     env = {**os.environ, "PY": sys.executable, "LEASE": str(lease), "WORK": str(tmp_path / "work"), "EPOCHS": "3",
