@@ -41,8 +41,8 @@ def test_a_fraction_keeps_that_share_of_each_source_and_stratum_and_whole_patien
     for source in ("odir", "eyepacs"):
         for referable in (False, True):
             every = {r.patient_id for r in rows if r.source == source and r.referable == referable}
-            kept = {r.patient_id for r in half if r.source == source and r.referable == referable}
-            assert abs(len(kept) - round(0.5 * len(every))) <= 0, (source, referable, len(kept), len(every))
+            chosen = {r.patient_id for r in half if r.source == source and r.referable == referable}
+            assert len(chosen) == round(0.5 * len(every)), (source, referable, len(chosen), len(every))
     # every row of a kept patient is kept (both eyes, every copy), none of a dropped one
     kept = _patients(half)
     assert [r for r in rows if (r.source, r.patient_id) in kept] == half
