@@ -308,6 +308,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def _fit(args: argparse.Namespace) -> int:
     from models.cpu import detect_cpu
     from training.data.prepare import prepare_data
+    from training.checkpoint import CHECKPOINT_FILE
     from training.finalise import COMMAND_FILE, finalise_run, summary_lines, training_command
     from training.loop import Trainer
 
@@ -320,8 +321,8 @@ def _fit(args: argparse.Namespace) -> int:
         shutil.rmtree(out)
     command = " ".join(shlex.quote(a) for a in ["radscreen-train", *args.argv])
     record = out / COMMAND_FILE  # the run's training command, kept for a later finalise's card
-    if not record.exists():  # a resumed run keeps the command it started with
-        out.mkdir(parents=True, exist_ok=True)
+    if not record.exists() or not (out / CHECKPOINT_FILE).exists():  # a resumed run keeps the one it began with;
+        out.mkdir(parents=True, exist_ok=True)  # a start that failed before its first checkpoint does not count
         record.write_text(command + "\n", encoding="utf-8")
     started = time.monotonic()
     data = prepare_data(config, progress=not args.no_progress)

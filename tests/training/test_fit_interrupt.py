@@ -42,6 +42,11 @@ def test_ctrl_c_on_fit_says_how_to_resume_and_the_same_command_finishes(tiny_dat
             "--width", "2", "--input-size", "32", "--epochs", "3", "--batch-size", "8", "--eval-samples", "2",
             "--checkpoint-every", "1", "--no-progress", "--rho-init", "-3", "--device", "cpu"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # a start that fails before its first checkpoint (no such data) does not become the run's recorded command
+    wrong = [a if a != str(tiny_data) else str(tmp_path / "no-such-data") for a in args]
+    failed = subprocess.run([sys.executable, "-m", "training", *wrong], cwd=REPO, env=env, capture_output=True,
+                            timeout=300, check=False)
+    assert failed.returncode != 0
     fit = subprocess.Popen([sys.executable, "-c", SLOW_CHECKPOINTS, *args], cwd=REPO, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
@@ -67,5 +72,7 @@ def test_ctrl_c_on_fit_says_how_to_resume_and_the_same_command_finishes(tiny_dat
                            timeout=600, check=False)
     assert again.returncode == 0, again.stderr.decode()[-2000:]
     assert re.search(r"resuming .* at epoch \d+ step \d+", again.stderr.decode())
+    recorded = (run / "command.txt").read_text()  # the command that trained the run, kept across the resume
+    assert str(tiny_data) in recorded and "no-such-data" not in recorded
     assert "trained 3 epochs" in again.stdout.decode()
     assert (tmp_path / "artifact" / "weights.safetensors").is_file()
