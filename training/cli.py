@@ -307,8 +307,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def _fit(args: argparse.Namespace) -> int:
     from models.cpu import detect_cpu
-    from training.data.prepare import prepare_data
     from training.checkpoint import CHECKPOINT_FILE
+    from training.data.prepare import prepare_data
     from training.finalise import COMMAND_FILE, finalise_run, summary_lines, training_command
     from training.loop import Trainer
 
