@@ -42,6 +42,7 @@ photograph of the other).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -124,6 +125,13 @@ def is_uncertain(mutual_information: Any, referral_threshold_mi: float) -> Any:
     then reviews the image. Elementwise on arrays ``[N]``; a plain ``bool`` for one float."""
     above = np.asarray(mutual_information) > referral_threshold_mi
     return bool(above) if np.ndim(above) == 0 else above
+
+
+def defers_by_uncertainty(referral_threshold_mi: float) -> bool:
+    """Whether any image can be deferred by MI: a threshold at ln 2 nat, the largest MI a binary answer can have,
+    is the operating point's way of saying that deferring by MI was no measured benefit on validation. JSON
+    round-trips of ln 2 count as ln 2."""
+    return referral_threshold_mi < math.log(2) * (1 - 1e-9)
 
 
 @overload

@@ -48,7 +48,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from models.decision import OUTCOME_TEXT, ScreeningOutcome, is_uncertain
+from models.decision import OUTCOME_TEXT, ScreeningOutcome, defers_by_uncertainty, is_uncertain
 from service.payload import MI_THRESHOLD_FIELD, checked_outcome, require_field
 
 FHIR_MEDIA_TYPE = "application/fhir+json"
@@ -236,7 +236,11 @@ def _observations(body: dict[str, Any], outcome: ScreeningOutcome, device_ref: s
             {
                 "high": {"value": referral_threshold_mi, "unit": unit},
                 "text": f"Calibrated threshold {_nat(referral_threshold_mi)} {unit}: "
-                        "above it a human grader reviews the image",
+                        "above it a human grader reviews the image"
+                if defers_by_uncertainty(referral_threshold_mi)
+                else f"Threshold {_nat(referral_threshold_mi)} {unit} (ln 2, the largest possible): this model "
+                     "defers no image for uncertainty, since on its validation eyes deferring by it answered no "
+                     "more eyes automatically at the same sensitivity; reported for monitoring only",
             }
         ],
     )

@@ -27,6 +27,9 @@ PROBABILITY_BUCKETS = tuple(round(0.1 * i, 1) for i in range(1, 11))
 # that threshold (1.0e-3 nat for the embedded model 1.0.0, 8.1e-4 for 0.3.0, 1e-6 for 0.1.0), so fixed bounds
 # would hide drift.
 MI_BUCKET_FACTORS = (0.01, 0.03, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 10.0, 100.0, 1000.0)
+# A model that defers nothing by MI (threshold ln 2: deferring by it was no measured benefit on validation) has no
+# scale to anchor on: a 1-2-5 ladder over the seven decades below ln 2 resolves any trained posterior's spread.
+MI_LADDER = tuple(float(f"{m * 10.0 ** e:.6g}") for e in range(-7, 0) for m in (1, 2, 5))
 
 
 class _GuardCollector(Collector):
@@ -49,10 +52,13 @@ def mi_buckets(referral_threshold_mi: float) -> tuple[float, ...]:
     """Histogram bounds for MI (nats) around ``referral_threshold_mi``; ``1.0`` is exactly the threshold.
 
     Bounds above ln 2 (the largest possible binary MI) are dropped and ln 2 is added last, so every bucket
-    can be reached. A non-positive threshold falls back to a decade ladder from 1e-9 nat.
+    can be reached. A non-positive threshold falls back to a decade ladder from 1e-9 nat; a threshold at ln 2
+    (the model defers nothing by MI) to a 1-2-5 ladder from 1e-7 nat, since there is no boundary to resolve.
     """
     if not referral_threshold_mi > 0:
         return (*tuple(10.0 ** e for e in range(-9, 0)), math.log(2))
+    if referral_threshold_mi >= math.log(2) * (1 - 1e-9):
+        return (*[b for b in MI_LADDER if b < math.log(2)], math.log(2))
     bounds = sorted({float(f"{f * referral_threshold_mi:.6g}") for f in MI_BUCKET_FACTORS})
     return (*[b for b in bounds if b < math.log(2)], math.log(2))
 
@@ -205,7 +211,8 @@ class ServiceMetrics:
             self.mutual_information = Histogram(
                 "radscreen_mutual_information",
                 "Mutual information in nats (drift watch); bucket bounds are multiples of the calibrated "
-                "referral threshold (le equal to the threshold is the referral boundary).",
+                "referral threshold (le equal to the threshold is the referral boundary), or a 1-2-5 ladder "
+                "when the model defers nothing by MI (threshold ln 2).",
                 buckets=mi_buckets(referral_threshold_mi),
                 registry=self.registry,
             )

@@ -157,6 +157,18 @@ def test_values_match_the_json_response() -> None:
     assert all(o["status"] == "preliminary" for o in resources(bundle)["Observation"])
 
 
+def test_a_model_that_defers_nothing_by_mi_says_so_instead_of_naming_an_unreachable_threshold() -> None:
+    body = response()
+    body["uncertainty"] = {**body["uncertainty"], "mutual_information": 0.31,
+                           "referral_threshold_mi": 0.6931471805599453}  # ln 2 as JSON stores it
+    mi = observation(to_fhir_bundle(body, issued=ISSUED), "mutual-information")
+    assert mi["interpretation"][0]["coding"][0]["code"] == "within-referral-threshold"
+    text = mi["referenceRange"][0]["text"]
+    assert "defers no image for uncertainty" in text and "above it a human grader" not in text
+    usual = observation(to_fhir_bundle(response(), issued=ISSUED), "mutual-information")
+    assert "above it a human grader reviews the image" in usual["referenceRange"][0]["text"]
+
+
 def test_mi_and_threshold_are_printed_with_significant_digits() -> None:
     conclusion = report_of(to_fhir_bundle(response(**UNCERTAIN), issued=ISSUED))["conclusion"]
     assert "mutual information) 3.1e-06 nat, above the calibrated threshold 1.01e-06 nat" in conclusion

@@ -58,9 +58,23 @@ def test_mi_buckets_cover_the_shipped_models_mi_and_resolve_its_threshold() -> N
     # the validation spread (5-95 %) lies inside the finite buckets and is split over several of them
     assert bounds[0] < quantile[0.05] and quantile[0.95] < bounds[-2]
     assert sum(quantile[0.05] <= b <= quantile[0.95] for b in bounds) >= 5
-    # resolution around the threshold: an edge between it and each neighbouring quartile
-    assert any(quantile[0.25] <= b < threshold for b in bounds)
-    assert any(threshold < b <= quantile[0.75] for b in bounds)
+    if threshold < math.log(2):  # resolution around the threshold: an edge between it and each neighbouring quartile
+        assert any(quantile[0.25] <= b < threshold for b in bounds)
+        assert any(threshold < b <= quantile[0.75] for b in bounds)
+    else:  # nothing deferred by MI: the middle half of the validation MI still falls in two buckets or more
+        assert any(quantile[0.25] <= b <= quantile[0.75] for b in bounds)
+
+
+def test_a_model_that_defers_nothing_by_mi_gets_a_ladder_not_multiples_of_ln2() -> None:
+    """Threshold ln 2 (no deferral by MI): multiples of it would put every trained posterior's MI (typically
+    1e-4 to 0.03 nat) below the first edge; the ladder splits that range into many buckets."""
+    bounds = mi_buckets(math.log(2))
+    assert list(bounds) == sorted(set(bounds)) and bounds[-1] == math.log(2) and bounds[-2] < math.log(2)
+    assert sum(5e-4 <= b <= 0.03 for b in bounds) >= 6
+    assert bounds[0] <= 1e-6  # a near-deterministic posterior's MI is resolved too
+    assert mi_buckets(math.log(2) * (1 - 1e-12)) == bounds  # ln 2 as stored in JSON (rounded) is the same case
+    scaled = mi_buckets(0.01)
+    assert any(b == pytest.approx(0.01) for b in scaled) and scaled != bounds  # a real threshold keeps its edge
 
 
 def test_outcome_counter_and_threshold_histogram() -> None:
