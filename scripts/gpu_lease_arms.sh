@@ -10,17 +10,21 @@
 #
 # The arms train at once on the one GPU (a 256 px step of batch 128 leaves it mostly idle), each within MINUTES
 # (default 8): `fit --time-budget-min` stops at an epoch end and writes the artifact from the best epoch. full
-# and copy are served as validation chooses (`--test-time-flip auto`). Of the two, the arm with the higher
-# pooled validation AUC comes back with its fp32 weights (choice.json says which and why); the others come back
-# without weights. A lease returns about 64 MiB in all, and one fp32 artifact is 58 MiB.
+# and copy are served as validation chooses (`--test-time-flip auto`), and each is put to the ship rule on the
+# node (training.ship_check: above the warm start on validation from every source, and no_referable_dr for none
+# of the lesion photographs carried in .lease/idrid). Of the two, the arm that passes it with the higher pooled
+# validation AUC comes back with its fp32 weights (choice.json says which, why, and whether it ships); the others
+# come back without weights. A lease returns about 64 MiB in all, and one fp32 artifact is 58 MiB.
 #
 # On the node (its own python3, this tree on PYTHONPATH). Reads the crop shards carried in .lease/s256-*/
 # (`radscreen-train pack --codec webp-crop --input-size 256 --sides train,val` of the multi-source manifest,
 # every copy; their index in .lease/s256-index/) and the warm start .lease/init-fp16
-# (scripts/artifact_fp16.py of models/default). OUT receives lease.log, choice.json and results.tar.gz.NN
+# (scripts/artifact_fp16.py of models/default), and the lesion photographs in .lease/idrid (a copy of
+# ../shared/data/idrid-lesion-54, 7 MiB; without them the ship rule is not checked). OUT receives lease.log, choice.json and results.tar.gz.NN
 # parts (at most 15 MiB each) with SHA256SUMS; each arm's log is in OUT while it runs and in the parts (logs/)
 # at the end, since at most 8 files come back. docs/deploy.md, "GPU lease".
-# Environment: PY, WORK (default /tmp/lease-arms), LEASE (default .lease), EPOCHS (default 80),
+# Environment: PY, WORK (default /tmp/lease-arms), LEASE (default .lease), EPOCHS (default 48: with four arms
+# on one H100 the full arm makes about 8 epochs a minute, so 48 end their cosine schedule inside 7 minutes),
 # ARMS (default "full copy half quarter"), FIT_EXTRA (more fit options, last: the CPU dry run's tiny model).
 set -uo pipefail
 out=${1:?usage: $0 OUT [MINUTES]}; minutes=${2:-8}
@@ -28,7 +32,7 @@ root=$(cd "$(dirname "$0")/.." && pwd); cd "$root"
 # shellcheck source=scripts/lease_lib.sh
 . scripts/lease_lib.sh
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-py=${PY:-python3}; work=${WORK:-/tmp/lease-arms}; lease=${LEASE:-.lease}; epochs=${EPOCHS:-80}
+py=${PY:-python3}; work=${WORK:-/tmp/lease-arms}; lease=${LEASE:-.lease}; epochs=${EPOCHS:-48}
 arms=${ARMS:-full copy half quarter}; extra=${FIT_EXTRA:-}
 mkdir -p "$out" "$work"
 exec > >(tee -a "$out/lease.log") 2>&1
@@ -87,7 +91,28 @@ failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 echo "== $(date -u +%T) arms done (failed: $failed)"
 for arm in $arms; do echo "-- $arm"; grep -E "epoch|budget|artifact|Error|error" "$out/$arm.log" | tail -4; done
-# which data recipe comes back whole: the served arm with the higher pooled validation AUC
+# the ship rule on each served arm, here where the weights are: above the warm start on validation from every
+# source, and no_referable_dr for none of the lesion photographs carried in $lease/idrid (training.ship_check)
+for arm in full copy; do
+    case " $arms " in *" $arm "*) ;; *) continue ;; esac
+    [ -f "$work/artifact-$arm/weights.safetensors" ] || continue
+    if [ -d "$lease/idrid" ]; then
+        "$py" -m training.ship_check --artifact "$work/artifact-$arm" --run "$work/run-$arm" --photos "$lease/idrid" \
+            --out "$work/run-$arm/ship_check.json" --workers 4 > /dev/null \
+            || echo "ship check of $arm failed (see above)"
+        "$py" - "$work/run-$arm/ship_check.json" "$arm" <<'PY' || true
+import json, sys
+c = json.load(open(sys.argv[1]))
+print(f"{sys.argv[2]}: ships {c['ships']} (above the warm start on every source: {c['beats_start']}; "
+      f"no_referable_dr for {len(c['no_referable_dr'])} of {c['photos']} lesion photographs "
+      f"{' '.join(c['no_referable_dr'])})")
+PY
+    else
+        echo "no lesion photographs at $lease/idrid: the ship rule's photograph half is not checked on the node"
+    fi
+done
+# which data recipe comes back whole: of the served arms that pass the ship rule (all of them when it was not
+# checked), the one with the higher pooled validation AUC; none passing, the higher AUC, marked as not shippable
 "$py" - "$work" "$out/choice.json" $arms <<'PY'
 import json, sys
 from pathlib import Path
@@ -103,8 +128,17 @@ for arm in arms:
                  "val_nll": best and best["val_nll"],
                  **{k: best[k] for k in (best or {}) if k.startswith(("val_auc/", "val_n/"))}}
 served = [a for a in ("full", "copy") if rows.get(a, {}).get("artifact")]
-chosen = max(served, key=lambda a: rows[a]["val_auc"]) if served else None
-choice = {"chosen": chosen, "rule": "of full and copy, the higher pooled validation AUC at the kept epoch",
+for arm in served:
+    check = work / f"run-{arm}" / "ship_check.json"
+    rows[arm]["ship_check"] = json.loads(check.read_text()) if check.is_file() else None
+checked = [a for a in served if rows[a]["ship_check"] is not None]
+passing = [a for a in checked if rows[a]["ship_check"]["ships"]]
+pool = passing or served
+chosen = max(pool, key=lambda a: rows[a]["val_auc"]) if pool else None
+ships = None if not checked else bool(chosen in passing)
+choice = {"chosen": chosen, "ships": ships,
+          "rule": "of full and copy, those that pass the ship rule (training.ship_check; every served arm when no "
+                  "lesion photographs were carried), the higher pooled validation AUC at the kept epoch",
           "arms": rows}
 target.write_text(json.dumps(choice, indent=2) + "\n")
 print(json.dumps(choice, indent=2))

@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -43,6 +44,9 @@ def test_the_arms_lease_trains_four_arms_at_once_and_returns_the_chosen_weights(
     _two_copy_manifest(tiny_data, manifest)
     lease = tmp_path / "lease"
     files = lease_folders(manifest, "manifest", lease, "s256", tmp_path)
+    (lease / "idrid").mkdir()  # the ship rule's lesion photographs, carried with the last folder
+    for photo in sorted((tiny_data / "train").glob("*.jpeg"))[:4]:
+        shutil.copy(photo, lease / "idrid" / photo.name)
 
     out = tmp_path / "out"
     env = {**os.environ, "PY": sys.executable, "LEASE": str(lease), "WORK": str(tmp_path / "work"), "EPOCHS": "3",
@@ -75,7 +79,15 @@ def test_the_arms_lease_trains_four_arms_at_once_and_returns_the_chosen_weights(
     choice = json.loads((out / "choice.json").read_text())
     assert choice["chosen"] in ("full", "copy")
     other = {"full": "copy", "copy": "full"}[choice["chosen"]]
-    assert choice["arms"][choice["chosen"]]["val_auc"] >= choice["arms"][other]["val_auc"]
+    # both served arms were put to the ship rule on the node; the chosen one is the better of those that pass it
+    checks = {arm: choice["arms"][arm]["ship_check"] for arm in ("full", "copy")}
+    assert all(c["photos"] == 4 and sum(c["outcomes"].values()) == 4 for c in checks.values())
+    assert choice["ships"] is checks[choice["chosen"]]["ships"]
+    if checks[choice["chosen"]]["ships"] == checks[other]["ships"]:
+        assert choice["arms"][choice["chosen"]]["val_auc"] >= choice["arms"][other]["val_auc"]
+    else:
+        assert checks[choice["chosen"]]["ships"]
+    assert (back / f"run-{choice['chosen']}" / "ship_check.json").is_file()
     chosen = load_artifact(back / f"artifact-{choice['chosen']}")
     assert chosen.config.input_size == 32 and chosen.config.version == "2.0.0"
     for arm in (other, "half", "quarter"):  # the others come back as their records, without weights
