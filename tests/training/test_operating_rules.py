@@ -1,13 +1,14 @@
-"""benchmarks/operating_rules.py: the validation rules for the decision threshold, applied to test eyes. The rules
-are nested (a stricter one never misses more or answers more automatically), the upper-bound rule's share is the
-largest one whose Clopper-Pearson bound meets the 5 % target, and per-source counts add up to the pooled ones."""
+"""training.evaluation.operating_rules (benchmarks/operating_rules.py scores the eyes): the validation rules for the
+decision threshold, applied to test eyes. The rules are nested (a stricter one never misses more or answers more
+automatically), the upper-bound rule's share is the largest one whose Clopper-Pearson bound meets the 5 % target,
+and per-source counts add up to the pooled ones."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.operating_rules import Eyes, rule_rows, table, upper_bound_share, wilson
 from training.evaluation.operating_point import clopper_pearson_upper
+from training.evaluation.operating_rules import Eyes, rule_rows, table, upper_bound_share, wilson
 
 
 def _eyes(rng: np.random.Generator, n: int) -> Eyes:
