@@ -20,8 +20,8 @@
 # (`radscreen-train pack --codec webp-crop --input-size 256 --sides train,val` of the multi-source manifest,
 # every copy; their index in .lease/s256-index/) and the warm start .lease/init-fp16
 # (scripts/artifact_fp16.py of models/default), and the lesion photographs in .lease/idrid (a copy of
-# ../shared/data/idrid-lesion-54, 7 MiB; without them the ship rule is not checked). OUT receives lease.log, choice.json and results.tar.gz.NN
-# parts (at most 15 MiB each) with SHA256SUMS; each arm's log is in OUT while it runs and in the parts (logs/)
+# ../shared/data/idrid-lesion-54, 7 MiB; without them the ship rule is not checked). OUT receives lease.log,
+# choice.json and results.tar.gz.NN parts (at most 15 MiB each) with SHA256SUMS; each arm's log is in OUT while it runs and in the parts (logs/)
 # at the end, since at most 8 files come back. docs/deploy.md, "GPU lease".
 # Environment: PY, WORK (default /tmp/lease-arms), LEASE (default .lease), EPOCHS (default 48: with four arms
 # on one H100 the full arm makes about 8 epochs a minute, so 48 end their cosine schedule inside 7 minutes),

@@ -10,12 +10,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.stats import binomtest
 
 from training.evaluation.operating_point import clopper_pearson_upper, outcome_shares, screening_operating_point
 
@@ -43,12 +43,12 @@ def upper_bound_share(n_referable: int, target: float = TARGET) -> float:
     return k / n_referable if clopper_pearson_upper(k, n_referable) <= target else 0.0
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+def wilson(k: int, n: int) -> tuple[float, float]:
+    """Wilson 95 % interval of a share k / n (nan, nan when n is 0)."""
     if n == 0:
         return float("nan"), float("nan")
-    p = k / n
-    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
+    ci = binomtest(k, n).proportion_ci(0.95, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def rule_rows(val: Eyes, test: Eyes, point_shares: Sequence[float] = (0.03, 0.02, 0.01)) -> list[dict[str, Any]]:
