@@ -269,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--test-time-flip", choices=FLIP_MODES, default=None,
                    help="the serving option (see fit --test-time-flip; default: as recorded)")
     f.add_argument("--workers", type=int, default=None, help="data loader workers (default: as recorded)")
+    f.add_argument("--max-missed-share", type=float, default=None,
+                   help="the screening operating point's bound on referable validation eyes answered "
+                        "no_referable_dr (see fit --max-missed-share; default: as recorded)")
     x = sub.add_parser("export", help="write the weight-free ONNX graph of an artifact's serving draws",
                        description="Write the ONNX graph of the K serving draws WITHOUT weights (a few KB): the "
                                    "weights are external initializers supplied at session creation. See "
@@ -351,7 +354,8 @@ def _finalise(args: argparse.Namespace) -> int:
     run = Path(args.run)
     config = TrainConfig.load(run / "config.json")
     changes = {k: v for k, v in (("data", args.data), ("artifact", args.artifact), ("device", args.device),
-                                 ("test_time_flip", args.test_time_flip), ("workers", args.workers)) if v is not None}
+                                 ("test_time_flip", args.test_time_flip), ("workers", args.workers),
+                                 ("max_missed_share", args.max_missed_share)) if v is not None}
     config = replace(config, out=str(run), **changes)
     command = " ".join(shlex.quote(a) for a in ["radscreen-train", *args.argv])
     trained_by = training_command(run)

@@ -90,3 +90,23 @@ def test_finalise_re_serves_a_finished_run_with_another_option(tiny_data: Path, 
     assert train_main(["finalise", "--run", str(run), "--artifact", str(tmp_path / "c")]) == 0
     assert "no command.txt" in capsys.readouterr().err
     assert "Command: `radscreen-train finalise --run" in load_artifact(tmp_path / "c").model_card
+
+
+@pytest.mark.training
+def test_finalise_refits_the_operating_point_to_another_bound(tiny_data: Path, tmp_path: Path) -> None:
+    """``finalise --max-missed-share`` fits the screening operating point again on the same validation draws:
+    a stricter bound answers no more referable eyes no_referable_dr, and the run records the bound it now has."""
+    run = tmp_path / "run"
+    _fit(tiny_data, run, "off")
+    points = {}
+    for bound in (0.0, 0.5):
+        out = tmp_path / f"bound-{bound}"
+        assert train_main(["finalise", "--run", str(run), "--max-missed-share", str(bound),
+                           "--artifact", str(out)]) == 0
+        calibration = load_artifact(out).calibration
+        points[bound] = op = calibration.validation["operating_point"]
+        assert op["max_missed_share"] == bound and op["missed_share"] <= bound
+        assert op["decision_threshold"] == calibration.decision_threshold
+        assert TrainConfig.load(run / "config.json").max_missed_share == bound
+    assert points[0.0]["decision_threshold"] <= points[0.5]["decision_threshold"]
+    assert points[0.0]["auto_negative_share"] <= points[0.5]["auto_negative_share"]
