@@ -5,8 +5,8 @@
 #
 #   scripts/train-2.0.0.sh RUN_DIR [extra radscreen-train fit flags]
 #
-# RUN_DIR (outside the repository) receives: init-1.0.0/ (a copy of the artifact the run starts from, made on
-# the first call, so that a later models/default cannot change a resumed run), train/ (checkpoint, history,
+# RUN_DIR (outside the repository) receives: init-1.0.0/ (model 1.0.0, the artifact the run starts from, taken
+# on the first call from the commit that embedded it: models/default is 2.0.0 now), train/ (checkpoint, history,
 # reports) and artifact-2.0.0/. Environment: RADSCREEN_SHARED_DATA (default ../shared/data beside the checkout:
 # odir-5k/ and eyepacs-5k/), RADSCREEN_CACHE (the manifest and the preprocessed images; default RUN_DIR/cache),
 # PYTHON (default .venv/bin/python), DRY_RUN=1 prints the fit command instead of running it, STRETCHED (the
@@ -38,7 +38,15 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
     exit 0
 fi
 mkdir -p "$run"
-[ -d "$run/init-1.0.0" ] || cp -r models/default "$run/init-1.0.0"
+# model 1.0.0 as embedded (models/default from then on holds 2.0.0); needs this checkout's history, not a shallow clone
+model_1_0_0=e759bb769258e04954df16afae780b12a662887b
+if [ ! -d "$run/init-1.0.0" ]; then
+    git cat-file -e "$model_1_0_0^{commit}" 2>/dev/null || {
+        echo "commit $model_1_0_0 (model 1.0.0) is not in this checkout: git fetch --unshallow" >&2; exit 2; }
+    mkdir -p "$run/init-1.0.0.part"
+    git archive "$model_1_0_0" models/default | tar -x -C "$run/init-1.0.0.part" --strip-components=2
+    mv "$run/init-1.0.0.part" "$run/init-1.0.0"
+fi
 grep -q '"version": "1.0.0"' "$run/init-1.0.0/config.json" || {
     echo "$run/init-1.0.0 is not model 1.0.0: the recipe starts from 1.0.0 (copy it there)" >&2; exit 2; }
 [ -f "$manifest" ] || "$python" -m training.cli manifest --odir "$data/odir-5k" --eyepacs "$data/eyepacs-5k" \

@@ -3,11 +3,15 @@ the stated sampling weights, the stretched EyePACS copy in training only, and a 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from models.artifact import load_artifact
 from training.cli import build_parser, config_from_args
 from training.optim import lr_factor, warmup_factor
 
@@ -57,3 +61,17 @@ def test_the_stretched_copy_arms_differ_only_in_their_copy_filter(tmp_path: Path
     refused = subprocess.run(["bash", str(REPO / "scripts" / "train-2.0.0.sh"), str(tmp_path / "run")],
                              env={**os.environ, "DRY_RUN": "1", "STRETCHED": "half"}, capture_output=True, text=True)
     assert refused.returncode == 2 and "STRETCHED must be" in refused.stderr
+
+
+def test_the_recipe_starts_from_model_1_0_0_taken_from_history(tmp_path: Path) -> None:
+    """models/default holds 2.0.0 now: the recipe's warm start is 1.0.0 as the commit that embedded it left it."""
+    script = (REPO / "scripts" / "train-2.0.0.sh").read_text()
+    commit = script.split("model_1_0_0=", 1)[1].split()[0]
+    if subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{commit}^{{commit}}"]).returncode != 0:
+        pytest.skip(f"a shallow checkout: commit {commit} (model 1.0.0) is not here")
+    env = {**os.environ, "PYTHON": "/bin/true", "RADSCREEN_CACHE": str(tmp_path / "cache")}  # no fit: the start only
+    subprocess.run(["bash", str(REPO / "scripts" / "train-2.0.0.sh"), str(tmp_path / "run")], env=env, check=True)
+    init = tmp_path / "run" / "init-1.0.0"
+    config = json.loads((init / "config.json").read_text())
+    assert (config["name"], config["version"]) == ("radscreen-radial-vgg16-odir", "1.0.0")
+    load_artifact(init)  # whole and hash-verified, as fit --init-from reads it
