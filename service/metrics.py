@@ -24,8 +24,8 @@ BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128)
 EXAM_IMAGE_BUCKETS = (1, 2, 3, 4, 6, 8, 16, 32, 64)
 PROBABILITY_BUCKETS = tuple(round(0.1 * i, 1) for i in range(1, 11))
 # MI bucket bounds as multiples of the artifact's calibrated referral threshold: MI lives on the scale of
-# that threshold (1.0e-3 nat for the embedded model 1.0.0, 8.1e-4 for 0.3.0, 1e-6 for 0.1.0), so fixed bounds
-# would hide drift.
+# that threshold (5.4e-3 nat for the embedded model 2.0.0, 1.0e-3 for 1.0.0, 8.1e-4 for 0.3.0, 1e-6 for
+# 0.1.0), so fixed bounds would hide drift.
 MI_BUCKET_FACTORS = (0.01, 0.03, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 10.0, 100.0, 1000.0)
 # A model that defers nothing by MI (threshold ln 2: deferring by it was no measured benefit on validation) has no
 # scale to anchor on: a 1-2-5 ladder over the seven decades below ln 2 resolves any trained posterior's spread.

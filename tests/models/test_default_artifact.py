@@ -1,5 +1,6 @@
 """The embedded default model: verifies, is the full VGG-16*, and says plainly what it is trained on (real ODIR-5K
-photographs, research use) and what it is not (clinically validated)."""
+and EyePACS photographs, research use), how wide its posterior is per layer, and what it is not (clinically
+validated)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,15 @@ from models.vgg import build_vgg16_star, count_parameters
 def test_default_artifact_verifies_and_states_its_provenance() -> None:
     artifact = load_artifact()  # the embedded default, hash-verified
     cfg = artifact.config
-    assert cfg.training_data.startswith("real: ODIR-5K")
+    assert cfg.training_data.startswith("real: ")
+    for source in ("ODIR-5K", "EyePACS"):  # model 2.0.0 learnt from both programmes, and says so
+        assert source in cfg.training_data
+    assert "patients split within each source" in cfg.training_data
     assert "research use" in cfg.training_data and "not for clinical use" in cfg.intended_use.lower()
+    assert cfg.version == "2.0.0"
     card = artifact.model_card
-    for needed in ("ODIR-5K", "research use", "NOT for clinical use", "NOT validated clinically", "Command:",
-                   "Machine:", "seed", "Screening operating point"):
+    for needed in ("ODIR-5K", "EyePACS", "research use", "NOT for clinical use", "NOT validated clinically",
+                   "Command:", "Machine:", "seed", "Screening operating point", "Per source", "Served option"):
         assert needed in card, f"model card lacks {needed!r}"
     assert "/work/" not in card and "/home/" not in card  # names the data set, not a path of the training machine
     op = artifact.calibration.validation["operating_point"]
@@ -34,10 +39,20 @@ def test_default_artifact_verifies_and_states_its_provenance() -> None:
     assert count_parameters(build_vgg16_star(cfg.architecture)) == 15_207_142
     assert cfg.mc_samples == 16
     assert cfg.head_draws == 64  # 16 forward passes, 1,024 posterior samples (docs/results-science.md, "Head draws")
-    assert 0.0 < artifact.calibration.referral_threshold_mi < np.log(2)
+    assert 0.0 < artifact.calibration.referral_threshold_mi <= np.log(2)  # ln 2: the operating point defers none
     assert cfg.preprocessing == FOV_LOCAL_MEAN  # trained the way the service prepares real photographs
     size = sum(p.stat().st_size for p in Path(DEFAULT_ARTIFACT_DIR).iterdir())
     assert size < 64 * 2**20  # fp32 μ and ρ fit the 64 MB cap
+
+
+def test_default_card_reports_the_sigma_ratio_of_every_layer_below_the_step_budget_bound() -> None:
+    """Each layer's Δρ/(lr·steps) is in the card and below 0.9: σ was not held back by the optimiser's steps."""
+    card = load_artifact().model_card
+    rows = [line.split("|") for line in card.splitlines()
+            if line.startswith(("| features.", "| head |", "| all weights |"))]
+    layers = {cells[1].strip(): float(cells[-2]) for cells in rows}
+    assert len(layers) == 13 + 2  # 13 convolutions, the head, all weights
+    assert all(0.0 < ratio < 0.9 for ratio in layers.values()), layers
 
 
 def test_default_artifact_serves_the_posterior_that_was_trained() -> None:
