@@ -11,7 +11,9 @@ cut lines of a padded frame are outliers and do not pull the fit. Thin bright st
 A tight square crop clips the disc on all four sides: the circle is larger than the frame and its edge
 is visible only in the frame's corners. The fit needs nothing special for it (the corner arcs fix the
 circle); ``FovCircle.arc_quadrants`` says that the visible edge is spread around the centre, which is
-what tells such a crop from a curve in one corner.
+what tells such a crop from a curve in one corner. Its black corners are too small to set the surround's
+level by the 1st percentile alone (``surround_level``), and a camera's cut left in such a crop, resized,
+fades over a few lines next to the frame's border (``CUT_SPREAD``).
 
 Some published copies of fundus photographs were cropped and then resized to a square, which stretches the
 disc into an axis-aligned ellipse (the ODIR-5K copies: axis ratio ~1.14). A circle fits only two of its four
@@ -52,9 +54,12 @@ INLIER_TOLERANCE = 0.012  # of the radius (at least 1.5 px)
 MIN_EDGE_POINTS = 24
 STRAIGHT_RUN = 0.2  # span ends sharing one coordinate on > this share of lines are a straight cut
 STRAIGHT_MIN_POINTS = 12
-CUT_BEYOND_MAX = 0.01  # a straight cut has (almost) none of the bright region beyond it: at most this share
+CUT_SPREAD = 3  # px at FIT_SIDE: a cut faded over up to this many more lines by a resize is still one cut
+CUT_MIN_EXTENT = 0.7  # ... when its ends run along at least this share of the bright region's extent
+CUT_BORDER_BAND = 0.02  # a cut leaving less than this share of the frame beyond it is the frame's own edge
+CUT_BEYOND_MAX = 0.01  # a straight cut has (almost) no line whose bright span reaches past it: at most this share
 TEXT_STROKE = 2  # px at FIT_SIDE: bright strokes narrower than 2 * this + 1 px (burned-in text) are not the disc
-ARC_BINS = 72  # 5 degree bins for the arc-support measures
+ARC_BINS = 144  # 2.5 degree bins for the arc measures: a tight crop shows its edge in arcs of 7-30 degrees
 ELLIPSE_TRIGGER = 0.9  # a circle with fewer inliers than this share is compared with an axis-aligned ellipse
 ELLIPSE_MIN_SHARE = 0.75  # ... which replaces it when it fits more of the edge points, and at least this share
 MAX_ASPECT = 1.5  # the ellipse's axis ratio: a disc resized to a square by a publisher, not any oval
@@ -70,7 +75,7 @@ class FovCircle:
     width: int  # the image's size, so the clipping by the frame can be judged
     height: int
     inlier_share: float  # share of the off-frame edge points within tolerance of the circle
-    arc_support: float  # share of the circle's in-frame 5-degree arcs that have an inlier edge point
+    arc_support: float  # share of the circle's in-frame arcs (of ``ARC_BINS``) that have an inlier edge point
     visible_arc: float  # share of the circle's circumference that lies inside the frame
     mask_iou: float  # IoU of the bright region with the disc clipped to the frame
     # how many of the four 90-degree quadrants (around the centre) hold an in-frame arc with an inlier: a disc
@@ -124,18 +129,29 @@ def _box3(img: np.ndarray) -> np.ndarray:
 def fov_level(level: np.ndarray) -> float:
     """Threshold between the dark surround and the FOV: ``LEVEL_FRACTION`` of the way from one to the other.
 
-    The surround's level is the 1st percentile (it is dark but not always pure black), the FOV's
+    The surround's level is ``surround_level`` (it is dark but not always pure black), the FOV's
     the median of what lies above a first split at the 95th percentile's fraction: the retina's typical
     level, not its brightest 5 % (the optic disc of a dim photograph would put a dark periphery outside).
     A fixed fraction of the span keeps a dim, vignetted periphery inside the FOV on bright and dark
     photographs alike; a fraction of the span rather than Otsu's split, which lands *inside* the FOV when
     the frame is mostly FOV.
     """
-    bg, top = (float(v) for v in np.percentile(level, [1, 95]))
+    bg, top = surround_level(level), float(np.percentile(level, 95))
     first = max(bg + MIN_LEVEL, bg + LEVEL_FRACTION * (top - bg))
     above = level[level > first]
     fg = float(np.median(above)) if above.size else top
     return max(bg + MIN_LEVEL, bg + LEVEL_FRACTION * (fg - bg))
+
+
+def surround_level(level: np.ndarray) -> float:
+    """The dark surround's level: the 1st percentile, or the 0.1th plus ``MIN_LEVEL`` when that is darker.
+
+    A camera frame or a padded copy has a surround of a fifth of the frame or more, so its 1st percentile is the
+    surround. A tight square crop keeps black only in its four corners, well under 1 % of the frame at 75 % of the
+    diameter: the 1st percentile is then a dim periphery of the retina, which would put the threshold inside it.
+    """
+    low, p1 = (float(v) for v in np.percentile(level, [0.1, 1]))
+    return min(p1, low + MIN_LEVEL)
 
 
 def _box_mean(mask: np.ndarray, radius: int) -> np.ndarray:
@@ -199,15 +215,21 @@ def edge_points(mask: np.ndarray, level: np.ndarray | None = None) -> tuple[np.n
         for side, end in enumerate((first, last)):
             keep = (end >= m) & (end <= length - 1 - m)
             values, counts = np.unique(end[keep], return_counts=True)
-            straight = values[counts > max(STRAIGHT_MIN_POINTS, STRAIGHT_RUN * idx.size)]
+            needed = max(STRAIGHT_MIN_POINTS, STRAIGHT_RUN * idx.size)
+            straight = values[counts > needed]
+            if not straight.size:
+                straight = _spread_cut(end[keep], idx[keep], values, counts, needed)
             if straight.size and level is not None:
-                # the innermost value (a cut resampled over two lines shares two): nothing bright lies beyond it
+                # no line's bright span reaches past the cut's innermost line by more than the CUT_SPREAD lines a
+                # resize fades it over, and only surround lies past them; a cut within CUT_BORDER_BAND of the
+                # frame's border is the frame (a JPEG's blocks ring over the black left there)
                 inner = int(straight.max() if side == 0 else straight.min())
-                beyond = np.s_[:, : max(0, inner - 1)] if side == 0 else np.s_[:, inner + 2 :]
+                past = end < inner - CUT_SPREAD if side == 0 else end > inner + CUT_SPREAD  # [lines] lit beyond
+                faded = (np.s_[:, : max(0, inner - 1 - CUT_SPREAD)] if side == 0
+                         else np.s_[:, inner + 2 + CUT_SPREAD :])
                 lines = level if axis == 1 else level.T  # [lines, length]
-                spans = mask if axis == 1 else mask.T
-                if lines[beyond].size and (not _is_surround(lines[beyond], level)
-                                           or spans[beyond].mean() > CUT_BEYOND_MAX):
+                judged = lines[faded].shape[1] > CUT_BORDER_BAND * length  # else too thin to be anything else
+                if past.mean() > CUT_BEYOND_MAX or (judged and not _is_surround(lines[faded], level)):
                     straight = straight[:0]  # not padding: retina (or anything bright) beyond the line
             if straight.size:  # a straight cut: the frame edge of a padded image
                 keep &= ~np.isin(end, straight)
@@ -218,14 +240,36 @@ def edge_points(mask: np.ndarray, level: np.ndarray | None = None) -> tuple[np.n
     return np.concatenate(pts), (box[0], box[1], box[2], box[3])
 
 
+def _spread_cut(ends: np.ndarray, lines: np.ndarray, values: np.ndarray, counts: np.ndarray,
+                needed: float) -> np.ndarray:
+    """The end values of a straight cut spread over up to ``CUT_SPREAD + 1`` adjacent lines, or none.
+
+    A cut resampled from a larger copy fades over a few lines, and where the crossing of the threshold falls
+    among them follows the retina's brightness along the cut. The window of values holding the most ends is a
+    cut when it holds more than ``needed`` of them *and* they run along at least ``CUT_MIN_EXTENT`` of the
+    region's extent: the flat top of a circle also holds many ends within a few lines, but only along a short
+    chord (2 sqrt(2 r s) for a spread s, about a sixth of the diameter).
+    """
+    if not values.size:
+        return values
+    totals = np.array([counts[(values >= v) & (values <= v + CUT_SPREAD)].sum() for v in values])
+    start = int(values[int(np.argmax(totals))])
+    window = (ends >= start) & (ends <= start + CUT_SPREAD)  # [N] the ends in the best window
+    extent = float(lines.max() - lines.min()) if lines.size else 0.0
+    along = float(lines[window].max() - lines[window].min()) if window.any() else 0.0
+    if totals.max() <= needed or along < CUT_MIN_EXTENT * extent:
+        return values[:0]
+    return values[(values >= start) & (values <= start + CUT_SPREAD)]
+
+
 def _is_surround(region: np.ndarray, level: np.ndarray) -> bool:
     """True when ``region`` (the brightest channel beyond a straight cut) is as dark as the frame's surround.
 
-    Padding and a camera's dark surround are at the level's 1st percentile; sensor noise and JPEG ringing
+    Padding and a camera's dark surround are at ``surround_level``; sensor noise and JPEG ringing
     scatter pixels a little above it and burned-in text is bright but thin, so three quarters of the region
     must be within 2 x ``MIN_LEVEL`` of that floor. A shadowed retina (an eyelid) is not.
     """
-    floor = float(np.percentile(level, 1)) + 2 * MIN_LEVEL
+    floor = surround_level(level) + 2 * MIN_LEVEL
     return float(np.percentile(region, 75)) <= floor
 
 
@@ -336,7 +380,7 @@ def _ellipse_fit(pts: np.ndarray, width: int, height: int) -> tuple[float, float
 
 def _arc_measures(cx: float, cy: float, r: float, inlier_pts: np.ndarray, box: Box,
                   ry: float | None = None) -> tuple[float, float, int]:
-    """(arc_support, visible_arc, arc_quadrants) of the circle (or ellipse), from 5-degree arcs: see ``FovCircle``."""
+    """(arc_support, visible_arc, arc_quadrants) of the circle (or ellipse), from ``ARC_BINS`` arcs (``FovCircle``)."""
     ry = r if ry is None else ry
     theta = (np.arange(ARC_BINS) + 0.5) * 2 * math.pi / ARC_BINS
     px, py = cx + r * np.cos(theta), cy + ry * np.sin(theta)

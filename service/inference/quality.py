@@ -70,7 +70,7 @@ INNER_FRACTION = 0.9  # measure inside this share of the radius (the rim has gla
 # field of view
 MIN_INLIER_SHARE = 0.6
 MIN_ARC_SUPPORT = 0.7
-MIN_VISIBLE_ARC = 0.04
+MIN_VISIBLE_ARC = 0.02
 MIN_ARC_QUADRANTS = 3
 MAX_FOV_OFFSET = 0.15
 MIN_FOV_RADIUS = 0.6

@@ -105,6 +105,20 @@ def test_a_disc_clipped_on_four_sides_is_recognised() -> None:
     assert assess_quality(img).gradable
 
 
+@pytest.mark.parametrize("name", ["159_left.jpg", "812_left.jpg", "862_left.jpg"])
+def test_a_tight_crop_of_a_camera_frame_keeps_its_field_of_view(name: str) -> None:
+    """EyePACS camera frames cut the disc at the top and bottom; a tight square crop of one keeps a thin band of
+    that cut along its border, faded by the resize or ringing from a JPEG's blocks. The band is the frame, not an
+    edge of the disc, and the corners' black is too small to set the surround's level by the 1st percentile."""
+    disc = canonical(decode(EYEPACS / "images" / name))
+    assert disc is not None
+    rng = np.random.default_rng(34)
+    for size in SIZES:
+        for finish in ("plain", "jpeg"):
+            report = assess_quality(render(disc, "tight", size, finish, rng))
+            assert "no_field_of_view" not in report.issues, (name, size, finish, report.details)
+
+
 def test_sharpness_does_not_depend_on_the_copys_size() -> None:
     """The same framing at 224 and 512 px: sharpness within 15 %, both well above the threshold."""
     for name in PHOTOS:
