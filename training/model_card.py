@@ -11,6 +11,7 @@ import torch
 
 from models.cpu import detect_cpu
 from training.config import TrainConfig
+from training.data.augment import AugmentConfig, FramingConfig, JitterConfig
 from training.diagnostics import OPTIMISER_LIMIT
 from training.evaluation.operating_point import MAX_MI
 from training.evaluation.serving_choice import ServingChoice
@@ -53,6 +54,25 @@ def machine_description() -> str:
     device = (torch.cuda.get_device_name(0) if torch.cuda.is_available()
               else f"CPU {detect_cpu().summary()}, {torch.get_num_threads()} threads")
     return f"{platform.machine()} {platform.system()}, {device}, torch {torch.__version__}"
+
+
+def input_text(config: TrainConfig) -> str:
+    """How every training image reached the network: the service's own crop, then the augmentation that ran."""
+    crop = (f"`{config.preprocessing}` at {config.input_size} px, the crop to the fitted field of view that the "
+            "service and the batch job run (models.preprocessing)")
+    if not config.augment:
+        return crop + "; no augmentation."
+    warp, jitter, framing = AugmentConfig(), JitterConfig(), FramingConfig()
+    low, high = warp.scale_range
+    parts = [f"rotation up to ±{warp.max_rotation_deg:g}°, flips, scale {low:g}-{high:g}"]
+    if config.color_jitter:
+        parts.append(f"contrast ×{jitter.contrast[0]:g}-{jitter.contrast[1]:g}, channel gain ±{jitter.channel_gain:g}, "
+                     f"resolution loss in {100 * jitter.blur_prob:g} % of images")
+    if config.frame_cuts:
+        parts.append(f"framing cuts (a camera frame in {100 * framing.camera_prob:g} %, a tight square crop on "
+                     f"four sides in {100 * framing.tight_prob:g} %, a notch at the rim in "
+                     f"{100 * framing.notch_prob:g} %)")
+    return crop + "; augmentation: " + "; ".join(parts) + "."
 
 
 def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, Any], history: list[dict[str, Any]],
@@ -114,6 +134,7 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         f"; batch {config.batch_size}, "
         f"{config.train_samples} MC sample(s) per step, {config.precision} autocast, {config.epochs} epochs"
         + (f" of at most {config.max_steps_per_epoch} steps" if config.max_steps_per_epoch else "") + ".",
+        f"- Input and augmentation: {input_text(config)}",
         *recipe_lines(config, history, best_epoch, init),
         f"- Machine: {machine_description()}; wall time {train_seconds / 60:.1f} min.",
         *([f"- Posterior scale after training: mean σ {posterior_sigma:.3g} (initial "

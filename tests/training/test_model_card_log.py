@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from training.model_card import ece_text, last_epoch_lines, mi_scale_lines
+from training.config import TrainConfig
+from training.model_card import ece_text, input_text, last_epoch_lines, mi_scale_lines
 
 
 def test_last_epoch_log_is_a_scalar_table_and_a_per_layer_sigma_table() -> None:
@@ -46,3 +47,12 @@ def test_ece_text_gives_the_error_bar_and_the_sampling_floor_when_recorded() -> 
         "0.034 ± 0.006 (a perfectly calibrated model would show 0.021 on these images by sampling alone)")
     assert ece_text({"ece": 0.0342, "ece_se": None, "ece_calibrated_floor": None}) == "0.034"  # older artifacts
     assert ece_text({"ece": 0.0342}) == "0.034" and ece_text({}) == "n/a"
+
+
+def test_input_line_names_the_crop_and_only_the_augmentation_that_ran() -> None:
+    full = input_text(TrainConfig(data="d", out="o"))
+    assert full.startswith("`fov-local-mean/1` at 256 px") and "flips" in full
+    assert "tight square crop on four sides in 25 %" in full and "channel gain ±0.15" in full
+    no_framing = input_text(TrainConfig(data="d", out="o", frame_cuts=False))
+    assert "tight square crop" not in no_framing and "channel gain" in no_framing
+    assert input_text(TrainConfig(data="d", out="o", augment=False)).endswith("; no augmentation.")
