@@ -252,7 +252,8 @@ def _spread_cut(ends: np.ndarray, lines: np.ndarray, values: np.ndarray, counts:
     """
     if not values.size:
         return values
-    totals = np.array([counts[(values >= v) & (values <= v + CUT_SPREAD)].sum() for v in values])
+    cumulative = np.concatenate([[0], np.cumsum(counts)])  # values are sorted and unique
+    totals = cumulative[np.searchsorted(values, values + CUT_SPREAD, side="right")] - cumulative[:-1]
     start = int(values[int(np.argmax(totals))])
     window = (ends >= start) & (ends <= start + CUT_SPREAD)  # [N] the ends in the best window
     extent = float(lines.max() - lines.min()) if lines.size else 0.0

@@ -17,14 +17,14 @@ from models.fov import FIT_SIDE, _small_copy, fit_fov_circle, fov_level, surroun
 R = 150.0  # disc radius (px)
 
 
-def vignetted_disc(side: int, r: float = R, rim: float = 0.25, shift: float = 0.0) -> np.ndarray:
-    """A square crop of ``side`` px from a disc of radius ``r`` centred in it (moved by ``shift`` px), uint8.
+def vignetted_disc(side: int, r: float = R, rim: float = 0.25) -> np.ndarray:
+    """A square crop of ``side`` px from a disc of radius ``r`` centred in it, uint8 [side, side, 3].
 
     Inside the disc, brightness falls from 1 at the centre to ``rim`` at the edge (a camera's vignetting) over a
     fine stripe texture; outside it is black.
     """
     yy, xx = np.mgrid[0:side, 0:side].astype(np.float64)
-    c = (side - 1) / 2 + shift
+    c = (side - 1) / 2
     d = np.hypot(xx - c, yy - c) / r  # [side, side] in radii
     light = np.clip(1.0 - (1.0 - rim) * d**2, 0.0, 1.0)
     texture = 0.9 + 0.1 * ((xx // 3) % 2)
@@ -82,7 +82,9 @@ def test_the_surround_level_of_a_camera_frame_is_its_first_percentile() -> None:
     yy, xx = np.mgrid[0:300, 0:400]
     frame[np.hypot(xx - 200, yy - 150) < 170] = 0.6
     assert surround_level(frame) == pytest.approx(float(np.percentile(frame, 1)))
-    assert math.isfinite(fov_level(frame))
+    threshold = fov_level(frame)
+    assert math.isfinite(threshold)
+    assert surround_level(frame) + 4 / 255 <= threshold < 0.25 * 0.6  # a fifth of the way to the disc's level
 
 
 def test_a_cut_a_few_lines_from_the_border_is_the_frame_whatever_a_jpeg_left_beyond_it() -> None:
