@@ -44,6 +44,7 @@ EXPECTED_SYNTHETIC = {
 # measure -> (threshold, direction, degraded set that it must catch)
 MEASURES = {
     "sharpness": (quality.MIN_SHARPNESS, ">=", "real: strong_blur"),
+    "patch_sharpness": (quality.MIN_PATCH_SHARPNESS, ">=", "real: strong_blur"),
     "mean_luma": (quality.MIN_MEAN_LUMA, ">=", "real: darkened_10pct"),
     "saturated_fraction": (quality.MAX_SATURATED, "<=", "real: overexposed"),
     "shadow_fraction": (quality.MAX_SHADOW, "<=", "real: eyelid_shadow"),

@@ -35,7 +35,10 @@ the camera made it (any size, any aspect: 3:2 and 4:3 frames cut the disc, squar
      exposure and pigmentation); the ratio makes it independent of how much structure a retina has
      (blur removes the vessel band first), and sigma >= 1 px keeps sensor noise out of it. Only the
      lit retina counts: black left inside the crop (a notch, a ring, a band of an earlier crop) would
-     otherwise be the strongest edge in it;
+     otherwise be the strongest edge in it. **Patch sharpness** (``blurred`` too): the same ratio in each of
+     8 x 8 patches of the disc, and its median patch >= ``MIN_PATCH_SHARPNESS``. A blurred photograph is
+     blurred in every patch; crisp marks over a few patches (text burned in over the retina) lift the whole
+     ratio but not the median patch;
    - **colour** (``not_fundus``): not a neutral or green picture (red share of the mean colour >=
      ``MIN_RED_SHARE``, a grey card has 1/3, and red >= ``MIN_RED_OVER_GREEN`` x green). Some cameras render
      the fundus greyish or green-tinged (red share 0.34-0.37), so the rule does not ask for more red than that.
@@ -90,6 +93,8 @@ MAX_SHADOW = 0.05
 DEEP_SHADOW_RATIO = 0.3  # of the upper quartile of the illumination
 MAX_DEEP_SHADOW = 0.10
 MIN_SHARPNESS = 1.45
+PATCH_GRID = 8  # patch sharpness: the crop in 8 x 8 patches (32 px at WORK_SIZE, 1/8 of the disc)
+MIN_PATCH_SHARPNESS = 1.45
 MIN_RED_SHARE = 0.34  # a neutral grey picture has 1/3
 MIN_RED_OVER_GREEN = 0.9
 MAX_BLOCKINESS = 3.0
@@ -140,6 +145,7 @@ class QualityMeasures:
     shadow_fraction: float
     deep_shadow_fraction: float  # share below DEEP_SHADOW_RATIO x the illumination's upper quartile
     sharpness: float
+    patch_sharpness: float  # the median patch's sharpness (PATCH_GRID x PATCH_GRID patches of the disc)
     red_share: float
     red_over_green: float
     blockiness: float
@@ -243,24 +249,38 @@ def _regions(valid: np.ndarray, ok: bool) -> tuple[np.ndarray, np.ndarray]:
     return disc, disc & core & disc_mask(WORK_SIZE, INNER_FRACTION)
 
 
-def _sharpness(green: np.ndarray, luma: np.ndarray, disc: np.ndarray, inner: np.ndarray) -> float:
-    """Fine over mid band-pass energy of the green contrast (green / its local mean), on the lit retina only.
+def _sharpness(green: np.ndarray, luma: np.ndarray, disc: np.ndarray, inner: np.ndarray) -> tuple[float, float]:
+    """(whole, patch) sharpness: fine over mid band-pass energy of the green contrast (green / its local mean).
+
+    ``whole`` is the ratio over the lit retina; ``patch`` the median of the same ratio over the ``PATCH_GRID`` x
+    ``PATCH_GRID`` patches of the crop that hold at least half as much lit retina as the fullest patch. A blurred
+    photograph is blurred in every patch, so the median patch stays low when something crisp covers a few of them
+    (text burned in over the retina, a glint), while that lifts the whole ratio.
 
     Pixels darker than ``LIT_FRACTION`` of the inner median (a notch, a dark ring, a band of black left by an
     earlier crop, the surround of a copy whose cut the fit did not see) and ``EDGE_MARGIN`` px around them are
     left out: a step from retina to black is the strongest edge in a crop and would swamp the vessels' detail.
     """
     if not inner.any():
-        return 0.0
+        return 0.0, 0.0
     lit = disc & (luma > LIT_FRACTION * float(np.median(luma[inner])))  # [S, S]
     region = inner & _erode(lit, EDGE_MARGIN)
     if not region.any():
-        return 0.0
+        return 0.0, 0.0
     g_local = masked_blur(green, lit, 6.0)  # [S, S]
     contrast = green / np.maximum(g_local, 0.02)  # [S, S] relative to the local mean
     b1, b3, b6 = (masked_blur(contrast, lit, sigma) for sigma in (1.0, 3.0, 6.0))  # each [S, S]
-    fine_e, mid_e = (float(np.var(b[region])) for b in (b1 - b3, b3 - b6))
-    return fine_e / max(mid_e, 1e-9)
+    fine, mid = b1 - b3, b3 - b6  # [S, S] the vessel-scale and the coarse band
+    whole = float(np.var(fine[region])) / max(float(np.var(mid[region])), 1e-9)
+    g, t = PATCH_GRID, green.shape[0] // PATCH_GRID
+
+    def per_patch(a: np.ndarray) -> np.ndarray:  # [S, S] -> [g, g] sums over each patch's region pixels
+        return np.where(region, a, 0.0)[: g * t, : g * t].reshape(g, t, g, t).sum(axis=(1, 3))
+
+    count, fine_e, mid_e = per_patch(np.ones_like(fine)), per_patch(fine * fine), per_patch(mid * mid)
+    kept = count >= 0.5 * count.max()  # [g, g]
+    patch = float(np.median(fine_e[kept] / np.maximum(mid_e[kept], 1e-9)))
+    return whole, patch
 
 
 def measure(rgb: np.ndarray, circle: FovCircle | None = None, *, fit: bool = True) -> QualityMeasures:
@@ -283,7 +303,7 @@ def measure(rgb: np.ndarray, circle: FovCircle | None = None, *, fit: bool = Tru
     lit = light[inner]  # [N] the inner disc's illumination
     shadow = float((lit < SHADOW_RATIO * np.median(lit)).mean()) if lit.size else 1.0
     deep_shadow = float((lit < DEEP_SHADOW_RATIO * np.quantile(lit, 0.75)).mean()) if lit.size else 1.0
-    sharpness = _sharpness(x[..., 1], y, disc, inner)
+    sharpness, patch_sharpness = _sharpness(x[..., 1], y, disc, inner)
     mean_rgb = x[inner].mean(axis=0) if inner.any() else np.zeros(3)  # [3]
     std_rgb = x[inner].std(axis=0) if inner.any() else np.zeros(3)
     return QualityMeasures(
@@ -294,6 +314,7 @@ def measure(rgb: np.ndarray, circle: FovCircle | None = None, *, fit: bool = Tru
         shadow_fraction=shadow,
         deep_shadow_fraction=deep_shadow,
         sharpness=sharpness,
+        patch_sharpness=patch_sharpness,
         red_share=float(mean_rgb[0] / max(float(mean_rgb.sum()), 1e-6)),
         red_over_green=float(mean_rgb[0] / max(float(mean_rgb[1]), 1e-3)),
         blockiness=blockiness(rgb),
@@ -316,6 +337,8 @@ SATURATION = Rule("overexposed", "saturated_fraction", MAX_SATURATED, "<=", 0.05
 GLARE = Rule("overexposed", "mean_luma", MAX_MEAN_LUMA_SHARP, "<=", 0.03)
 WASHED_OUT = Rule("overexposed", "mean_luma", MAX_MEAN_LUMA, "<=", 0.03)  # applies to a picture that is not sharp
 SHARPNESS = Rule("blurred", "sharpness", MIN_SHARPNESS, ">=", 0.15)
+# named when the whole picture passes: a blurred picture is blurred in its patches too, one finding says it
+PATCH_SHARPNESS = Rule("blurred", "patch_sharpness", MIN_PATCH_SHARPNESS, ">=", 0.15)
 RULES = (  # every rule but the washed-out one, in the order of ISSUES
     *FOV_RULES,
     Rule("too_dark", "mean_luma", MIN_MEAN_LUMA, ">=", 0.03),
@@ -324,6 +347,7 @@ RULES = (  # every rule but the washed-out one, in the order of ISSUES
     Rule("obstructed", "shadow_fraction", MAX_SHADOW, "<=", 0.03),
     Rule("obstructed", "deep_shadow_fraction", MAX_DEEP_SHADOW, "<=", 0.03),
     SHARPNESS,
+    PATCH_SHARPNESS,
     Rule("not_fundus", "red_share", MIN_RED_SHARE, ">=", 0.01),
     Rule("not_fundus", "red_over_green", MIN_RED_OVER_GREEN, ">=", 0.1),
     Rule("compression_artifacts", "blockiness", MAX_BLOCKINESS, "<=", 0.3),
@@ -331,14 +355,17 @@ RULES = (  # every rule but the washed-out one, in the order of ISSUES
 
 
 def _findings(m: QualityMeasures) -> list[Finding]:
-    """Every rule the measures miss, as findings (the FOV's only when no plausible circle was found)."""
+    """Every rule the measures miss, as findings (the FOV's only when no plausible circle was found, the patch
+    sharpness's only when the whole picture's sharpness holds)."""
     values = m.as_dict()
+    sharp = SHARPNESS.holds(m.sharpness)
     found = [
         Finding(r.issue, r.measure, values[r.measure], r.threshold, r.relation)
         for r in RULES
-        if not r.holds(values[r.measure]) and (r.issue != "no_field_of_view" or not m.has_circle)
+        if not r.holds(values[r.measure])
+        and (r.issue != "no_field_of_view" or not m.has_circle)
+        and (r is not PATCH_SHARPNESS or sharp)
     ]
-    sharp = SHARPNESS.holds(m.sharpness)
     if not WASHED_OUT.holds(m.mean_luma) and not sharp:
         found.append(Finding(WASHED_OUT.issue, WASHED_OUT.measure, m.mean_luma, WASHED_OUT.threshold, "<=",
                              f"washed out: sharpness {m.sharpness:.3g} is below {MIN_SHARPNESS:.3g}"))

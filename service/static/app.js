@@ -48,6 +48,7 @@
     shadow_fraction: "share of the disc in shadow",
     deep_shadow_fraction: "share of the disc in deep shade (far darker than its lit part)",
     sharpness: "sharpness (vessel-scale over coarse detail)",
+    patch_sharpness: "sharpness of the typical patch of the retina (text or a glint cannot lift it)",
     red_share: "red share of the colour",
     red_over_green: "red / green",
     blockiness: "JPEG block-grid strength",

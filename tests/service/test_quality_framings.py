@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from models.fov import fit_fov_circle
-from service.inference.quality import MIN_SHARPNESS, assess_quality, measure
+from service.inference.quality import MIN_PATCH_SHARPNESS, MIN_SHARPNESS, assess_quality, measure
 from support.framing_family import (
     CHOSEN,
     DEGRADED,
@@ -29,7 +29,7 @@ from support.framing_family import (
     judge_photograph,
     refused_for_reason,
 )
-from support.framings import FRAMINGS, SIZES, canonical, render
+from support.framings import FRAMINGS, SIZES, canonical, render, text
 from support.shared_data import IDRID, ODIR, SHARED_DATA, missing_reason
 
 pytestmark = pytest.mark.skipif(
@@ -136,11 +136,40 @@ def test_a_refusal_names_the_measure_its_value_and_the_threshold() -> None:
     assert disc is not None
     blurred = DEGRADED["blur"][0](disc, np.random.default_rng(0))
     report = assess_quality(render(blurred, "tight", 320, "plain", np.random.default_rng(0)))
-    [finding] = [f for f in report.findings if f.issue == "blurred"]
+    [finding] = [f for f in report.findings if f.issue == "blurred"]  # one finding: the patch's is not added
     assert finding.measure == "sharpness" and finding.relation == ">=" and finding.threshold == MIN_SHARPNESS
     assert finding.value == pytest.approx(report.measurements["sharpness"]) and finding.value < MIN_SHARPNESS
     assert finding.message == f"blurred: sharpness {finding.value:.3g}, needs >= {MIN_SHARPNESS:.3g}"
     assert {d["issue"] for d in report.details} == set(report.issues)
+
+
+@pytest.mark.parametrize("framing", ["tight", "stretched"])
+def test_a_blurred_photograph_with_text_burned_in_over_the_retina_is_refused(framing: str) -> None:
+    """EyePACS 939_right blurred, with a date burned in over the retina (8 seeded labels, 320 and 512 px).
+
+    The text's strokes are vessel-scale detail: they lift the whole picture's sharpness above its threshold in
+    some renders, but not the median patch's, and every render is refused as blurred. Without the text, and over
+    the sharp photograph, the same labels change nothing.
+    """
+    disc = canonical(decode(EYEPACS / "images/939_right.jpg"))
+    assert disc is not None
+    blurred = DEGRADED["blur"][0](disc, np.random.default_rng(0))
+    lifted = []
+    for size in (320, 512):
+        base = render(blurred, framing, size, "plain", np.random.default_rng(0))
+        sharp = render(disc, framing, size, "plain", np.random.default_rng(0))
+        h, w = base.shape[:2]
+        for seed in range(8):
+            report = assess_quality(text(base, (w / 2, h / 2, w / 2, h / 2), np.random.default_rng(seed)))
+            m = report.measurements
+            assert "blurred" in report.issues, (size, seed, m["sharpness"], m["patch_sharpness"])
+            assert m["patch_sharpness"] < MIN_PATCH_SHARPNESS
+            lifted.append(m["sharpness"] >= MIN_SHARPNESS)
+            [finding] = [f for f in report.findings if f.issue == "blurred"]
+            assert finding.measure == ("patch_sharpness" if lifted[-1] else "sharpness"), finding.message
+            labelled = assess_quality(text(sharp, (w / 2, h / 2, w / 2, h / 2), np.random.default_rng(seed)))
+            assert labelled.gradable, (size, seed, labelled.issues)
+    assert any(lifted)  # the text alone passes the whole-picture measure: the patch measure is what refuses it
 
 
 def test_an_eyelid_shadow_in_a_camera_frame_is_refused() -> None:
