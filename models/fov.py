@@ -13,7 +13,9 @@ is visible only in the frame's corners. The fit needs nothing special for it (th
 circle); ``FovCircle.arc_quadrants`` says that the visible edge is spread around the centre, which is
 what tells such a crop from a curve in one corner. Its black corners are too small to set the surround's
 level by the 1st percentile alone (``surround_level``), and a camera's cut left in such a crop, resized,
-fades over a few lines next to the frame's border (``CUT_SPREAD``).
+fades over a few lines next to the frame's border (``CUT_SPREAD``). A straight cut with black beyond it (a frame
+padded to a square) is the frame's only when it is shallow (``MAX_CUT_DEPTH``): a lid as dark as the surround is
+a deep cut on one side.
 
 Some published copies of fundus photographs were cropped and then resized to a square, which stretches the
 disc into an axis-aligned ellipse (the ODIR-5K copies: axis ratio ~1.14). A circle fits only two of its four
@@ -63,6 +65,9 @@ ARC_BINS = 144  # 2.5 degree bins for the arc measures: a tight crop shows its e
 ELLIPSE_TRIGGER = 0.9  # a circle with fewer inliers than this share is compared with an axis-aligned ellipse
 ELLIPSE_MIN_SHARE = 0.75  # ... which replaces it when it fits more of the edge points, and at least this share
 MAX_ASPECT = 1.5  # the ellipse's axis ratio: a disc resized to a square by a publisher, not any oval
+# a straight cut with padding beyond it is a frame's when it cuts at most this share of the diameter off the disc:
+# the natural photographs' cuts reach 0.16 (EyePACS' bottom cuts); a lid as dark as the surround cuts 0.3 off one side
+MAX_CUT_DEPTH = 0.25
 
 
 @dataclass(frozen=True)
@@ -219,7 +224,9 @@ def edge_points(mask: np.ndarray, level: np.ndarray | None = None) -> tuple[np.n
             straight = values[counts > needed]
             if not straight.size:
                 straight = _spread_cut(end[keep], idx[keep], values, counts, needed)
-            if straight.size and level is not None:
+            if level is None:
+                straight = straight[:0]  # no cut accepted: every end is an edge point
+            elif straight.size:
                 # no line's bright span reaches past the cut's innermost line by more than the CUT_SPREAD lines a
                 # resize fades it over, and only surround lies past them; a cut within CUT_BORDER_BAND of the
                 # frame's border is the frame (a JPEG's blocks ring over the black left there)
@@ -409,6 +416,36 @@ def _disc_iou(mask: np.ndarray, cx: float, cy: float, r: float, box: Box, ry: fl
     return float(np.logical_and(mask, disc).sum() / union) if union else 0.0
 
 
+Fit = tuple[float, float, float, float | None, np.ndarray]  # cx, cy, rx, ry (None: a circle), inlier mask [N]
+
+
+def _circle_or_ellipse(pts: np.ndarray, width: int, height: int) -> Fit | None:
+    """The circle through ``pts``, or the axis-aligned ellipse when it fits clearly more of them (a stretched disc)."""
+    fit = ransac_circle(pts, width, height)
+    cx, cy, r, inliers = fit if fit is not None else (0.0, 0.0, 0.0, np.zeros(len(pts), bool))
+    if fit is None or inliers.mean() < ELLIPSE_TRIGGER:  # a disc stretched by a resize: try an ellipse
+        oval = _ellipse_fit(pts, width, height)
+        if oval is not None and oval[4].mean() >= ELLIPSE_MIN_SHARE and oval[4].mean() > inliers.mean():
+            return oval
+    return None if fit is None else (cx, cy, r, None, inliers)
+
+
+def _deepest_cut(fit: Fit, box: Box, width: int, height: int) -> float:
+    """How far the deepest straight cut inside the frame (``box`` short of the frame) reaches into the disc.
+
+    As a share of the disc's diameter across the cut; 0 when the box is the whole frame.
+    """
+    cx, cy, rx, ry_or_none, _ = fit
+    ry = rx if ry_or_none is None else ry_or_none
+    depths = [
+        (box[0] - (cx - rx)) / (2 * rx) if box[0] > 0 else 0.0,
+        (box[1] - (cy - ry)) / (2 * ry) if box[1] > 0 else 0.0,
+        ((cx + rx) - box[2]) / (2 * rx) if box[2] < width - 1 else 0.0,
+        ((cy + ry) - box[3]) / (2 * ry) if box[3] < height - 1 else 0.0,
+    ]
+    return max(depths)
+
+
 def fit_fov_circle(rgb: np.ndarray) -> FovCircle | None:
     """Fit the FOV circle of uint8 [H, W, 3]; None when no circle fits the bright region's edge.
 
@@ -420,15 +457,13 @@ def fit_fov_circle(rgb: np.ndarray) -> FovCircle | None:
     mask = fov_mask(level)
     sh, sw = mask.shape
     pts, box = edge_points(mask, level)
-    fit = ransac_circle(pts, sw, sh)
-    cx, cy, r, inliers = fit if fit is not None else (0.0, 0.0, 0.0, np.zeros(len(pts), bool))
-    ry: float | None = None
-    if fit is None or inliers.mean() < ELLIPSE_TRIGGER:  # a disc stretched by a resize: try an ellipse
-        oval = _ellipse_fit(pts, sw, sh)
-        if oval is not None and oval[4].mean() >= ELLIPSE_MIN_SHARE and oval[4].mean() > inliers.mean():
-            cx, cy, r, ry, inliers = oval
-    if fit is None and ry is None:
+    fit = _circle_or_ellipse(pts, sw, sh)
+    if fit is not None and _deepest_cut(fit, box, sw, sh) > MAX_CUT_DEPTH:
+        pts, box = edge_points(mask)  # not a frame's cut: a lid's edge with shade as dark as the surround beyond
+        fit = _circle_or_ellipse(pts, sw, sh)
+    if fit is None:
         return None
+    cx, cy, r, ry, inliers = fit
     support, visible, quadrants = _arc_measures(cx, cy, r, pts[inliers], box, ry)
     return FovCircle(
         cx=(cx + 0.5) / scale - 0.5,

@@ -97,3 +97,37 @@ def test_a_cut_a_few_lines_from_the_border_is_the_frame_whatever_a_jpeg_left_bey
     assert circle is not None
     assert circle.box[1] in range(4, 8), circle.box
     assert abs(circle.radius - R) < 0.03 * R and circle.inlier_share >= 0.9, circle
+
+
+def padded_disc_cut(depth: float, *, both: bool) -> np.ndarray:
+    """A whole disc padded to a square, with ``depth`` of its diameter blacked out from the top (and bottom)."""
+    side = round(2 * R) + 40
+    img = vignetted_disc(side, rim=0.6)
+    c = (side - 1) / 2
+    cut = round(c - R + depth * 2 * R)
+    img[:cut] = 0
+    if both:
+        img[side - cut :] = 0
+    return img
+
+
+@pytest.mark.parametrize("depth", [0.08, 0.16])
+def test_a_frame_cut_with_padding_beyond_it_is_the_frame(depth: float) -> None:
+    """A camera frame padded to a square: its cuts at the top and bottom are the frame, not the disc's edge."""
+    img = padded_disc_cut(depth, both=True)
+    circle = fit_fov_circle(img)
+    assert circle is not None and abs(circle.radius - R) < 0.03 * R, circle
+    c = (img.shape[0] - 1) / 2
+    assert circle.box[1] == pytest.approx(c - R + depth * 2 * R, abs=3), circle  # the cut is recorded as the frame
+    assert circle.inlier_share >= 0.9, circle
+
+
+def test_a_lid_as_dark_as_the_surround_is_not_taken_for_the_frame() -> None:
+    """A third of the diameter blacked out from one side: a lid's edge, not a frame's cut (at most 0.16 on the
+    natural photographs). The cut is not recorded, so its straight edge counts against the circle."""
+    img = padded_disc_cut(0.33, both=False)
+    circle = fit_fov_circle(img)
+    assert circle is None or circle.box[1] == 0, circle
+    with_cut = padded_disc_cut(0.16, both=False)  # the deepest natural cut, on one side only, is still the frame
+    circle = fit_fov_circle(with_cut)
+    assert circle is not None and circle.box[1] > 0 and abs(circle.radius - R) < 0.03 * R, circle

@@ -172,13 +172,14 @@ def test_a_blurred_photograph_with_text_burned_in_over_the_retina_is_refused(fra
     assert any(lifted)  # the text alone passes the whole-picture measure: the patch measure is what refuses it
 
 
-def test_an_eyelid_shadow_in_a_camera_frame_is_refused() -> None:
-    """ODIR 4541_right's eyelid render (the report half's family): its edge's flat stretch is not a frame's cut.
-
-    The lid's edge is lower in the middle than at one end; the row where both ends are lit was taken for the
-    straight cut of a padded frame, the shadow left outside the measured disc, and 6 of its 32 renders accepted.
+@pytest.mark.parametrize("name", ["images/4541_right.jpg", "images/4203_left.jpg"])
+def test_an_eyelid_shadow_is_not_taken_for_the_frame(name: str) -> None:
+    """ODIR eyelid renders whose lid edge was taken for a padded frame's straight cut, the shadow left outside the
+    measured disc: 4541_right's edge runs flat for a stretch with lit retina past it at one end (6 of its 32
+    renders were accepted), 4203_left's lid is as dark as the surround and cuts a third of the diameter off one
+    side (6 accepted; a frame's cut is shallow).
     """
-    photo = Photo("odir", "images/4541_right.jpg", ODIR / "images/4541_right.jpg", "odir-4541", "normal")
+    photo = Photo("odir", name, ODIR / name, "odir-" + name.split("/")[1].split("_")[0], "normal")
     rows = [r for r in judge_photograph(photo, sorted(DEGRADED).index("obstructed")) if r["truth"] == "obstructed"]
     assert len(rows) == 32
     missed = [(r["framing"], r["size"], r["finish"], r["issues"]) for r in rows if not _ok(r)]
