@@ -446,6 +446,19 @@ def _deepest_cut(fit: Fit, box: Box, width: int, height: int) -> float:
     return max(depths)
 
 
+def straight_cut_depth(rgb: np.ndarray) -> float:
+    """How deep the deepest straight cut with black beyond it reaches into the disc fitted with it, uint8 [H, W, 3].
+
+    As a share of the disc's diameter, before ``MAX_CUT_DEPTH`` is applied (``fit_fov_circle`` refits a deeper cut
+    as an edge); 0 without such a cut or a fit. The evidence the bound was set on: benchmarks/gate_evidence.py.
+    """
+    level, _ = _small_copy(rgb, FIT_SIDE)
+    mask = fov_mask(level)
+    pts, box = edge_points(mask, level)
+    fit = _circle_or_ellipse(pts, mask.shape[1], mask.shape[0])
+    return 0.0 if fit is None else _deepest_cut(fit, box, mask.shape[1], mask.shape[0])
+
+
 def fit_fov_circle(rgb: np.ndarray) -> FovCircle | None:
     """Fit the FOV circle of uint8 [H, W, 3]; None when no circle fits the bright region's edge.
 

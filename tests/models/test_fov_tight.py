@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from models.fov import FIT_SIDE, _small_copy, fit_fov_circle, fov_level, surround_level
+from models.fov import FIT_SIDE, _small_copy, fit_fov_circle, fov_level, straight_cut_depth, surround_level
 
 R = 150.0  # disc radius (px)
 
@@ -126,6 +126,8 @@ def test_a_lid_as_dark_as_the_surround_is_not_taken_for_the_frame() -> None:
     """A third of the diameter blacked out from one side: a lid's edge, not a frame's cut (at most 0.16 on the
     natural photographs). The cut is not recorded, so its straight edge counts against the circle."""
     img = padded_disc_cut(0.33, both=False)
+    assert straight_cut_depth(img) == pytest.approx(0.33, abs=0.02)  # the depth the bound refuses, as measured
+    assert straight_cut_depth(padded_disc_cut(0.16, both=False)) == pytest.approx(0.16, abs=0.02)
     circle = fit_fov_circle(img)
     assert circle is None or circle.box[1] == 0, circle
     with_cut = padded_disc_cut(0.16, both=False)  # the deepest natural cut, on one side only, is still the frame
