@@ -4,7 +4,9 @@ Requests ``submit`` prepared images and await a future. One worker task takes th
 image, then keeps gathering until ``max_batch_size`` images or ``max_wait_ms`` have passed, runs
 ``Scorer.score_batch`` once in a dedicated inference thread (the event loop stays free), and
 resolves every future. The queue is bounded: when ``queue_size`` images already wait, ``submit``
-raises ``Overloaded`` at once (the API answers 503 + Retry-After) instead of growing memory.
+raises ``Overloaded`` at once (the API answers 503 + Retry-After) instead of growing memory. ``reserved``
+places of the queue are kept for ``submit_many(..., reserved=True)`` (the PACS worker's lane,
+``service.admission``): other submissions see a queue that is full ``reserved`` places earlier.
 """
 
 from __future__ import annotations
@@ -73,11 +75,13 @@ class MicroBatcher:
         max_wait_ms: float,
         queue_size: int,
         metrics: ServiceMetrics | None = None,
+        reserved: int = 0,
     ) -> None:
         self.scorer = scorer
         self.max_batch_size = max_batch_size
         self.max_wait = max_wait_ms / 1000.0
         self.queue_size = queue_size
+        self.reserved = min(reserved, queue_size - 1)  # at least one place stays for everyone else
         self.metrics = metrics
         self._queue: asyncio.Queue[_Job] = asyncio.Queue(maxsize=queue_size)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="radscreen-infer")
@@ -119,9 +123,10 @@ class MicroBatcher:
         batches_ahead = math.ceil(self.queue_size / self.max_batch_size)
         return max(1, math.ceil(batches_ahead * self._last_batch_s))
 
-    async def submit_many(self, images: Sequence[PreparedImage]) -> list[Scored]:
-        """Queue all images (all or none) and wait for their scores, in order."""
-        free = self.queue_size - self._queue.qsize()
+    async def submit_many(self, images: Sequence[PreparedImage], *, reserved: bool = False) -> list[Scored]:
+        """Queue all images (all or none) and wait for their scores, in order; ``reserved`` may use the places
+        kept for the reserved lane (module docstring)."""
+        free = self.queue_size - self._queue.qsize() - (0 if reserved else self.reserved)
         if len(images) > free:
             raise Overloaded(
                 f"The inference queue is full ({self.queue_size} images waiting); retry shortly.",

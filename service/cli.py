@@ -6,6 +6,8 @@ Examples::
     radscreen serve --model-dir models/my-run --port 9000        # or RADSCREEN_MODEL_DIR=...
     radscreen batch score --input images/ --output results.csv   # the batch job (service.batch)
     radscreen dicom-listen --spool-dir /var/lib/radscreen/spool --port 11112   # the DICOM C-STORE receiver
+    radscreen pacs-quarantine --spool-dir /var/lib/radscreen/spool             # studies set aside, and why
+    radscreen pacs-quarantine --spool-dir /var/lib/radscreen/spool --release KEY   # grade one again
     python -m service serve
 
 Every other setting comes from ``RADSCREEN_*`` environment variables (see service/settings.py).
@@ -39,6 +41,13 @@ def _parser() -> argparse.ArgumentParser:
     listen.add_argument("--ae-title", default=None, help="our AE title (RADSCREEN_PACS_AE_TITLE, default RADSCREEN)")
     listen.add_argument("--spool-dir", type=Path, default=None, help="spool folder (RADSCREEN_PACS_SPOOL_DIR)")
     listen.add_argument("--model-dir", type=Path, default=None, help="artifact directory (default: embedded)")
+    quarantine = sub.add_parser(
+        "pacs-quarantine", help="list the PACS studies set aside instead of graded, or release one (service.pacs)")
+    quarantine.add_argument("--spool-dir", type=Path, default=None, help="spool folder (RADSCREEN_PACS_SPOOL_DIR)")
+    quarantine.add_argument("--release", metavar="KEY", default=None,
+                            help="the study key (first column of the list) to grade again at the next pass")
+    quarantine.add_argument("--study-uid", default=None,
+                            help="show only the study with this StudyInstanceUID (its key is derived, never stored)")
     sub.add_parser("batch", help="batch referral scoring; see `radscreen batch --help`", add_help=False)
     return parser
 
@@ -121,6 +130,38 @@ def dicom_listen(args: argparse.Namespace) -> int:
     return 0
 
 
+def pacs_quarantine(args: argparse.Namespace) -> int:
+    """List the quarantined studies of a spool (key, reason, photographs, since when, why), or release one.
+
+    Nothing here names a patient or a UID: the key is a digest of the StudyInstanceUID (``--study-uid`` finds a
+    study's key from a UID the operator already has)."""
+    import time
+
+    from service.pacs.settings import PacsSettings
+    from service.pacs.store import Spool, key_of
+
+    spool_dir = args.spool_dir or PacsSettings().spool_dir
+    if spool_dir is None or not Path(spool_dir).is_dir():
+        print("radscreen pacs-quarantine: set --spool-dir (or RADSCREEN_PACS_SPOOL_DIR) to an existing spool",
+              file=sys.stderr)
+        return 2
+    spool = Spool(spool_dir)
+    if args.release is not None:
+        if not spool.release(args.release):
+            print(f"radscreen pacs-quarantine: no quarantined study with key {args.release[:40]!r}", file=sys.stderr)
+            return 1
+        print(f"released {args.release}: it is graded again at the worker's next pass")
+        return 0
+    wanted = key_of(args.study_uid.strip()) if args.study_uid else None
+    rows = [(s, q) for s, q in spool.quarantine_list() if wanted is None or s.key == wanted]
+    print("key\treason\tphotographs\tsince\tdetail")
+    for study, record in rows:
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(record.get("since", 0))))
+        print(f"{study.key}\t{record.get('reason')}\t{len(study.instances)}\t{since}\t{record.get('detail')}")
+    print(f"{len(rows)} quarantined", file=sys.stderr)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["batch"]:
@@ -132,6 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(args.host, args.port, args.model_dir, args.workers)
     if args.command == "dicom-listen":
         return dicom_listen(args)
+    if args.command == "pacs-quarantine":
+        return pacs_quarantine(args)
     return 2  # argparse already rejected anything else
 
 

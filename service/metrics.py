@@ -22,6 +22,7 @@ __all__ = ["CONTENT_TYPE_LATEST", "ServiceMetrics"]
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128)
 EXAM_IMAGE_BUCKETS = (1, 2, 3, 4, 6, 8, 16, 32, 64)
+PACS_QUARANTINE_REASONS = ("identity", "grading", "report", "unreadable", "unfinished")
 PROBABILITY_BUCKETS = tuple(round(0.1 * i, 1) for i in range(1, 11))
 # MI bucket bounds as multiples of the artifact's calibrated referral threshold: MI lives on the scale of
 # that threshold (5.4e-3 nat for the embedded model 2.0.0, 1.0e-3 for 1.0.0, 8.1e-4 for 0.3.0, 1e-6 for
@@ -169,11 +170,25 @@ class ServiceMetrics:
             "radscreen_pacs_deliveries",
             "Attempts to store a result in the archive, by result (delivered / failed).", ["result"], registry=r,
         )
-        self.pacs_outbox = Gauge("radscreen_pacs_outbox", "Results waiting for the archive.", registry=r)
+        self.pacs_outbox = Gauge(
+            "radscreen_pacs_outbox", "Results waiting for the archive (read from the spool when scraped).", registry=r)
         self.pacs_oldest_undelivered = Gauge(
             "radscreen_pacs_oldest_undelivered_seconds",
-            "Age of the oldest result not yet accepted by the archive (0 when none waits).", registry=r,
+            "Age of the oldest result not yet accepted by the archive (0 when none waits; read from the spool when "
+            "scraped).", registry=r,
         )
+        self.pacs_quarantines = Counter(
+            "radscreen_pacs_quarantines",
+            "Studies set aside instead of graded, by reason: identity (not one patient's visit, or one photograph as "
+            "both eyes), grading (scoring raised), report (the SR could not be built), unreadable (no instance "
+            "readable), unfinished (two passes ended with the process).", ["reason"], registry=r,
+        )
+        self.pacs_quarantined = Gauge(
+            "radscreen_pacs_quarantined", "Studies held in quarantine now (read from the spool when scraped).",
+            registry=r)
+        self.pacs_grading_paused = Gauge(
+            "radscreen_pacs_grading_paused",
+            "1 while grading is paused because the spool cannot be written (disk full or failing).", registry=r)
         for path in ("stow", "cstore"):
             for result in ("stored", "refused"):
                 self.pacs_instances.labels(path=path, result=result)
@@ -181,6 +196,8 @@ class ServiceMetrics:
             self.pacs_results.labels(event=event)
         for result in ("delivered", "failed"):
             self.pacs_deliveries.labels(result=result)
+        for reason in PACS_QUARANTINE_REASONS:
+            self.pacs_quarantines.labels(reason=reason)
 
     def _add_client_disconnects(self, r: CollectorRegistry) -> None:
         """Requests the client abandoned: counted, logged at info, never scored or 5xx."""

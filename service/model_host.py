@@ -94,6 +94,7 @@ class ModelHost:
         self.batcher: MicroBatcher | None = None
         self.admission: Admission | None = None
         self._decode_s = 0.0  # running average of one image's decode + preprocessing, for admission
+        self.reserved_images = 0  # queue places kept for the reserved lane (reserve_lane)
         self.decode_workers = decode_threads(settings.decode_workers, self.spec.device)
         self._decode_pool = ThreadPoolExecutor(self.decode_workers, thread_name_prefix="radscreen-decode")
 
@@ -119,6 +120,7 @@ class ModelHost:
             max_wait_ms=self.settings.max_wait_ms,
             queue_size=self.settings.queue_size,
             metrics=self.metrics,
+            reserved=self.reserved_images,
         )
         self.batcher.seed_seconds_per_image(image_s)
         self.admission = Admission(self.settings.max_queue_wait_s, self._seconds_per_image)
@@ -189,11 +191,17 @@ class ModelHost:
         assert self.batcher is not None
         return max(self.batcher.seconds_per_image(), self._decode_s / self.decode_workers)
 
-    def admit(self, images: int) -> contextlib.AbstractContextManager[None]:
-        """Admission by expected wait (``service.admission``), checked before any decoding."""
+    def reserve_lane(self, images: int) -> None:
+        """Keep ``images`` places of the batcher's queue for the reserved lane (``service.admission``: the PACS
+        worker); call it before :meth:`load`, or it applies from the next load."""
+        self.reserved_images = images
+
+    def admit(self, images: int, *, reserved: bool = False) -> contextlib.AbstractContextManager[None]:
+        """Admission by expected wait (``service.admission``), checked before any decoding; ``reserved``: the
+        reserved lane."""
         self.require_ready()
         assert self.admission is not None  # set together with ready
-        return self.admission.admit(images)
+        return self.admission.admit(images, reserved=reserved)
 
     async def predict(self, source: ImageSource) -> Prediction:
         """One image: admit, read and decode, then batch with whatever else is in flight."""
@@ -203,11 +211,13 @@ class ModelHost:
             scored = await self.batcher.submit(prepared)
         return Prediction(scored, prepared.decode_ms)
 
-    async def predict_many(self, images: Sequence[ImageSource]) -> list[Prediction | ImageRejected]:
+    async def predict_many(self, images: Sequence[ImageSource], *, reserved: bool = False
+                           ) -> list[Prediction | ImageRejected]:
         """Several images in order; a rejected image becomes its ImageRejected, the others are scored
-        together (``service.inference.partition``). Admitted (or refused) as a whole before decoding."""
-        with self.admit(len(images)):
-            return await self.score_prepared(await self.prepare_many(images))
+        together (``service.inference.partition``). Admitted (or refused) as a whole before decoding;
+        ``reserved``: through the reserved lane (``service.admission``)."""
+        with self.admit(len(images), reserved=reserved):
+            return await self.score_prepared(await self.prepare_many(images), reserved=reserved)
 
     async def prepare_many(self, images: Sequence[ImageSource]) -> list[PreparedImage | ImageRejected]:
         """:meth:`prepare` of each image, in order; a rejected one becomes its ImageRejected. Call it admitted
@@ -218,11 +228,11 @@ class ModelHost:
                 raise outcome
         return cast("list[PreparedImage | ImageRejected]", outcomes)  # any other exception was raised above
 
-    async def score_prepared(self, checked: Sequence[PreparedImage | ImageRejected]
+    async def score_prepared(self, checked: Sequence[PreparedImage | ImageRejected], *, reserved: bool = False
                              ) -> list[Prediction | ImageRejected]:
         """Score the prepared images of :meth:`prepare_many` in one batch submission; rejections stay in place."""
         assert self.batcher is not None
-        scored = await self.batcher.submit_many(accepted(checked, PreparedImage))
+        scored = await self.batcher.submit_many(accepted(checked, PreparedImage), reserved=reserved)
         return [
             m if isinstance(m, ImageRejected) else Prediction(m.score, m.item.decode_ms)
             for m in merge_in_order(checked, PreparedImage, ImageRejected, scored)

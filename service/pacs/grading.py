@@ -58,7 +58,7 @@ async def grade_study(host: ModelHost, study: StudyFolder) -> GradedExam | None:
     if not payloads:
         return None
     check_exam_identity(identities)
-    predictions = await host.predict_many(payloads)
+    predictions = await host.predict_many(payloads, reserved=True)  # the reserved lane (service.admission)
     scorer = host.require_ready()
     images = [
         GradedImage(header, eye, _rejected(pred) if isinstance(pred, ImageRejected)

@@ -44,9 +44,14 @@ class PacsSettings(BaseSettings):
     archive_host: str | None = Field(default=None, description="C-STORE archive: host (when no archive_url).")
     archive_port: int = Field(default=104, ge=1, le=65535, description="C-STORE archive: port.")
     archive_ae_title: str = Field(default="ORTHANC", pattern=_AE_TITLE, description="C-STORE archive: AE title.")
-    archive_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Timeout of one delivery.")
+    archive_timeout_s: float = Field(
+        default=30.0, gt=0, le=3600,
+        description="Deadline of one whole delivery (connect, send, answer); past it the delivery counts as failed.")
     retry_base_s: float = Field(default=2.0, gt=0, le=3600, description="First retry delay; doubles per failure.")
     retry_max_s: float = Field(default=300.0, gt=0, le=86_400, description="Longest delay between two retries.")
+    min_free_mb: int = Field(
+        default=256, ge=0, le=1_048_576,
+        description="Grading pauses while the spool's file system has less free space than this (MiB).")
     metrics_port: int | None = Field(
         default=None, ge=1, le=65535, description="dicom-listen: serve Prometheus metrics on this port.")
 

@@ -4,6 +4,8 @@ Layout under the spool folder (``RADSCREEN_PACS_SPOOL_DIR``)::
 
     studies/<study key>/<instance key>-<R|L>.dcm  a received instance, exactly the bytes received
     studies/<study key>/graded.json           the instance set last graded and its result's UID
+    studies/<study key>/grading.json          a grading in progress: the instance set and how many passes started
+    studies/<study key>/quarantine.json       a study set aside: the instance set, the reason (no identifier), when
     results/<result key>.dcm                  an SR built and not yet delivered (the outbox)
     results/<result key>.json                 its exam (the /v1/exams fields) and FHIR bundle
     sent/<result key>.json                    an SR the archive has acknowledged (kept: it is the duplicate check)
@@ -21,6 +23,8 @@ import fcntl
 import hashlib
 import json
 import os
+import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +34,8 @@ from models.atomic import atomic_write_bytes, fsync_dir, stale_temporaries
 from models.decision import Eye
 
 GRADED = "graded.json"
+GRADING = "grading.json"
+QUARANTINE = "quarantine.json"
 _LETTER = {Eye.RIGHT: "R", Eye.LEFT: "L"}
 
 
@@ -125,10 +131,65 @@ class Spool:
     def mark_graded(self, study: StudyFolder, result_key: str) -> None:
         atomic_write_bytes(study.folder / GRADED, json.dumps({"digest": study.digest, "result": result_key}).encode())
 
+    # -- a grading in progress, and quarantine ----------------------------------------------------------------
+    def start_grading(self, study: StudyFolder) -> int:
+        """Record that a grading pass of this instance set starts; returns how many passes of this same set had
+        started before without finishing (a process that ended during them: killed, out of memory, crashed)."""
+        record = _read_json(study.folder / GRADING)
+        unfinished = int(record.get("started", 0)) if record and record.get("digest") == study.digest else 0
+        atomic_write_bytes(study.folder / GRADING,
+                           json.dumps({"digest": study.digest, "started": unfinished + 1}).encode())
+        return unfinished
+
+    def restore_grading(self, study: StudyFolder, unfinished: int) -> None:
+        """Undo :meth:`start_grading` (the pass did not happen: the model was busy)."""
+        if unfinished:
+            atomic_write_bytes(study.folder / GRADING,
+                               json.dumps({"digest": study.digest, "started": unfinished}).encode())
+        else:
+            self.finish_grading(study)
+
+    def finish_grading(self, study: StudyFolder) -> None:
+        """The pass ended (graded, refused or quarantined): nothing is left in progress."""
+        (study.folder / GRADING).unlink(missing_ok=True)
+
+    def quarantine(self, study: StudyFolder, reason: str, detail: str) -> None:
+        """Set this instance set aside: the worker does not grade it again (a restart included) until an instance
+        is added or replaced, or an operator releases it. ``reason`` is a fixed word, ``detail`` plain words
+        without any identifier."""
+        record = {"digest": study.digest, "reason": reason, "detail": detail, "since": time.time(),
+                  "photographs": len(study.instances)}
+        atomic_write_bytes(study.folder / QUARANTINE, json.dumps(record).encode())
+        self.finish_grading(study)
+
+    def quarantined(self, study: StudyFolder) -> dict[str, Any] | None:
+        """The quarantine record of this instance set, or None (none, or one of an earlier set)."""
+        record = _read_json(study.folder / QUARANTINE)
+        return record if record is not None and record.get("digest") == study.digest else None
+
+    def quarantine_list(self) -> list[tuple[StudyFolder, dict[str, Any]]]:
+        """Every study whose current instance set is quarantined, oldest activity first."""
+        return [(s, q) for s in self.studies() if (q := self.quarantined(s)) is not None]
+
+    def release(self, study_key: str) -> bool:
+        """Lift a study's quarantine (an operator, after fixing its cause): it is graded at the next pass.
+        False when no such quarantined study is held."""
+        path = self.studies_dir / study_key / QUARANTINE
+        if not _is_key(study_key) or not path.is_file():
+            return False
+        path.unlink()
+        (self.studies_dir / study_key / GRADING).unlink(missing_ok=True)
+        fsync_dir(path.parent)
+        return True
+
+    def free_bytes(self) -> int:
+        """Bytes free for writing on the spool's file system."""
+        return shutil.disk_usage(self.root).free
+
     def remove_study(self, study: StudyFolder) -> None:
         """Delete the files of ``study`` as listed (retention over, result delivered). An instance received in the
         meantime is kept (the folder stays), and the study is graded again with it."""
-        for path in (*study.instances, study.folder / GRADED):
+        for path in (*study.instances, study.folder / GRADED, study.folder / GRADING, study.folder / QUARANTINE):
             path.unlink(missing_ok=True)
         try:
             study.folder.rmdir()
@@ -147,6 +208,10 @@ class Spool:
     def outbox(self) -> list[Path]:
         """SRs waiting for the archive, oldest first."""
         return sorted(self.results_dir.glob("*.dcm"), key=_mtime)
+
+    def outbox_times(self) -> list[float]:
+        """When each waiting SR was queued (epoch seconds; one gone meanwhile is left out)."""
+        return [t for t in (_mtime(p) for p in self.results_dir.glob("*.dcm")) if t > 0]
 
     def is_sent(self, result_key: str) -> bool:
         return (self.sent_dir / f"{result_key}.json").is_file()
@@ -172,6 +237,10 @@ class Spool:
         for path in stale:
             path.unlink(missing_ok=True)
         return len(stale)
+
+
+def _is_key(text: str) -> bool:
+    return re.fullmatch(r"[0-9a-f]{32}", text) is not None
 
 
 def _mtime(path: Path) -> float:

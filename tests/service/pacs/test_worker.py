@@ -1,19 +1,16 @@
 """The PACS worker in-process on a real spool and the tiny model: when a study is graded, exactly-once results
 across simulated crashes, and delivery failures retried with backoff and visible in the metrics.
 
-Time is moved by setting the instances' modification times (the worker reads arrival times from the spool, as
-after a restart), never by sleeping. The archive here is a small in-test recorder (the real archives, C-STORE and
-STOW-RS into Orthanc, are in test_orthanc_roundtrip.py and test_stow.py).
+Time is moved by setting the instances' modification times (tests/helpers/pacs_worker.py). The archive here is a
+small in-test recorder (the real archives, C-STORE and STOW-RS into Orthanc, are in test_orthanc_roundtrip.py and
+test_stow.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import io
-import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pydicom
@@ -21,76 +18,36 @@ import pytest
 from pydicom.uid import generate_uid
 
 from models.decision import Eye
-from service.metrics import ServiceMetrics
 from service.model_host import ModelHost
-from service.pacs.delivery import Backoff, DeliveryFailed
-from service.pacs.intake import Accepted, check_instance
-from service.pacs.settings import PacsSettings
+from service.pacs.delivery import Backoff
 from service.pacs.sr import result_uids
 from service.pacs.store import Spool
 from service.pacs.worker import PacsWorker
 from support.images import fundus_like
-from support.live_server import settings_for
 from tests.helpers.dicom_files import op_dicom
 from tests.helpers.dicom_listener import two_eye_study
-
-
-@dataclass
-class RecordingArchive:
-    """Takes SRs (or refuses them while ``down``), recording each SOP Instance UID it stored."""
-
-    down: bool = False
-    stored: list[str] = field(default_factory=list)
-    name: str = "recorder"
-
-    def send(self, data: bytes) -> None:
-        if self.down:
-            raise DeliveryFailed("archive down (test)")
-        self.stored.append(str(pydicom.dcmread(io.BytesIO(data)).SOPInstanceUID))
-
-
-LOOP = asyncio.new_event_loop()  # the model host's batcher runs on the loop that loaded it: every tick runs there
+from tests.helpers.pacs_worker import LOOP, RecordingArchive, loaded_host, make_worker, receive, tick, value
 
 
 @pytest.fixture(scope="module")
 def host(tiny_artifact: Path) -> Iterator[ModelHost]:
-    model_host = ModelHost(settings_for(tiny_artifact, backend="torch"), ServiceMetrics())
-    LOOP.run_until_complete(model_host.load())
-    assert model_host.state == "ready", model_host.error
+    model_host = loaded_host(tiny_artifact)
     yield model_host
     LOOP.run_until_complete(model_host.stop())
 
 
 def _worker(host: ModelHost, root: Path, archive: RecordingArchive | None = None) -> PacsWorker:
-    settings = PacsSettings(spool_dir=root, settle_s=2, quiet_s=60, retry_base_s=1, retry_max_s=4)
-    host.metrics = ServiceMetrics()  # fresh counters per test
-    return PacsWorker(Spool(root), host, archive, settings, host.metrics)
-
-
-def _receive(spool: Spool, *instances: bytes, age_s: float = 0.0) -> None:
-    for data in instances:
-        verdict = check_instance(data)
-        assert isinstance(verdict, Accepted)
-        path = spool.put_instance(verdict.study_uid, verdict.sop_instance_uid, verdict.eye, data)
-        os.utime(path, (time.time() - age_s, time.time() - age_s))
-
-
-def _tick(worker: PacsWorker) -> None:
-    LOOP.run_until_complete(worker.tick())
-
-
-def _value(metrics: ServiceMetrics, name: str, **labels: str) -> float:
-    return float(metrics.registry.get_sample_value(name, labels or None) or 0.0)
+    return make_worker(host, root, archive)
 
 
 def test_grading_waits_for_both_eyes_or_the_quiet_period(host: ModelHost, tmp_path: Path) -> None:
     worker = _worker(host, tmp_path)
     right, left = two_eye_study(generate_uid())
-    _receive(worker.spool, right, age_s=30)  # one eye, quiet for 30 s < quiet_s = 60
+    receive(worker.spool, right, age_s=30)  # one eye, quiet for 30 s < quiet_s = 60
     [study] = worker.spool.studies()
     assert study.eyes == {Eye.RIGHT} and not worker.ready(study, time.time())
     assert worker.ready(study, time.time() + 31)  # quiet for 61 s: graded with one eye
-    _receive(worker.spool, left, age_s=1)  # both eyes, last one 1 s ago < settle_s = 2
+    receive(worker.spool, left, age_s=1)  # both eyes, last one 1 s ago < settle_s = 2
     [study] = worker.spool.studies()
     assert not worker.ready(study, time.time())
     assert worker.ready(study, time.time() + 1.5)
@@ -100,37 +57,37 @@ def test_crash_before_the_grading_was_recorded_yields_one_result(host: ModelHost
     archive = RecordingArchive()
     worker = _worker(host, tmp_path, archive)
     right, left = two_eye_study(generate_uid())
-    _receive(worker.spool, right, left, age_s=5)
-    _tick(worker)
+    receive(worker.spool, right, left, age_s=5)
+    tick(worker)
     [study] = worker.spool.studies()
     (study.folder / "graded.json").unlink()  # as if killed after queuing the SR, before recording the grading
-    _tick(worker)
-    _receive(worker.spool, right, left, age_s=5)  # and the archive resends the whole study
-    _tick(worker)
+    tick(worker)
+    receive(worker.spool, right, left, age_s=5)  # and the archive resends the whole study
+    tick(worker)
     sr_uid = result_uids([str(pydicom.dcmread(io.BytesIO(d)).SOPInstanceUID) for d in (right, left)],
                          host.require_ready().model_identity.sha256)[0]
     assert archive.stored == [sr_uid]
-    assert _value(worker.metrics, "radscreen_pacs_results_total", event="built") == 1
-    assert _value(worker.metrics, "radscreen_pacs_results_total", event="duplicate") == 1
+    assert value(worker.metrics, "radscreen_pacs_results_total", event="built") == 1
+    assert value(worker.metrics, "radscreen_pacs_results_total", event="duplicate") == 1
     assert worker.spool.outbox() == []
 
 
 def test_archive_down_retried_with_backoff_and_counted(host: ModelHost, tmp_path: Path) -> None:
     archive = RecordingArchive(down=True)
     worker = _worker(host, tmp_path, archive)
-    _receive(worker.spool, *two_eye_study(generate_uid()), age_s=5)
-    _tick(worker)
+    receive(worker.spool, *two_eye_study(generate_uid()), age_s=5)
+    tick(worker)
     assert archive.stored == [] and len(worker.spool.outbox()) == 1
-    assert _value(worker.metrics, "radscreen_pacs_deliveries_total", result="failed") == 1
-    assert _value(worker.metrics, "radscreen_pacs_outbox") == 1
-    _tick(worker)  # within the 1 s backoff: not tried again
-    assert _value(worker.metrics, "radscreen_pacs_deliveries_total", result="failed") == 1
+    assert value(worker.metrics, "radscreen_pacs_deliveries_total", result="failed") == 1
+    assert value(worker.metrics, "radscreen_pacs_outbox") == 1
+    tick(worker)  # within the 1 s backoff: not tried again
+    assert value(worker.metrics, "radscreen_pacs_deliveries_total", result="failed") == 1
     archive.down = False
     [key] = [p.stem for p in worker.spool.outbox()]
     worker.backoff.next_try[key] = 0.0  # the backoff has elapsed
-    _tick(worker)
+    tick(worker)
     assert len(archive.stored) == 1 and worker.spool.outbox() == []
-    assert _value(worker.metrics, "radscreen_pacs_deliveries_total", result="delivered") == 1
+    assert value(worker.metrics, "radscreen_pacs_deliveries_total", result="delivered") == 1
     assert worker.spool.is_sent(key)
 
 
@@ -168,9 +125,9 @@ def test_two_patients_in_one_study_are_not_graded(host: ModelHost, tmp_path: Pat
     study_uid = generate_uid()
     right = op_dicom(fundus_like(1, 64), laterality="R", study_uid=study_uid, PatientID="PATIENT-A")
     left = op_dicom(fundus_like(2, 64), laterality="L", study_uid=study_uid, PatientID="PATIENT-B")
-    _receive(worker.spool, right, left, age_s=5)
-    _tick(worker)
-    _tick(worker)  # not tried again while its instances are unchanged
+    receive(worker.spool, right, left, age_s=5)
+    tick(worker)
+    tick(worker)  # not tried again while its instances are unchanged
     assert archive.stored == [] and worker.spool.outbox() == []
-    assert _value(worker.metrics, "radscreen_pacs_results_total", event="refused") == 1
-    assert _value(worker.metrics, "radscreen_exams_total", outcome="no_referable_dr") == 0
+    assert value(worker.metrics, "radscreen_pacs_results_total", event="refused") == 1
+    assert value(worker.metrics, "radscreen_exams_total", outcome="no_referable_dr") == 0
