@@ -1,0 +1,1 @@
+"""Hostile inputs against a real service, one file per behaviour."""
