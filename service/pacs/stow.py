@@ -93,7 +93,8 @@ class StowBody:
         self._header = {"field": bytearray(), "value": bytearray()}
         # A delimiter after a bare LF, or a delimiter line that ends in one: RFC 2046 needs CRLF for both.
         escaped = re.escape(b"--" + boundary)
-        self._bare_lf = re.compile(rb"(?<!\r)\n" + escaped + rb"(?:--|[ \t]{0,16}\r?\n)|\n" + escaped
+        # (The byte before the LF is matched, not looked behind at: the window's first LF never matches alone.)
+        self._bare_lf = re.compile(rb"[^\r]\n" + escaped + rb"(?:--|[ \t]{0,16}\r?\n)|\n" + escaped
                                    + rb"[ \t]{0,16}\n")
         self._tail = b"\r\n"  # the last bytes fed (at first: the line end before the first delimiter)
         self._tail_size = len(boundary) + 24  # so that a delimiter split across two chunks is seen
@@ -183,15 +184,6 @@ class StowBody:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
-
-
-def split_related(content_type: str, body: bytes, *, max_parts: int, max_part_bytes: int) -> list[bytes]:
-    """The bytes of each ``application/dicom`` part of a whole ``multipart/related`` body (:class:`StowBody` in one
-    chunk; for callers that hold the body already)."""
-    with StowBody(content_type, max_parts=max_parts, max_part_bytes=max_part_bytes) as stow:
-        stow.feed(body)
-        stow.finish()
-        return list(stow.parts())
 
 
 @dataclass
