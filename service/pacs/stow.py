@@ -9,7 +9,8 @@ with its status) as soon as it is wrong, before any part is parsed as DICOM and 
   Content-Type is refused when its headers end);
 - 413: a part beyond ``max_parts`` (``RADSCREEN_PACS_STOW_MAX_PARTS``), or a part larger than
   ``max_part_bytes`` (``RADSCREEN_MAX_UPLOAD_BYTES``, the limit of any photograph), counted as its bytes arrive;
-  the rest of the body is not read;
+  the service reads no more of the body (uvicorn discards what the client still sends, so that it reads the
+  answer);
 - 400: malformed framing (RFC 2046 §5.1.1): no boundary, a bare LF where a delimiter or a part's header line
   must end in CRLF (``\\n--boundary`` or ``--boundary\\n``: LF-only line ends are refused, never guessed at), a
   body that ends before its closing delimiter ``--boundary--`` (truncated, or never closed), one that holds no
