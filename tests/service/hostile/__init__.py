@@ -1,1 +1,1 @@
-"""Hostile inputs against a real service, one file per behaviour."""
+"""Hostile input: what the service refuses, bounds or survives, named by behaviour."""
