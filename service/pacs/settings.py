@@ -31,6 +31,13 @@ class PacsSettings(BaseSettings):
     acse_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Association negotiation timeout.")
     dimse_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Timeout of one DIMSE message.")
     network_timeout_s: float = Field(default=60.0, gt=0, le=3600, description="Idle association timeout.")
+    stow_max_parts: int = Field(
+        default=32, ge=1, le=1024,
+        description="STOW-RS: most parts (instances) in one request; a body with more is refused 413 as the first "
+        "extra part begins, and nothing of it is stored. 32 = four full visits at the default "
+        "RADSCREEN_MAX_EXAM_IMAGES (8): room for a visit's photographs and the other instances of its study "
+        "(refused one by one), while it bounds a request's parsing, its answer (one item per part) and, with "
+        "RADSCREEN_MAX_UPLOAD_BYTES per part, what it spools.")
     settle_s: float = Field(
         default=2.0, ge=0, le=3600, description="Both eyes received: grade once no instance came for this long.")
     quiet_s: float = Field(
