@@ -1,0 +1,1 @@
+"""Hostile input: what the service refuses, bounds or survives, named by behaviour."""
