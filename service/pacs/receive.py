@@ -92,7 +92,7 @@ def _read_back(study_uid: str, path: Path) -> HeldInstance:
     eye = Eye.RIGHT if path.stem.endswith("-R") else Eye.LEFT
     try:
         verdict = check_instance(path.read_bytes())
-    except OSError:  # removed meanwhile by the worker (it does not take the lock to read)
+    except OSError:  # unreadable (a disk error, or removed by hand): counted, not compared
         return HeldInstance(eye, None, None)
     if not isinstance(verdict, Accepted):  # received under older rules: counted, not compared
         return HeldInstance(eye, None, None)

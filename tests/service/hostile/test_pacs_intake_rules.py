@@ -247,6 +247,20 @@ def test_second_patient_in_a_study_is_refused_at_receipt(tmp_path: Path) -> None
     assert b"PATIENT" not in identity and study_uid.encode() not in identity
 
 
+def test_a_removed_study_leaves_no_identity_behind(tmp_path: Path) -> None:
+    """The worker removes a delivered study: its identity file goes with it, and a later study under the same UID
+    is compared with nothing of the removed one."""
+    spool = Spool(tmp_path / "spool")
+    study_uid = generate_uid()
+    first = op_dicom(fundus_like(12, 32), study_uid=study_uid, laterality="R", PatientID="PATIENT-A")
+    assert isinstance(_receive(spool, first), Accepted)
+    [study] = spool.studies()
+    spool.remove_study(study)
+    assert not (spool.studies_dir / key_of(study_uid)).exists()
+    later = op_dicom(fundus_like(13, 32), study_uid=study_uid, laterality="L", PatientID="PATIENT-B")
+    assert isinstance(_receive(spool, later), Accepted)
+
+
 # -- 6. one photograph cannot stand for both eyes ------------------------------------------------------------------
 def test_same_pixel_data_as_the_other_eye_is_refused_at_receipt(tmp_path: Path) -> None:
     spool = Spool(tmp_path / "spool")
@@ -265,6 +279,22 @@ def test_same_pixel_data_as_the_other_eye_is_refused_at_receipt(tmp_path: Path) 
     assert isinstance(_receive(spool, again), Accepted)
     other = op_dicom(fundus_like(11, 32), study_uid=study_uid, laterality="L")
     assert isinstance(_receive(spool, other), Accepted)
+
+
+def test_instances_held_without_a_record_are_read_back(tmp_path: Path) -> None:
+    """A spool written before identity files: the held instance's PatientID and pixels are read from its file."""
+    spool = Spool(tmp_path / "spool")
+    study_uid = generate_uid()
+    rgb = fundus_like(14, 32)
+    right = op_dicom(rgb, study_uid=study_uid, laterality="R", PatientID="PATIENT-A")
+    verdict = check_instance(right)
+    assert isinstance(verdict, Accepted)
+    spool.put_instance(verdict.study_uid, verdict.sop_instance_uid, verdict.eye, right)  # no identity.json
+    _refused(_receive(spool, op_dicom(fundus_like(15, 32), study_uid=study_uid, laterality="L", PatientID="X")))
+    same = _refused(_receive(spool, op_dicom(rgb, study_uid=study_uid, laterality="L", PatientID="PATIENT-A")))
+    assert same.startswith("the same photograph as the right eye's instance")
+    assert isinstance(_receive(spool, op_dicom(fundus_like(16, 32), study_uid=study_uid, laterality="L",
+                                               PatientID="PATIENT-A")), Accepted)
 
 
 # -- 7. batch CSV: every error row names its own line ------------------------------------------------------------
