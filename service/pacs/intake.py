@@ -27,7 +27,8 @@ cannot be graded per eye. These rules are the intake's own: ``POST /v1/predict``
 with :func:`service.inference.dicom.read_dicom_tags` (ImageLaterality, else Laterality, in either case) and do not
 require it.
 
-"Repair": pydicom reads past corrupt bytes by guessing (another VR, a missing delimiter, an unknown character set)
+"Not parsable" includes a pixel data element written with a VR pixel data cannot have (not OB, OW or UN).
+"Repaired": pydicom reads past corrupt bytes by guessing (another VR, a missing delimiter, an unknown character set)
 and warns; a data set it had to guess at, or whose SOP Class UID is not a UID, is not understood rather than graded
 on guesses. The pixels are decoded when the study is graded (a photograph that fails then is answered
 ``retake_ungradable``); at receipt only the sha256 of the raw PixelData element value is taken
