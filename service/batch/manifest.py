@@ -4,7 +4,9 @@ Both the input discovery (``service.batch.inputs``) and ``--group-by patient`` (
 the manifest through :func:`read_manifest`, so record *i* is the same row for both. A row the csv module
 refuses (a cell longer than ``csv.field_size_limit()``, 131,072 characters by default, which raises
 ``_csv.Error`` in the middle of the file) becomes a record with a ``problem`` and no cells, and reading goes on
-with the next line: the job makes it an error row instead of stopping with no output.
+with the next line: the job makes it an error row instead of stopping with no output. Line numbers come from the
+csv reader's count of lines read (``csv.reader.line_num``), which counts a refused row's line too;
+``DictReader.line_num`` is only updated by a row that parses, so two refused rows in a row would name one line.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def read_manifest(manifest: Path) -> tuple[list[str], list[ManifestRecord]]:
         reader.fieldnames = fieldnames
         records: list[ManifestRecord] = []
         while True:
-            before = reader.line_num
+            before = reader.reader.line_num  # the csv reader's own count: DictReader's is not updated by a failed row
             try:
                 row = next(reader)
             except StopIteration:

@@ -3,9 +3,12 @@
 Layout under the spool folder (``RADSCREEN_PACS_SPOOL_DIR``)::
 
     studies/<study key>/<instance key>-<R|L>.dcm  a received instance, exactly the bytes received
+    studies/<study key>/identity.json         per held instance: its eye, a keyed sha256 of its PatientID and
+                                              the sha256 of its PixelData value (digests only, no identifier)
     studies/<study key>/graded.json           the instance set last graded and its result's UID
     studies/<study key>/grading.json          a grading in progress: the instance set and how many passes started
     studies/<study key>/quarantine.json       a study set aside: the instance set, the reason (no identifier), when
+    .study-locks/<n>.lock                     the per-study receiving locks (64 stripes, by study key)
     results/<result key>.dcm                  an SR built and not yet delivered (the outbox)
     results/<result key>.json                 its exam (the /v1/exams fields) and FHIR bundle
     sent/<result key>.json                    an SR the archive has acknowledged (kept: it is the duplicate check)
@@ -13,19 +16,37 @@ Layout under the spool folder (``RADSCREEN_PACS_SPOOL_DIR``)::
 Keys are sha256 digests (first 32 hex) of the StudyInstanceUID, SOP Instance UID and SR SOP Instance UID, so no
 identifier appears in a file name. Every write is :func:`models.atomic.atomic_write_bytes` (temporary file,
 fsync, rename, fsync of the folder), so an instance is on disk before its receipt is acknowledged and a process
-killed at any point leaves each file either absent or whole. A resent instance replaces its own file with the
-same bytes: the spool holds each SOP instance once.
+killed at any point leaves each file either absent or whole. The spool holds each SOP instance once: a resent
+instance whose bytes are identical to the file held is acknowledged without rewriting it, so its arrival time (the
+file's mtime, from which the worker waits for a study to settle) stays that of its first receipt; one whose bytes
+differ replaces it (under the eye it now names).
+
+**Receiving lock.** Several processes may receive into one spool (HTTP workers, ``radscreen dicom-listen``).
+:meth:`Spool.study_lock` serialises what :func:`service.pacs.receive.receive` does with one study (count the
+instances held, read ``identity.json``, write it and the instance): an exclusive ``flock`` on one of
+:data:`LOCK_STRIPES` files under ``.study-locks/``, chosen by the study key. Each call opens the file itself, so two
+threads of one process exclude each other as two processes do; the lock is released when the call returns or its
+process dies. :meth:`Spool.remove_study` takes the same lock.
+
+**Identity file.** ``identity.json`` records, per held instance (by instance key), what the intake compares
+between the instances of a study without keeping an identifier: the eye, :func:`patient_digest` (HMAC-SHA256 of
+the PatientID keyed by the StudyInstanceUID, so equal PatientIDs of two studies give unrelated digests) and the
+sha256 of the raw PixelData element value. It is written atomically before the instance, and read back only for
+instances still on disk, so a receiver killed between the two writes leaves no record of an instance not held.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
+import hmac
 import json
 import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -36,12 +57,45 @@ from models.decision import Eye
 GRADED = "graded.json"
 GRADING = "grading.json"
 QUARANTINE = "quarantine.json"
+IDENTITY = "identity.json"
+LOCKS = ".study-locks"
+LOCK_STRIPES = 64
 _LETTER = {Eye.RIGHT: "R", Eye.LEFT: "L"}
+_EYE = {letter: eye for eye, letter in _LETTER.items()}
 
 
 def key_of(uid: str) -> str:
     """The file-name key of a UID: no identifier is ever a file name."""
     return hashlib.sha256(uid.encode("utf-8")).hexdigest()[:32]
+
+
+def patient_digest(study_uid: str, patient_id: str | None) -> str:
+    """What ``identity.json`` keeps of a PatientID: HMAC-SHA256 keyed by the StudyInstanceUID (an absent PatientID
+    has a digest of its own, unequal to any present one's)."""
+    message = b"\x00" if patient_id is None else b"\x01" + patient_id.encode("utf-8")
+    return hmac.new(study_uid.encode("utf-8"), message, hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class HeldInstance:
+    """What the spool records of one held instance for the intake's comparisons (digests only)."""
+
+    eye: Eye
+    patient: str | None  # patient_digest; None when the instance's header can no longer be read
+    pixels: str | None  # sha256 of the raw PixelData value; None without pixel data
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"eye": _LETTER[self.eye], "patient": self.patient, "pixels": self.pixels}
+
+    @staticmethod
+    def from_json(value: Any) -> HeldInstance | None:
+        """The record, or None for one that is not a record (a hand-edited or foreign file)."""
+        if not isinstance(value, dict) or value.get("eye") not in _EYE:
+            return None
+        patient, pixels = value.get("patient"), value.get("pixels")
+        if not all(v is None or isinstance(v, str) for v in (patient, pixels)):
+            return None
+        return HeldInstance(_EYE[value["eye"]], patient, pixels)
 
 
 @dataclass(frozen=True)
@@ -72,7 +126,8 @@ class Spool:
         self.studies_dir = self.root / "studies"
         self.results_dir = self.root / "results"
         self.sent_dir = self.root / "sent"
-        for folder in (self.studies_dir, self.results_dir, self.sent_dir):
+        self.locks_dir = self.root / LOCKS
+        for folder in (self.studies_dir, self.results_dir, self.sent_dir, self.locks_dir):
             folder.mkdir(parents=True, exist_ok=True)
         fsync_dir(self.root)
         self._lock: BinaryIO | None = None
@@ -92,15 +147,35 @@ class Spool:
         return True
 
     # -- instances -------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def study_lock(self, study_uid: str) -> Iterator[None]:
+        """Hold the study's receiving lock for the block (module docstring: threads and processes)."""
+        with self._stripe(key_of(study_uid)):
+            yield
+
+    @contextlib.contextmanager
+    def _stripe(self, study_key: str) -> Iterator[None]:
+        stripe = int(study_key[:8], 16) % LOCK_STRIPES
+        with open(self.locks_dir / f"{stripe:02d}.lock", "a+b") as handle:  # this call's own open file
+            fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
+            yield
+
     def put_instance(self, study_uid: str, sop_instance_uid: str, eye: Eye, data: bytes) -> Path:
         """Store one instance durably (fsync + atomic rename + folder fsync); returns its path. The eye is part
-        of the name (``<instance key>-R.dcm``), so deciding whether a study is complete reads no header."""
+        of the name (``<instance key>-R.dcm``), so deciding whether a study is complete reads no header. Bytes
+        identical to the file held are not written again (its mtime, the arrival time, stays); the same instance
+        held under the other eye's name is removed once the new file is in place."""
         folder = self.studies_dir / key_of(study_uid)
         if not folder.is_dir():
             folder.mkdir(exist_ok=True)
             fsync_dir(self.studies_dir)
         path = folder / f"{key_of(sop_instance_uid)}-{_LETTER[eye]}.dcm"
-        atomic_write_bytes(path, data)
+        if not _holds_bytes(path, data):
+            atomic_write_bytes(path, data)
+        other = folder / f"{key_of(sop_instance_uid)}-{_LETTER[Eye.LEFT if eye is Eye.RIGHT else Eye.RIGHT]}.dcm"
+        if other.exists():
+            other.unlink()
+            fsync_dir(folder)
         return path
 
     def instances_of(self, study_uid: str) -> list[Path]:
@@ -110,6 +185,30 @@ class Spool:
     def holds(self, study_uid: str, sop_instance_uid: str) -> bool:
         """Whether the spool holds this instance already (under either eye)."""
         return any((self.studies_dir / key_of(study_uid)).glob(f"{key_of(sop_instance_uid)}-*.dcm"))
+
+    def held_instances(self, study_uid: str) -> dict[str, Path]:
+        """The instances held for ``study_uid`` by instance key."""
+        return {p.stem.rsplit("-", 1)[0]: p for p in self.instances_of(study_uid)}
+
+    def identity(self, study_uid: str) -> dict[str, HeldInstance]:
+        """The records of ``identity.json`` (module docstring) of the instances still held, by instance key. Call
+        under :meth:`study_lock`; an instance held without a record (received before identity files) is absent."""
+        held = self.held_instances(study_uid)
+        recorded = _read_json(self.studies_dir / key_of(study_uid) / IDENTITY) or {}
+        records = {key: HeldInstance.from_json(value) for key, value in recorded.items() if key in held}
+        return {key: record for key, record in records.items() if record is not None}
+
+    def record_identity(self, study_uid: str, records: dict[str, HeldInstance]) -> None:
+        """Replace the study's ``identity.json`` with ``records`` (atomically; not rewritten when unchanged). Call
+        under :meth:`study_lock`, before :meth:`put_instance`."""
+        folder = self.studies_dir / key_of(study_uid)
+        if not folder.is_dir():
+            folder.mkdir(exist_ok=True)
+            fsync_dir(self.studies_dir)
+        data = json.dumps({key: records[key].to_json() for key in sorted(records)}, sort_keys=True).encode()
+        path = folder / IDENTITY
+        if not _holds_bytes(path, data):
+            atomic_write_bytes(path, data)
 
     def studies(self) -> list[StudyFolder]:
         """Every study folder with at least one instance, oldest activity first."""
@@ -188,14 +287,20 @@ class Spool:
 
     def remove_study(self, study: StudyFolder) -> None:
         """Delete the files of ``study`` as listed (retention over, result delivered). An instance received in the
-        meantime is kept (the folder stays), and the study is graded again with it."""
-        for path in (*study.instances, study.folder / GRADED, study.folder / GRADING, study.folder / QUARANTINE):
-            path.unlink(missing_ok=True)
-        try:
-            study.folder.rmdir()
-        except OSError:  # not empty: something arrived since the listing
-            return
-        fsync_dir(self.studies_dir)
+        meantime is kept (the folder stays), and the study is graded again with it. Under the study's receiving
+        lock, so the identity file goes with the last instance and a receiver never sees half a removal."""
+        with self._stripe(study.key):
+            for path in (*study.instances, study.folder / GRADED, study.folder / GRADING,
+                         study.folder / QUARANTINE):
+                path.unlink(missing_ok=True)
+            if any(study.folder.glob("*.dcm")):  # something arrived since the listing
+                return
+            (study.folder / IDENTITY).unlink(missing_ok=True)
+            try:
+                study.folder.rmdir()
+            except OSError:  # a file that is no instance (a temporary file of a killed writer): kept for cleaning
+                return
+            fsync_dir(self.studies_dir)
 
     # -- results ---------------------------------------------------------------------------------------------
     def put_result(self, sr_uid: str, sr_bytes: bytes, record: dict[str, Any]) -> str:
@@ -241,6 +346,16 @@ class Spool:
 
 def _is_key(text: str) -> bool:
     return re.fullmatch(r"[0-9a-f]{32}", text) is not None
+
+
+def _holds_bytes(path: Path, data: bytes) -> bool:
+    """Whether ``path`` is a file holding exactly ``data``."""
+    try:
+        if path.stat().st_size != len(data):
+            return False
+        return path.read_bytes() == data
+    except FileNotFoundError:
+        return False
 
 
 def _mtime(path: Path) -> float:

@@ -3,12 +3,15 @@
 ``op_dicom(rgb, syntax=...)`` writes a real Part-10 file around an RGB photograph: uncompressed (Explicit VR
 Little Endian) or JPEG Baseline encapsulated (the JPEG encoded by Pillow, as a camera's codec would). Keyword
 arguments override header fields, so hostile files (a declared 65535 x 65535 frame, another SOP class, several
-frames) are the same builder with one field changed.
+frames) are the same builder with one field changed. ``raw`` writes an element's value byte for byte, for values
+pydicom corrects when it writes them (a UID with a trailing space, a lower-case code string).
 """
 
 from __future__ import annotations
 
 import io
+import struct
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +36,11 @@ def op_dicom(
     jpeg_quality: int = 95,
     pixel_data: bytes | None = None,
     with_pixels: bool = True,
+    raw: Mapping[str, bytes] | None = None,
     **fields: Any,
 ) -> bytes:
-    """A DICOM OP 8-bit file of ``rgb`` (uint8 [H, W, 3]); ``fields`` override any header keyword."""
+    """A DICOM OP 8-bit file of ``rgb`` (uint8 [H, W, 3]); ``fields`` override any header keyword; ``raw`` gives
+    data set elements (by keyword) their value bytes exactly, padding included (even lengths, Explicit VR)."""
     from pydicom.dataset import Dataset, FileMetaDataset
     from pydicom.encaps import encapsulate
     from pydicom.uid import UID, generate_uid
@@ -75,9 +80,26 @@ def op_dicom(
             ds["PixelData"].is_undefined_length = True
     for key, value in fields.items():
         setattr(ds, key, value)
+    placeholders = {}
+    for keyword, value in (raw or {}).items():
+        assert len(value) % 2 == 0, "a DICOM value has an even length"
+        placeholders[keyword] = "9" * len(value)  # a valid value of every text VR, same length: patched below
+        setattr(ds, keyword, placeholders[keyword])
     out = io.BytesIO()
     ds.save_as(out, enforce_file_format=True, little_endian=True, implicit_vr=False)
-    return out.getvalue()
+    return _patched(out.getvalue(), ds, raw or {}) if raw else out.getvalue()
+
+
+def _patched(data: bytes, ds: Any, raw: Mapping[str, bytes]) -> bytes:
+    """``data`` (Explicit VR Little Endian) with each ``raw`` element's value bytes replaced in place."""
+    out = bytearray(data)
+    for keyword, value in raw.items():
+        elem = ds[keyword]
+        head = struct.pack("<HH", elem.tag.group, elem.tag.element) + elem.VR.encode() + struct.pack("<H", len(value))
+        at = out.find(head, 132)
+        assert at > 0 and out[at + 8 : at + 8 + len(value)] == b"9" * len(value), f"{keyword} not found"
+        out[at + 8 : at + 8 + len(value)] = value
+    return bytes(out)
 
 
 def odir_pair() -> tuple[Path, Path] | None:
