@@ -1,0 +1,1 @@
+"""Hostile inputs, one file per behaviour."""
