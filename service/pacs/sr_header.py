@@ -42,9 +42,10 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
+from highdicom.enum import SpecificCharacterSetValues
 from pydicom import config
 from pydicom.charset import python_encoding
-from pydicom.datadict import dictionary_VM, dictionary_VR, tag_for_keyword
+from pydicom.datadict import dictionary_VM, dictionary_VR
 from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.multival import MultiValue
 from pydicom.valuerep import MAX_VALUE_LEN, validate_value
@@ -88,6 +89,9 @@ ENUMERATED: dict[str, frozenset[Any]] = {
     "PregnancyStatus": frozenset({1, 2, 3, 4}),
 }
 UTF8 = "ISO_IR 192"
+# Single-valued character sets without code extensions that both highdicom and pydicom take.
+_SINGLE_CHARSETS = frozenset(v.value for v in SpecificCharacterSetValues
+                             if not v.value.startswith("ISO 2022") and v.value in python_encoding)
 
 _UID = re.compile(r"(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))*")
 _DATE = re.compile(r"\d{8}")
@@ -176,6 +180,8 @@ def _one_conforms(keyword: str, vr: str, value: Any) -> bool:
 
 def conforms(keyword: str, value: Any) -> bool:
     """Whether the header value of ``keyword`` may be carried as it is (module docstring); empty conforms."""
+    if isinstance(value, bytes | bytearray):
+        return False
     if value is None or value == "":
         return True
     vr, vm = dictionary_VR(keyword), dictionary_VM(keyword)
@@ -191,13 +197,11 @@ def emptied(header: Dataset) -> tuple[str, ...]:
 
 
 def _value(header: Dataset, keyword: str) -> Any:
-    element = header[keyword]
-    if element.VR not in {dictionary_VR(keyword), "UN"} and not (element.VR in _STRING_VRS
-                                                                  and dictionary_VR(keyword) in _STRING_VRS):
-        return b""  # another kind of value than the attribute's (e.g. a number for a name): non-conforming
-    if element.VR == "UN":
-        return b""  # undecoded bytes are not guessed at
-    return element.value
+    """The element's value, or ``b""`` (never conforming) when its VR is not of the attribute's kind (a number
+    for a name, undecoded UN bytes): such a value is not reinterpreted."""
+    element, expected = header[keyword], dictionary_VR(keyword)
+    same_kind = expected == element.VR or (element.VR in _STRING_VRS and expected in _STRING_VRS)
+    return element.value if same_kind else b""
 
 
 def _charset(header: Dataset, values: Iterable[Any]) -> str | None:
@@ -206,7 +210,7 @@ def _charset(header: Dataset, values: Iterable[Any]) -> str | None:
     if isinstance(source, MultiValue | list | tuple):
         source = source[0] if len(source) == 1 else UTF8
     source = None if source in (None, "", "ISO_IR 6") else str(source)
-    if source is not None and (source.startswith("ISO 2022") or source not in python_encoding):
+    if source is not None and (source.startswith("ISO 2022") or source not in _SINGLE_CHARSETS):
         return UTF8
     codec = "ascii" if source is None else python_encoding[source]
     for value in values:
@@ -230,19 +234,19 @@ def evidence(header: Dataset) -> Dataset:
     out = Dataset()
     out.file_meta = header.file_meta if hasattr(header, "file_meta") else FileMetaDataset()
     for keyword in UIDS:
-        out.add_new(tag_for_keyword(keyword), "UI", str(header.get(keyword)))
+        out.add_new(keyword, "UI", str(header.get(keyword)))
     carried: dict[str, Any] = {}
     for keyword in (*CARRIED, *EQUIPMENT):
         if keyword in header:
             value = _value(header, keyword)
-            carried[keyword] = value if conforms(keyword, value) and value != b"" else None
+            carried[keyword] = value if conforms(keyword, value) else None
         elif keyword in TYPE2:
             carried[keyword] = None
     charset = _charset(header, (v for v in carried.values() if v is not None))
     if charset is not None:
         out.SpecificCharacterSet = charset
     for keyword, value in carried.items():
-        out.add_new(tag_for_keyword(keyword), dictionary_VR(keyword), _plain(value))
+        out.add_new(keyword, dictionary_VR(keyword), _plain(value))
     return out
 
 

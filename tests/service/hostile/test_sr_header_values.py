@@ -140,6 +140,21 @@ def test_values_are_carried_as_data() -> None:
     assert equipment is not None and equipment.Manufacturer == "<b>cam</b>"
 
 
+@pytest.mark.parametrize(("charset", "name", "expected"), [
+    (["", "ISO 2022 IR 149"], "Hong^Gildong=洪^吉洞=홍^길동", "ISO_IR 192"),  # Korean, as PS3.5 Annex I writes it
+    ("ISO 2022 IR 6", "Doe^John", "ISO_IR 192"),  # the default repertoire with code extensions
+    (["ISO 2022 IR 6", "ISO 2022 IR 87"], "Yamada^Tarou=山田^太郎=やまだ^たろう", "ISO_IR 192"),
+    ("ISO_IR 100", "Müller^Jörg", "ISO_IR 100"), ("GB18030", "王^小东", "GB18030"),
+], ids=["korean-iso2022", "iso2022-ir6", "japanese-iso2022", "latin1", "gb18030"])
+def test_character_sets_highdicom_refuses_are_carried_as_utf8(charset: Any, name: str, expected: str) -> None:
+    """highdicom raises on valid character sets it does not take (``\\ISO 2022 IR 149``, ``ISO 2022 IR 6``); the
+    values are text by then, so the SR declares UTF-8 and every character is kept."""
+    sr = _sr(_header(SpecificCharacterSet=charset, PatientName=name))
+    assert sr.SpecificCharacterSet == expected
+    assert str(sr.PatientName) == name
+    assert _vr_errors(sr) == []
+
+
 def test_absent_type2_attributes_are_present_and_empty() -> None:
     header = _header()
     for keyword in TYPE2:
@@ -180,7 +195,7 @@ def test_highdicom_logs_no_identifier() -> None:
 def test_invalid_source_uid_is_named_not_written(keyword: str, value: str) -> None:
     """Intake does not refuse these today (its UID check is looser, or absent): the SR refuses to reference them,
     naming the attribute and not the value, instead of writing an object with an invalid reference."""
-    fields = {"study_uid": value} if keyword == "StudyInstanceUID" else {keyword: value}
+    fields: dict[str, Any] = {"study_uid": value} if keyword == "StudyInstanceUID" else {keyword: value}
     data = op_dicom(fundus_like(3, 32), laterality="R", **fields)
     header = pydicom.dcmread(io.BytesIO(data), stop_before_pixels=True)
     assert invalid_uids(header) == (keyword,)
