@@ -4,7 +4,8 @@ highdicom 0.28.2's ``ComprehensiveSR`` takes the patient and study from the firs
 (``highdicom/sr/sop.py``, ``base.py``, ``base_content.py``): the nine Type 2 attributes of :data:`TYPE2`, which it
 converts itself and on which it *raises* (PatientSex not M/F/O, a date that is no date); every root attribute of the
 Patient and Study modules of the evidence's IOD that is present, copied element for element with the source's VR
-(sequences and the clinical trial modules included); Specific Character Set; the acquisition equipment
+(sequences and the clinical trial modules included); Specific Character Set, raising on valid ones it does not
+take (``\\ISO 2022 IR 149``, ``ISO 2022 IR 6``); the acquisition equipment
 (Manufacturer... AcquisitionDateTime) as a Contributing Equipment item; and, from every evidence data set, the
 Study, Series and SOP Instance UIDs and the SOP Class UID of the evidence references.
 
@@ -24,8 +25,9 @@ Study, Series and SOP Instance UIDs and the SOP Class UID of the evidence refere
   or guessed (``f`` is not turned into ``F``: DICOM's code strings are upper case and ``f`` is not one). The
   :data:`TYPE2` attributes are present (empty) when the source leaves them out; the others are absent then.
   Characters are carried as DICOM data (``<script>`` stays those characters in an LO), never escaped.
-- Specific Character Set: the source's when highdicom takes it as one value and every carried value encodes in it,
-  otherwise ``ISO_IR 192`` (UTF-8: the values are text decoded by pydicom, so nothing is lost).
+- Specific Character Set: the source's when it is one character set without code extensions that highdicom and
+  pydicom take and every carried value encodes in it, otherwise ``ISO_IR 192`` (UTF-8: the values are text
+  decoded by pydicom by then, so nothing is lost).
 
 Nothing here logs or raises a value: :func:`emptied` and :func:`invalid_uids` name attributes (keywords) only, for
 intake or a log line to count. Building the evidence also silences highdicom's logger once per process
