@@ -11,6 +11,7 @@
 #   orthanc          -> a real PACS (Orthanc) for the DICOM tests (tests/service/pacs); its service is not started
 #   orthanc-dicomweb -> Orthanc's DICOMweb plugin (STOW-RS into Orthanc; the SR delivered over STOW-RS)
 #   dcmtk            -> storescu / findscu: the C-STORE receiver driven by the reference DICOM toolkit
+#   dicom3tools      -> dciodvfy: the result SR validated against its IOD (tests/service/hostile)
 # Tolerant: does nothing when everything is already installed, and never fails the caller when apt is
 # unavailable (the tests then skip with a reason naming the missing binary). With RADSCREEN_SKIP_DOCKER=1
 # (the container test skipped) docker.io and debootstrap are not installed. Says what it installed and how
@@ -18,9 +19,10 @@
 # downloaded into /var/cache/apt/archives are deleted (the ones already there are left alone).
 set -uo pipefail
 
-packages=(prometheus chromium chromium-driver curl orthanc orthanc-dicomweb dcmtk)
+packages=(prometheus chromium chromium-driver curl orthanc orthanc-dicomweb dcmtk dicom3tools)
 # a command on PATH, or (starting with /) a file the package installs
-binaries=(promtool chromium chromedriver curl Orthanc /usr/share/orthanc/plugins/libOrthancDicomWeb.so storescu)
+binaries=(promtool chromium chromedriver curl Orthanc /usr/share/orthanc/plugins/libOrthancDicomWeb.so storescu
+          dciodvfy)
 if [ "${RADSCREEN_SKIP_DOCKER:-}" != 1 ]; then
     packages+=(docker.io debootstrap)
     binaries+=(dockerd debootstrap)

@@ -7,6 +7,7 @@
 - ``listener``: the C-STORE receiver (pynetdicom), ``radscreen dicom-listen``;
 - ``grading``: a study's photographs -> the exam (the same scoring and exam rule as ``POST /v1/exams``);
 - ``sr``: the exam as a Comprehensive SR (highdicom TID 1500 measurement report) with deterministic UIDs;
+- ``sr_header``: what the SR carries of a photograph's header, each value checked against its VR, kept or empty;
 - ``delivery``: the SR sent to the configured archive (C-STORE SCU or STOW-RS), retried with backoff;
 - ``worker``: the loop that grades complete or quiet studies and delivers their results, exactly once.
 

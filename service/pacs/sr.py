@@ -16,7 +16,8 @@ the outcome codes are the same slugs as the JSON and FHIR answers (``refer_refer
 
 The object is PRELIMINARY and UNVERIFIED (``is_final=False``): a research prototype's finding for a clinician
 to review. Patient and study attributes are copied from the source images by highdicom (the archive files the
-result in the same study); they go into the object only, never into logs.
+result in the same study), each checked against its VR first and left empty when it does not conform
+(:mod:`service.pacs.sr_header`); they go into the object only, never into logs.
 
 **Deterministic identity.** :func:`result_uids` derives the SR's SOP Instance UID and Series Instance UID from
 the sorted SOP Instance UIDs of its source images and the model's sha256 (``2.25.<uuid5 integer>``): the same
@@ -34,10 +35,11 @@ from typing import Any
 
 import highdicom as hd
 from highdicom.coding_schemes import CodingSchemeIdentificationItem
-from pydicom.dataset import Dataset, FileMetaDataset
+from pydicom.dataset import Dataset
 from pydicom.sr.codedict import codes
 
 from models.decision import Eye, ScreeningOutcome
+from service.pacs import sr_header
 
 SCHEME = "99RADSCR"
 MANUFACTURER = "Radial Screen (research prototype)"
@@ -107,21 +109,6 @@ class GradedExam:
     @property
     def uids(self) -> tuple[str, str]:
         return result_uids((str(im.header.SOPInstanceUID) for im in self.images), str(self.model["sha256"]))
-
-
-# Type 2 attributes of the Patient and General Study modules highdicom copies from the first source image: a
-# camera may leave them out, which they may be, but then they are present and empty in the result.
-_TYPE2 = ("PatientName", "PatientID", "PatientBirthDate", "PatientSex", "AccessionNumber", "StudyID", "StudyDate",
-          "StudyTime", "ReferringPhysicianName")
-
-
-def _evidence(header: Dataset) -> Dataset:
-    copy = Dataset(header)
-    copy.file_meta = header.file_meta if hasattr(header, "file_meta") else FileMetaDataset()
-    for keyword in _TYPE2:
-        if keyword not in copy:
-            setattr(copy, keyword, None)
-    return copy
 
 
 def _algorithm(model: dict[str, Any]) -> hd.sr.AlgorithmIdentification:
@@ -214,7 +201,7 @@ def _build(exam: GradedExam, sr_uid: str, series_uid: str, observer: hd.sr.Obser
     )
     report[0].ContentSequence.extend(_texts(exam))
     return hd.sr.ComprehensiveSR(
-        evidence=[_evidence(im.header) for im in exam.images],
+        evidence=[sr_header.evidence(im.header) for im in exam.images],
         content=report[0],
         series_instance_uid=series_uid,
         series_number=SERIES_NUMBER,
