@@ -27,8 +27,9 @@ OPAQUE_ID_RULE = (f"1-{OPAQUE_ID_MAX} characters: ASCII letters, digits and . _ 
 _OPAQUE_ID_RE = re.compile(OPAQUE_ID_PATTERN)
 
 UID_MAX = 64
-UID_RULE = f"a DICOM UID is digits and dots, at most {UID_MAX} characters"
-_UID_RE = re.compile(r"^[0-9]+(?:\.[0-9]+)*$")
+UID_RULE = (f"a DICOM UID is digits and dots, at most {UID_MAX} characters, no component empty or starting with 0 "
+            "unless it is 0")
+_UID_RE = re.compile(r"^(?:0|[1-9][0-9]*)(?:\.(?:0|[1-9][0-9]*))*$")  # PS3.5 9.1
 
 
 def is_opaque_id(value: str) -> bool:
@@ -45,5 +46,6 @@ def normalised_uid(raw: object) -> str | None:
 
 
 def is_dicom_uid(value: str) -> bool:
-    """True for a UID in the DICOM grammar: digits and dots, no empty component, at most 64 characters."""
+    """True for a UID in the DICOM grammar (PS3.5 9.1): digits and dots, at most 64 characters, no component empty
+    or with a leading zero (``1..2`` and ``1.01`` are not UIDs)."""
     return len(value) <= UID_MAX and _UID_RE.fullmatch(value) is not None

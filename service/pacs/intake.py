@@ -9,14 +9,15 @@ Failure Reason (PS3.18 §10.5.3) and the C-STORE SCP returns (PS3.4 Annex B.2.3)
 | ---------------------------------------------------------------- | ------ |
 | not an Ophthalmic Photography 8/16 bit instance                  | 0x0122 SOP Class not supported |
 | a transfer syntax the decoder does not read                      | 0xC122 Transfer Syntax not supported |
-| no StudyInstanceUID / SOPInstanceUID, or one not a UID as sent   | 0xA900 Data Set does not match SOP Class |
+| no Study / Series / SOP Instance UID, or one not a UID as sent   | 0xA900 Data Set does not match SOP Class |
 | no ImageLaterality, or one not R or L (``r``, ``B``, ``U``)      | 0xA900 Data Set does not match SOP Class |
 | not a parsable DICOM data set, or one pydicom had to repair      | 0xC000 Cannot understand |
 | more than 1 MiB of header before the pixel data                  | 0xC000 Cannot understand |
 
-**Identity, exactly as received.** StudyInstanceUID and SOPInstanceUID are read from the raw element value and
-must obey the DICOM UID grammar (:func:`service.identifiers.is_dicom_uid`: digits and dots, no empty component, at
-most 64 characters) as they are, a single trailing NUL (the UI padding) being the only padding allowed: a UID with
+**Identity, exactly as received.** StudyInstanceUID, SeriesInstanceUID and SOPInstanceUID (the SR references all
+three) are read from the raw element value and must obey the DICOM UID grammar
+(:func:`service.identifiers.is_dicom_uid`: digits and dots, no component empty or with a leading zero, at most 64
+characters) as they are, a single trailing NUL (the UI padding) being the only padding allowed: a UID with
 a trailing or leading space would file the photograph under another study key than the same UID without it.
 
 **Laterality.** Image Laterality (0020,0062) is Type 1 in the Ophthalmic Photography Image module, so its absence
@@ -89,6 +90,7 @@ class Refused:
 _UID = re.compile(r"^[0-9][0-9.]{0,63}$")
 STUDY_INSTANCE_UID = 0x0020000D
 SOP_INSTANCE_UID = 0x00080018
+SERIES_INSTANCE_UID = 0x0020000E
 IMAGE_LATERALITY = 0x00200062
 SERIES_LATERALITY = 0x00200060
 _EYES = {"R": Eye.RIGHT, "L": Eye.LEFT}
@@ -102,6 +104,7 @@ class _Raw:
 
     study_uid: str | None
     sop_instance_uid: str | None
+    series_uid: str | None
     image_laterality: str | None
     series_laterality: bool
     patient_id: str | None
@@ -147,9 +150,10 @@ def _read_raw(data: bytes) -> _Raw:
     with corrupt_is_rejected():
         header = read_header(data, accepted=ACCEPTED_SYNTAXES, hint="a transfer syntax the service decodes")
         ds = header.dataset
-        raw = {tag: _raw_text(ds, tag) for tag in (STUDY_INSTANCE_UID, SOP_INSTANCE_UID, IMAGE_LATERALITY)}
+        raw = {tag: _raw_text(ds, tag)
+               for tag in (STUDY_INSTANCE_UID, SOP_INSTANCE_UID, SERIES_INSTANCE_UID, IMAGE_LATERALITY)}
         patient = ds.get("PatientID")
-        return _Raw(raw[STUDY_INSTANCE_UID], raw[SOP_INSTANCE_UID], raw[IMAGE_LATERALITY],
+        return _Raw(raw[STUDY_INSTANCE_UID], raw[SOP_INSTANCE_UID], raw[SERIES_INSTANCE_UID], raw[IMAGE_LATERALITY],
                     SERIES_LATERALITY in ds, str(patient).strip() or None if patient is not None else None,
                     _pixel_sha256(data, header))
 
@@ -217,10 +221,12 @@ def check_instance(data: bytes) -> Accepted | Refused:
         return Refused(TRANSFER_SYNTAX_NOT_SUPPORTED, "transfer syntax not decoded by this service", **ids)
     if not (raw.sop_instance_uid or "").strip("\x00 ") or not (raw.study_uid or "").strip("\x00 "):
         return Refused(DATASET_DOES_NOT_MATCH, "SOPInstanceUID or StudyInstanceUID missing", **ids)
-    for name, value in (("StudyInstanceUID", raw.study_uid), ("SOPInstanceUID", raw.sop_instance_uid)):
+    for name, value in (("StudyInstanceUID", raw.study_uid), ("SOPInstanceUID", raw.sop_instance_uid),
+                        ("SeriesInstanceUID", raw.series_uid)):  # each is referenced by the SR
         if _exact_uid(value or "") is None:
-            return Refused(DATASET_DOES_NOT_MATCH, f"{name} is not a valid UID as received: digits and dots, at most "
-                           "64 characters, a trailing NUL the only padding allowed", **ids)
+            return Refused(DATASET_DOES_NOT_MATCH, f"{name} missing or not a valid UID as received: digits and dots, "
+                           "at most 64 characters, no component with a leading zero, a trailing NUL the only "
+                           "padding allowed", **ids)
     eye = _laterality(raw)
     if not isinstance(eye, Eye):
         return Refused(DATASET_DOES_NOT_MATCH, eye, **ids)

@@ -187,6 +187,10 @@ STUDY = "1.2.826.0.1.3680043.8.498.1"  # 27 characters: written with its NUL pad
     ("StudyInstanceUID", b"1" * 66),  # over 64 characters
     ("SOPInstanceUID", b"1.2.826.0.1.3680043.8.498.9 "),
     ("SOPInstanceUID", b"1.2.826.0.1.3680043.8.498.99\x00\x00"),  # one NUL is the pad, two are not
+    ("SOPInstanceUID", b"1.2.826.0.1.3680043.8.0498.9"),  # a component with a leading zero (the SR cannot
+    ("StudyInstanceUID", b"1.01.2"),  # reference it)
+    ("SeriesInstanceUID", b"abc\x00"),  # the SR references the series too
+    ("SeriesInstanceUID", b"1..2"),
 ])
 def test_uid_not_valid_as_received_is_refused(tmp_path: Path, keyword: str, value: bytes) -> None:
     spool = Spool(tmp_path / "spool")
