@@ -56,7 +56,7 @@ def pixel_digest(rgb: np.ndarray) -> str:
     """
     frame = np.ascontiguousarray(rgb)
     digest = hashlib.sha256(f"{frame.shape}|{frame.dtype.str}|".encode())
-    digest.update(memoryview(frame).cast("B"))
+    digest.update(frame.data)  # C-contiguous: hashed in place, no copy
     return digest.hexdigest()
 
 

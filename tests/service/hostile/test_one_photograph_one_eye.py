@@ -226,12 +226,12 @@ def test_batch_exam_rows_report_one_photograph_as_both_eyes(tmp_path: Path, tiny
     (named / "13_left.jpg").write_bytes(jpeg_with_exif(fundus_like(54, size=96)))
     exams = _run(named, tmp_path / "f.csv", tiny_artifact, scorer, "filename")
     pairs = {"11": ("11_right.jpg", "11_left.jpg"), "12": ("12_right.png", "12_left.tif")}
-    for patient, (right, left) in pairs.items():
+    for patient, (right_name, left_name) in pairs.items():
         row = exams[patient]
         assert row["outcome"] == "", row  # was an outcome for an eye never photographed
-        assert row["error"] == (f"same-photograph-both-eyes: {right} (right eye) and {left} (left eye) are the same "
-                                "photograph (identical decoded pixels); one photograph cannot stand for both eyes, "
-                                "the exam is not decided")
+        assert row["error"] == (f"same-photograph-both-eyes: {right_name} (right eye) and {left_name} (left eye) are "
+                                "the same photograph (identical decoded pixels); one photograph cannot stand for "
+                                "both eyes, the exam is not decided")
     assert exams["13"]["outcome"] and exams["13"]["error"] == ""
 
     studies = tmp_path / "studies"
