@@ -51,8 +51,10 @@ def pixel_digest(rgb: np.ndarray) -> str:
     catch the same photograph re-encoded (another JPEG quality, a PNG of a JPEG), resized, cropped, rotated or
     mirrored, whose pixels differ. The frame hashed is the one :func:`prepare_image` decodes (a large JPEG at its
     reduced DCT scale, ``models.decode.draft_for``), so two files compare alike only under one pipeline. Cost:
-    sha256 on one core, about 2-3 ms per megapixel of uint8 RGB (measured: 0.9 ms at 0.5 Mpx, 3.8 ms at 2 Mpx,
-    12.7 ms at 4 Mpx), beside a decode of tens of milliseconds.
+    sha256 on one core, about 2-3 ms per megapixel of uint8 RGB (random frames: 0.9 ms at 0.5 Mpx, 3.8 ms at
+    2 Mpx, 12.7 ms at 4 Mpx); on the frames decoded for the 256 px model, a median 0.8 ms for ODIR-5K (0.26 Mpx)
+    and 0.3 ms for EyePACS (benchmarks/cross_eye_phash.py), against a median 230 ms to prepare an ODIR-5K or
+    IDRiD photograph.
     """
     frame = np.ascontiguousarray(rgb)
     digest = hashlib.sha256(f"{frame.shape}|{frame.dtype.str}|".encode())
