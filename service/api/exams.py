@@ -5,7 +5,7 @@ files that carry their laterality (ImageLaterality / Laterality); optional text 
 ``patient_ref`` (opaque ids: ``service.identifiers``), echoed back and never logged. A DICOM file sent as
 ``right``/``left`` must not contradict its own laterality, and the parts must pass the exam identity rules
 (``service.exam_identity``: one StudyInstanceUID, one PatientID, no plain photograph joining a DICOM study, no
-photograph as both eyes).
+photograph as both eyes, by identical bytes or identical decoded pixels).
 
 Every photograph goes through the same path as ``/v1/predict`` (decode, quality gate, batched K-draw
 forward); the exam outcome comes from the one rule in ``models.decision``. A photograph the service refuses
@@ -16,8 +16,9 @@ Admission before work: the form is parsed (parts above 1 MiB spool to disk) and 
 exam is admitted as a whole (``ModelHost.admit``) before any part is read into memory or any DICOM header is
 parsed. Each part is read by the decode worker that decodes it (a part over the upload limit is refused by its
 size, unread), and a DICOM header is parsed once, in that worker, under the decode deadline; its laterality,
-study and patient come back with the decoded image (``PreparedImage.dicom``), and the eye and identity rules are
-checked before the batched forward.
+study and patient come back with the decoded image (``PreparedImage.dicom``), with the digest of its decoded
+pixels (``PreparedImage.pixel_sha256``), and the eye and identity rules are checked before the batched forward: two
+parts of one photograph as both eyes are a 422 however their headers or metadata differ.
 """
 
 from __future__ import annotations
@@ -137,8 +138,8 @@ def exam_photographs(parts: Sequence[ExamPart], prepared: Sequence[PreparedImage
                      ) -> tuple[list[Photograph], str | None]:
     """Each part's eye (its field, or its DICOM laterality), then the exam identity rules
     (``service.exam_identity``: one study, one patient, no photograph outside the DICOM study, no photograph as
-    both eyes; a breach is a 422 naming the parts); returns the photographs and the exam's DICOM study UID (if
-    any). A refused photograph fails the exam, naming its part."""
+    both eyes by its bytes or its decoded pixels; a breach is a 422 naming the parts); returns the photographs
+    and the exam's DICOM study UID (if any). A refused photograph fails the exam, naming its part."""
     photographs: list[Photograph] = []
     identities: list[PartIdentity] = []
     for part, image in zip(parts, prepared, strict=True):
@@ -160,7 +161,8 @@ def exam_photographs(parts: Sequence[ExamPart], prepared: Sequence[PreparedImage
             )
         assert part.sha256 is not None  # set when the decode worker read the part
         photographs.append(Photograph(part.index, eye, part.upload.filename, tags is not None))
-        identities.append(PartIdentity(part.index + 1, eye, part.sha256, tags is not None, study_uid, patient_id))
+        identities.append(PartIdentity(part.index + 1, eye, part.sha256, tags is not None, study_uid, patient_id,
+                                       image.pixel_sha256))
     try:
         study_uid = check_exam_identity(identities)
     except ExamIdentityError as exc:

@@ -11,10 +11,13 @@ Which photographs form one exam, and which eye each shows, comes from one of thr
   StudyInstanceUID outside the DICOM UID grammar makes the file ``ungrouped`` (``service.identifiers``).
 
 An exam must also pass the identity rules of ``service.exam_identity``: a study whose files carry two PatientIDs
-is a ``mixed-patients`` error row (never one exam of two patients), and the same file's bytes as both eyes a
-``same-photograph-both-eyes`` error row (content hashes, read again through the one reader for exams with both
-eyes). The exam CSV goes through the one CSV rule (``models.csv_cells``), its ``image_ids`` cell stopping under a
-spreadsheet's cell limit with a note (the per-image results carry every id).
+is a ``mixed-patients`` error row (never one exam of two patients), and the same photograph as both eyes a
+``same-photograph-both-eyes`` error row: identical decoded pixels (``service.inference.prepare.pixel_digest``),
+whatever the files' names, headers or metadata say (a DICOM file copied with another laterality, a JPEG with other
+EXIF bytes). The per-image rows do not keep the digest, so for the exams with both eyes each photograph is read
+again through the one reader and decoded again by the one decoder (:func:`photograph_hashes`). The exam CSV goes
+through the one CSV rule (``models.csv_cells``), its ``image_ids`` cell stopping under a spreadsheet's cell limit
+with a note (the per-image results carry every id).
 
 Exam rows are derived at the end of the job from the assembled per-image rows (which the job commits
 exactly once), so they are as exactly-once and resumable as those rows: a rerun derives the same exam rows
@@ -27,13 +30,14 @@ scored photograph already ``refer_referable_dr``), and an image whose exam or ey
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from models.atomic import atomic_write
 from models.csv_cells import write_csv
@@ -41,9 +45,14 @@ from models.decision import EXAM_PRECEDENCE, Eye, ScreeningOutcome
 from service.batch.inputs import InputError, InputItem, InputSource, RowError
 from service.batch.manifest import read_manifest
 from service.batch.rows import Row, error_kind
-from service.exam_identity import content_hash, cross_eye_duplicate, distinct
+from service.exam_identity import cross_eye_duplicate, distinct
 from service.exams import exam_fields
 from service.identifiers import UID_RULE, is_dicom_uid, normalised_uid
+
+if TYPE_CHECKING:
+    from service.inference.imaging import ImagePipeline
+
+logger = logging.getLogger(__name__)
 
 GroupBy = Literal["patient", "filename", "study"]
 GROUP_BY_CHOICES: tuple[str, ...] = ("patient", "filename", "study")
@@ -51,7 +60,7 @@ FAILED = "failed"  # by-outcome key of exams not decided (a photograph failed, o
 UNGROUPED = "ungrouped"
 PHOTOGRAPHS_FAILED = "photographs-failed"
 MIXED_PATIENTS = "mixed-patients"  # a study whose DICOM files carry two PatientIDs
-SAME_PHOTOGRAPH = "same-photograph-both-eyes"  # one file's bytes sent as both the right and the left eye
+SAME_PHOTOGRAPH = "same-photograph-both-eyes"  # one photograph's pixels sent as both the right and the left eye
 IMAGE_IDS_BUDGET = 32_000  # characters of the image_ids cell, under a spreadsheet's 32,767 per cell
 EXAM_COLUMNS: tuple[str, ...] = (
     "exam_id", "outcome", "outcome_reason", "right_outcome", "left_outcome", "right_images", "left_images",
@@ -214,7 +223,7 @@ def _identity_error(exam: _Exam, hashes: Mapping[int, str]) -> str | None:
                                if index in hashes)
     if pair is not None:
         return (f"{SAME_PHOTOGRAPH}: {pair[0]} (right eye) and {pair[1]} (left eye) are the same photograph "
-                "(identical bytes); one photograph cannot stand for both eyes, the exam is not decided")
+                "(identical decoded pixels); one photograph cannot stand for both eyes, the exam is not decided")
     return None
 
 
@@ -228,12 +237,19 @@ def _exams(items: Sequence[InputItem], groups: Mapping[int, Membership]) -> dict
     return out
 
 
-def photograph_hashes(items: Sequence[InputItem], groups: Mapping[int, Membership], max_bytes: int
+def photograph_hashes(items: Sequence[InputItem], groups: Mapping[int, Membership], pipeline: ImagePipeline
                       ) -> dict[int, str]:
-    """sha256 of each photograph of an exam that has both eyes (row index -> hex), read through the one reader
-    (``service.batch.reading``) with the upload limit; a file that cannot be read has no hash (its row is
-    already an error). Only exams with both eyes are read: a duplicate across eyes needs two."""
+    """The pixel digest (``service.inference.prepare.pixel_digest``) of each photograph of an exam that has both
+    eyes (row index -> hex): read through the one reader (``service.batch.reading``) and decoded by the one
+    decoder (``service.inference.dicom.decode_photograph``) under ``pipeline``'s limits, model size and decode
+    deadline, as ``prepare_image`` decoded it for its row. A file that cannot be read or decoded has no digest
+    (its row is already an error, and its exam not decided). Only exams with both eyes are decoded: a duplicate
+    across eyes needs two."""
     from service.batch.reading import read_input_file
+    from service.inference.decode_deadline import DecodeDeadline
+    from service.inference.dicom import decode_photograph
+    from service.inference.imaging import ImageRejected
+    from service.inference.prepare import pixel_digest
 
     by_index = {item.index: item for item in items}
     out: dict[int, str] = {}
@@ -242,9 +258,19 @@ def photograph_hashes(items: Sequence[InputItem], groups: Mapping[int, Membershi
             continue
         for index in indexes:
             file = by_index[index].file
-            data = read_input_file(str(file), max_bytes) if file is not None else None
-            if isinstance(data, bytes):
-                out[index] = content_hash(data)
+            data = read_input_file(str(file), pipeline.max_bytes) if file is not None else None
+            if not isinstance(data, bytes):
+                continue
+            try:
+                rgb = decode_photograph(data, max_pixels=pipeline.max_pixels, max_bytes=pipeline.max_bytes,
+                                        size=pipeline.size, deadline=DecodeDeadline(pipeline.decode_timeout_s))
+            except ImageRejected:
+                continue
+            except Exception as exc:  # a bad image must not end a long job; its row already says what happened
+                logger.warning("unexpected %s while decoding a photograph for the exam rules; it is not compared",
+                               type(exc).__name__)
+                continue
+            out[index] = pixel_digest(rgb)
     return out
 
 
@@ -253,7 +279,7 @@ def exam_rows(rows: Iterable[Row], items: Sequence[InputItem], groups: Mapping[i
     """One row per exam (in order of first appearance), then one ``ungrouped`` error row per ungroupable image.
 
     ``rows`` are the assembled per-image rows, in the order of ``items``; ``hashes``: the photographs' content
-    hashes by row index (:func:`photograph_hashes`), for the same-photograph-as-both-eyes check.
+    digests by row index (:func:`photograph_hashes`: decoded pixels), for the same-photograph-as-both-eyes check.
     """
     exams: dict[str, _Exam] = {}
     ungrouped: list[Row] = []

@@ -230,7 +230,7 @@ def run_job(cfg: BatchJobConfig, *, scorer: Scorer | None = None) -> JobResult:
     summary = {**builder.build(), "runtime": runtime}
     exams_output = None
     if groups is not None:
-        hashes = photograph_hashes(source.items, groups, scorer.pipeline.max_bytes)
+        hashes = photograph_hashes(source.items, groups, scorer.pipeline)
         exams = exam_rows(kept, source.items, groups, sha, hashes)
         exams_output = cfg.exams_output or exams_path_for(cfg.output)
         write_exams(exams_output, exams)

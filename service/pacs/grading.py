@@ -1,11 +1,14 @@
 """A spooled study -> its graded exam: the same scoring, exam rule and FHIR rendering as ``POST /v1/exams``.
 
-The photographs go through the service's model host (:meth:`service.model_host.ModelHost.predict_many`: the
-same decoder, quality gate, micro-batcher and draws as every HTTP answer), each becomes its ``/v1/predict``
+The photographs go through the service's model host (:meth:`service.model_host.ModelHost.prepare_many`, then
+:meth:`~service.model_host.ModelHost.score_prepared`, admitted as a whole, as ``POST /v1/exams`` does: the same
+decoder, quality gate, micro-batcher and draws as every HTTP answer), each becomes its ``/v1/predict``
 result (:func:`service.payload.score_payload`), and the exam rule (:func:`service.exams.exam_fields`) combines
-them per eye and per visit, after the same exam identity rules. A photograph the decoder refuses (corrupt pixel
+them per eye and per visit, after the same exam identity rules: on the headers and file bytes before anything is
+decoded, and "one photograph, one eye" again on the decoded pixels before anything is scored (two instances of
+one photograph that differ only in laterality or SOPInstanceUID). A photograph the decoder refuses (corrupt pixel
 data, a frame beyond the pixel limit) cannot be graded: it is answered ``retake_ungradable`` with the decoder's
-reason, never dropped.
+reason, never dropped (it has no pixel digest and is compared by its bytes only).
 
 :func:`exam_record` is what the spool keeps beside the SR: the exam without any identifier, and its FHIR
 DiagnosticReport, which names the same study (``imagingStudy`` by Study Instance UID).
@@ -14,12 +17,13 @@ DiagnosticReport, which names the same study (``imagingStudy`` by Study Instance
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from typing import Any
 
 import pydicom
 
 from models.decision import OUTCOME_TEXT, Eye, ScreeningOutcome
-from service.exam_identity import PartIdentity, check_exam_identity, content_hash
+from service.exam_identity import PartIdentity, check_exam_identity, check_one_photograph_per_eye, content_hash
 from service.exams import exam_fields
 from service.inference.imaging import ImageRejected
 from service.model_host import ModelHost
@@ -39,8 +43,9 @@ async def grade_study(host: ModelHost, study: StudyFolder) -> GradedExam | None:
     """Score every instance of ``study`` and apply the exam rule; None when no instance is usable any more.
 
     The instances must pass the exam identity rules of ``POST /v1/exams`` (:mod:`service.exam_identity`: one
-    study, one PatientID, no photograph as both eyes), else :class:`~service.exam_identity.ExamIdentityError`
-    (its message names instances by number, never an identifier) and nothing is scored."""
+    study, one PatientID, no photograph as both eyes, by its bytes or its decoded pixels), else
+    :class:`~service.exam_identity.ExamIdentityError` (its message names instances by number, never an
+    identifier) and nothing is scored. The study is admitted as a whole (``ModelHost.admit``) before decoding."""
     headers: list[Any] = []
     eyes: list[Eye] = []
     payloads: list[bytes] = []
@@ -57,8 +62,13 @@ async def grade_study(host: ModelHost, study: StudyFolder) -> GradedExam | None:
                                        verdict.study_uid, verdict.patient_id))
     if not payloads:
         return None
-    check_exam_identity(identities)
-    predictions = await host.predict_many(payloads, reserved=True)  # the reserved lane (service.admission)
+    check_exam_identity(identities)  # headers and bytes: nothing is decoded for a study that breaks them
+    with host.admit(len(payloads), reserved=True):  # the reserved lane (service.admission)
+        prepared = await host.prepare_many(payloads)
+        check_one_photograph_per_eye([
+            replace(part, pixel_sha256=None if isinstance(image, ImageRejected) else image.pixel_sha256)
+            for part, image in zip(identities, prepared, strict=True)])
+        predictions = await host.score_prepared(prepared, reserved=True)
     scorer = host.require_ready()
     images = [
         GradedImage(header, eye, _rejected(pred) if isinstance(pred, ImageRejected)

@@ -5,7 +5,8 @@ The lines are taken from the documents' fenced ``bash`` blocks (nothing is resta
 runs with the real ``curl`` in a shell: README lines from the repository root (they use
 ``examples/*.jpg``), docs/integration.md lines in order in a folder holding a copy of ``examples/`` and the
 ``fundus.jpg``, ``a.jpg``, ``b.png``, ``right.dcm`` and ``left.dcm`` they name (the DICOM files wrap the
-example photograph).
+example photograph; ``b.png`` and ``left.dcm``, the left eye's, hold it mirrored: one photograph cannot stand for
+both eyes).
 Lines that send ``X-API-Key: s3cret`` go to a server started with that key.
 Each answer must be a success of the kind the line asks for: no problem+json, and the documented
 shape (a prediction with its outcome, a FHIR Bundle, a batch of results, the model, metrics).
@@ -104,11 +105,12 @@ def test_integration_doc_curl_lines_answer_as_documented(servers: dict[bool, str
         shutil.copy(example, tmp_path / name)
     from PIL import Image
 
-    Image.open(example).save(tmp_path / "b.png")
+    with Image.open(example) as photo:  # the other eye: the example mirrored (the same pixels would be refused)
+        photo.transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(tmp_path / "b.png")
     from tests.helpers.dicom_files import JPEG_BASELINE, op_dicom, rgb_of
 
-    for side, name in (("R", "right.dcm"), ("L", "left.dcm")):  # the DICOM examples: the same photograph
-        (tmp_path / name).write_bytes(op_dicom(rgb_of(example), syntax=JPEG_BASELINE, laterality=side))
+    for side, name, rgb in (("R", "right.dcm", rgb_of(example)), ("L", "left.dcm", rgb_of(example)[:, ::-1].copy())):
+        (tmp_path / name).write_bytes(op_dicom(rgb, syntax=JPEG_BASELINE, laterality=side))
     for line in lines:  # in order: a later line may read what an earlier one wrote (result.json)
         check_answer(line, run(line, servers, tmp_path))
     assert json.loads((tmp_path / "result.json").read_text())["outcome"]

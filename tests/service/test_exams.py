@@ -58,16 +58,12 @@ def png(name: str, data: bytes) -> tuple[str, bytes, str]:
 
 
 def twin(data: bytes) -> bytes:
-    """The same pixels in other bytes (a PNG text chunk added): another photograph to the exam identity rule,
-    which refuses one file's bytes as both eyes (tests/service/hostile_round3/test_exam_identity.py)."""
-    from PIL import PngImagePlugin
-
-    info = PngImagePlugin.PngInfo()
-    info.add_text("Comment", "the other eye")
-    out = io.BytesIO()
-    with Image.open(io.BytesIO(data)) as img:
-        img.save(out, "PNG", pnginfo=info)
-    return out.getvalue()
+    """The photograph with its top-left background pixel one level brighter: another photograph to the exam
+    identity rule, which refuses one photograph's bytes or decoded pixels as both eyes
+    (tests/service/hostile/test_one_photograph_one_eye.py); its scores are compared with its own."""
+    rgb = pixels(data).copy()
+    rgb[0, 0] = np.minimum(rgb[0, 0].astype(np.int16) + 1, 255).astype(np.uint8)
+    return encode(rgb)
 
 
 def dcm(data: bytes) -> tuple[str, bytes, str]:
@@ -105,7 +101,8 @@ def same_numbers(a: dict[str, Any], b: dict[str, Any]) -> None:
 def test_exam_outcome_follows_the_rule_and_each_image_matches_predict(
     service: str, photos: dict[str, bytes], right: str, left: str, expected: str
 ) -> None:
-    response = exam(service, [("right", png("r.png", photos[right])), ("left", png("l.png", twin(photos[left])))])
+    sent = (photos[right], twin(photos[left]))
+    response = exam(service, [("right", png("r.png", sent[0])), ("left", png("l.png", sent[1]))])
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["outcome"] == expected
@@ -113,8 +110,8 @@ def test_exam_outcome_follows_the_rule_and_each_image_matches_predict(
                                      "photographs": 1}
     assert body["eyes"]["left"]["outcome"] == left and body["missing_eyes"] == []
     assert [im["eye"] for im in body["images"]] == ["right", "left"]
-    for image, key in zip(body["images"], (right, left), strict=True):
-        alone = predict(service, photos[key])
+    for image, key, data in zip(body["images"], (right, left), sent, strict=True):
+        alone = predict(service, data)
         assert image["result"]["outcome"] == key == alone["outcome"]
         same_numbers(image["result"], alone)
         assert image["format"] == "image"

@@ -41,8 +41,9 @@ def _rows(path: Path) -> dict[str, dict[str, str]]:
 def test_group_by_study_reads_through_the_one_reader(tiny_artifact: Path, tmp_path: Path) -> None:
     folder = tmp_path / "in"
     folder.mkdir()
-    for side in "RL":
-        (folder / f"good-{side}.dcm").write_bytes(op_dicom(fundus_like(3, size=80), laterality=side, study_uid=STUDY))
+    for seed, side in enumerate("RL", start=3):  # two photographs: one as both eyes is refused (exam identity)
+        (folder / f"good-{side}.dcm").write_bytes(op_dicom(fundus_like(seed, size=80), laterality=side,
+                                                           study_uid=STUDY))
     os.mkfifo(folder / "scan.dcm")  # opened for reading, it blocks until a writer comes: never
     with (folder / "huge.dcm").open("wb") as fh:
         fh.truncate(SPARSE_BYTES)
