@@ -1,4 +1,4 @@
-"""Hostile DICOM files and JPEG streams, written byte by byte (shared by tests/service/hostile_round3 and
+"""Hostile DICOM files and JPEG streams, written byte by byte (shared by tests/service/hostile and
 benchmarks/hostile_bounds.py).
 
 Each is small on the wire and was costly to read before the service checked it:

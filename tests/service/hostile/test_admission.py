@@ -164,7 +164,7 @@ ENV = {"RADSCREEN_MAX_PIXELS": "4000000", "RADSCREEN_MAX_UPLOAD_BYTES": str(2 * 
 
 @pytest.fixture(scope="module")
 def svc(tiny_artifact: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    with hostile_service(tiny_artifact, tmp_path_factory.mktemp("round3") / "service.log", ENV) as service:
+    with hostile_service(tiny_artifact, tmp_path_factory.mktemp("hostile") / "service.log", ENV) as service:
         yield service
 
 
@@ -183,31 +183,31 @@ def test_dicom_bombs_get_their_4xx_on_predict_and_exams(svc: Service) -> None:
         "jpeg-scans": (jpeg_dicom(jpeg_with_garbage(2000, 3000), 2000, 2000), 422, "image-too-complex", "scans"),
     }
     for i, (name, (body, status, slug, needle)) in enumerate(bombs.items()):
-        _problem(post(svc, "/v1/predict", body, "application/dicom", f"round3-predict-{i:04d}"), status, slug, needle)
+        _problem(post(svc, "/v1/predict", body, "application/dicom", f"hostile-predict-{i:04d}"), status, slug, needle)
         form, ctype = multipart_body([("image", f"{name}.dcm", body)])
-        detail = _problem(post(svc, "/v1/exams", form, ctype, f"round3-exam-{i:04d}"), status, slug, needle)
+        detail = _problem(post(svc, "/v1/exams", form, ctype, f"hostile-exam-{i:04d}"), status, slug, needle)
         assert detail.startswith("The photograph (part 1) was refused")
 
 
 def test_abandoned_exams_of_bombs_cost_next_to_nothing(svc: Service) -> None:
     good = encode(fundus_like(7, size=128))
-    before = post(svc, "/v1/predict", good, "image/png", "round3-good-0001")
+    before = post(svc, "/v1/predict", good, "image/png", "hostile-good-0001")
     assert before.status_code == 200
     spent = cpu_seconds(svc.pid)
     form, ctype = multipart_body([("right", "r.dcm", deflate_bomb(32 * 1024)),
                                   ("left", "l.dcm", deflate_bomb(32 * 1024))])
-    leavers = [threading.Thread(target=disconnect_while_processing, args=(svc, f"round3-gone-{i:04d}", form, 1.0),
+    leavers = [threading.Thread(target=disconnect_while_processing, args=(svc, f"hostile-gone-{i:04d}", form, 1.0),
                                 kwargs={"path": "/v1/exams", "content_type": ctype}) for i in range(6)]
     for thread in leavers:
         thread.start()
     for thread in leavers:
         thread.join(60)
-    after = post(svc, "/v1/predict", good, "image/png", "round3-good-0002")
+    after = post(svc, "/v1/predict", good, "image/png", "hostile-good-0002")
     assert after.status_code == 200
     assert {k: v for k, v in after.json().items() if k not in ("request_id", "timing_ms")} == {
         k: v for k, v in before.json().items() if k not in ("request_id", "timing_ms")}
     for i in range(6):
-        assert svc.access_line(f"round3-gone-{i:04d}")["status"] in (415, 499)
+        assert svc.access_line(f"hostile-gone-{i:04d}")["status"] in (415, 499)
     used = cpu_seconds(svc.pid) - spent
     print(f"\nservice CPU for six abandoned deflate exams and one image: {used:.2f} s (79 CPU-s before the fix)")
     assert used < 10.0
@@ -223,13 +223,13 @@ def test_an_exam_whose_client_leaves_stops_costing_cpu(svc: Service) -> None:
     heavy = many_elements((MAX_HEADER_BYTES - 4096) // 10)
     form, ctype = multipart_body([("right", f"{i}.dcm", heavy) for i in range(8)])
     spent = cpu_seconds(svc.pid)
-    answered = post(svc, "/v1/exams", form, ctype, "round3-heavy-0001")
+    answered = post(svc, "/v1/exams", form, ctype, "hostile-heavy-0001")
     assert answered.status_code == 200, answered.text
     full = cpu_seconds(svc.pid) - spent
     spent = cpu_seconds(svc.pid)
-    disconnect_while_processing(svc, "round3-heavy-0002", form, 0.3, path="/v1/exams", content_type=ctype)
-    assert svc.access_line("round3-heavy-0002")["status"] == 499
-    settled = post(svc, "/v1/predict", encode(fundus_like(7, size=128)), "image/png", "round3-heavy-0003")
+    disconnect_while_processing(svc, "hostile-heavy-0002", form, 0.3, path="/v1/exams", content_type=ctype)
+    assert svc.access_line("hostile-heavy-0002")["status"] == 499
+    settled = post(svc, "/v1/predict", encode(fundus_like(7, size=128)), "image/png", "hostile-heavy-0003")
     assert settled.status_code == 200  # answered after the abandoned exam's decodes stopped (2 workers)
     abandoned = cpu_seconds(svc.pid) - spent
     print(f"\nexam of 8 heavy DICOM headers: answered {full:.2f} CPU-s, abandoned after 0.3 s {abandoned:.2f} CPU-s")
