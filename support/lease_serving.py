@@ -114,10 +114,11 @@ def serving_step(report: LeaseReport, *, pack: Path, device: str, budget_s: floa
                                       "no:cacheprovider", "-q"], share=share("gpu tests"), cwd=ROOT,
                env={**env, "RADSCREEN_PARITY_ARTIFACT": str(model)})
     precisions = "fp32,bf16,fp16" if device == "cuda" else "fp32"
+    draws = "drawn-grouped" if device == "cuda" else "drawn-loop"  # as the service runs the draws there
     report.run("serving: model alone", [python, "benchmarks/bench_core.py", "--device", device, "--size",
                                         str(arch["input_size"]), "--width", str(arch["width"]), "--k", str(sizes.passes or passes),
                                         "--batch", sizes.batches, "--repeats", str(sizes.repeats), "--warmup", "2",
-                                        "--modes", "drawn-grouped,onnx", "--precisions", precisions,
+                                        "--modes", f"{draws},onnx", "--precisions", precisions,
                                         "--report", str(report.out)],
                share=share("model alone"), cwd=ROOT, env=env, tail=30)
     if missing is None:
