@@ -16,8 +16,8 @@ IEEE fp32, TF32 off (``models.cuda``), the reference included. Reported: latency
 over ``--repeats``), images/s and the speed-up over ``naive-loop`` fp32 at the same batch size (both from
 the medians), for the fixed-draw paths the largest deviation of the mean probability and of the mutual
 information from ``drawn-loop`` fp32 (the reference), and on CUDA each path's peak GPU memory (torch's
-allocator, from the path's first call; ONNX Runtime allocates outside it, so its rows read "ORT"). An ONNX path whose CUDA provider
-does not load is skipped with the reason (a machine may have a CUDA torch beside a CPU-only or
+allocator, from the path's first call; ONNX Runtime allocates outside it, so its rows read "ORT"). An ONNX
+path whose CUDA provider does not load is skipped with the reason (a machine may have a CUDA torch beside a CPU-only or
 other-CUDA onnxruntime). Paths are timed round-robin (see ``measure``). Weights are untrained (random μ,
 ρ = rho_init), so the precision deviations are indicative only.
 

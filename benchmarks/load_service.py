@@ -55,6 +55,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from models.artifact import load_artifact
+from service.inference.imaging import ImagePipeline
 from service.inference.loading import load_scorer
 from service.inference.prepare import prepare_image
 from service.inference.spec import ScorerSpec
@@ -110,13 +112,14 @@ def model_alone(model_dir: Path, images: list[bytes], batch: int, repeats: int, 
 
 
 def decode_alone(model_dir: Path, images: list[bytes], workers: int, repeats: int = 2) -> float:
-    """Images/s of the service's decode + preprocessing (``prepare_image``) in a pool of ``workers`` threads."""
-    scorer = load_scorer(ScorerSpec(model_dir=model_dir, device="cpu"))
+    """Images/s of the service's decode + preprocessing (``prepare_image``) in a pool of ``workers`` threads
+    (the artifact's pipeline alone: no network is built)."""
+    pipeline = ImagePipeline.of(load_artifact(model_dir).image_transform())
     work = images * repeats
     with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(lambda d: prepare_image(d, scorer.pipeline), images[:workers]))  # warm
+        list(pool.map(lambda d: prepare_image(d, pipeline), images[:workers]))  # warm
         start = time.perf_counter()
-        list(pool.map(lambda d: prepare_image(d, scorer.pipeline), work))
+        list(pool.map(lambda d: prepare_image(d, pipeline), work))
     return len(work) / (time.perf_counter() - start)
 
 

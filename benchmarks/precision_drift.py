@@ -19,8 +19,8 @@ TF32. An "outcome flip" is an image whose screening outcome changed. On CUDA the
 answer, ``auto``: the precision ``RADSCREEN_PRECISION=auto`` picks there, behind its guard band when its
 permit has one, as the service runs it.
 
-``--photos DIR`` scores the photographs in DIR (``*.jpg``, ``*.jpeg``, ``*.png``, sorted by name; a GPU lease
-carries a sample of real ones) instead of synthetic images, through the served decode, quality gate and
+``--photos DIR`` scores the first ``--images`` photographs in DIR (``*.jpg``, ``*.jpeg``, ``*.png``, sorted by name;
+a GPU lease carries a sample of real ones) instead of synthetic images, through the served decode, quality gate and
 preprocessing; a photograph the decoder refuses is named and left out. ``--report DIR`` appends one row per
 mode to a lease report (``DIR/lease.jsonl`` and ``lease.md``) as soon as that mode is measured.
 
@@ -75,10 +75,11 @@ def modes_for(device: str) -> list[tuple[str, dict[str, str]]]:
             ("onnxruntime fp32 grouped", dict(backend="onnxruntime", precision="fp32", strategy="grouped"))]
 
 
-def photographs(folder: Path, pipeline: object) -> tuple[list[PreparedImage], list[str]]:
-    """The photographs of ``folder`` prepared as served, and the names of those the decoder refused."""
+def photographs(folder: Path, pipeline: object, limit: int) -> tuple[list[PreparedImage], list[str]]:
+    """The first ``limit`` photographs of ``folder`` (by name) prepared as served, and the names of those the
+    decoder refused."""
     prepared, refused = [], []
-    for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in PHOTO_SUFFIXES):
+    for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in PHOTO_SUFFIXES)[:limit]:
         try:
             prepared.append(prepare_image(path.read_bytes(), pipeline))  # type: ignore[arg-type]
         except ImageRejected as exc:
@@ -95,7 +96,7 @@ def cuda_available() -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model-dir", type=Path, default=None, help="artifact (default: the embedded model)")
-    parser.add_argument("--images", type=int, default=48)
+    parser.add_argument("--images", type=int, default=48, help="synthetic images; with --photos, the first N")
     parser.add_argument("--image-size", type=int, default=512)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seed", type=int, default=2026)
@@ -115,7 +116,7 @@ def main() -> None:
     reference = load_scorer(ScorerSpec(model_dir=args.model_dir, backend="torch", device="cpu", precision="fp32",
                                        strategy="loop"))
     if args.photos is not None:
-        prepared, refused = photographs(args.photos, reference.pipeline)
+        prepared, refused = photographs(args.photos, reference.pipeline, args.images)
         source = f"{len(prepared)} photographs of {args.photos}" + (f" ({len(refused)} refused by the decoder: "
                                                                      f"{', '.join(refused)})" if refused else "")
         if not prepared:
@@ -162,8 +163,9 @@ def main() -> None:
               f"{label_flips:>13}{referral_flips:>16}{outcome_flips:>15}")
         if args.report is not None:
             ran = scorer.backend
-            append_row(args.report, "precision drift", "ok", mode=name, ran=f"{ran.name} {ran.precision} on {ran.device}",
-                       images=source, reference="torch fp32 on the CPU", seconds_per_image=round(secs, 4),
+            append_row(args.report, "precision drift", "ok", mode=name,
+                       ran=f"{ran.name} {ran.precision} on {ran.device}", images=source,
+                       reference="torch fp32 on the CPU", seconds_per_image=round(secs, 4),
                        max_abs_dp=float(dp.max()), mean_abs_dp=float(dp.mean()), max_abs_dmi=float(dmi.max()),
                        mean_abs_dmi=float(dmi.mean()), label_flips=int(label_flips),
                        referral_flips=int(referral_flips), outcome_flips=int(outcome_flips))

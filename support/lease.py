@@ -82,7 +82,8 @@ class LeaseReport:
     def run(self, step: str, cmd: Sequence[str], *, share: float, cwd: Path, env: Mapping[str, str] | None = None,
             reserve: float = 0.0, tail: int = 60) -> tuple[int | None, str]:
         """Run ``cmd`` for at most ``share`` of the budget (and never into the last ``reserve`` seconds), with
-        ``$RADSCREEN_LEASE_STARTED`` set for the rows it appends itself (:func:`append_row`); report it as a step; (exit status or None when stopped or not started, its output)."""
+        ``$RADSCREEN_LEASE_STARTED`` set for the rows it appends itself (:func:`append_row`); report it as a
+        step; (exit status or None when stopped or not started, its output)."""
         limit = min(share * self.budget_s, self.left() - reserve)
         if limit < 5:
             self.add(step, "skipped", reason=f"the budget is spent ({self.left():.0f} s left)", command=shlex.join(cmd))

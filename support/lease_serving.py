@@ -16,7 +16,8 @@ with the CPU reference, bf16/fp16 drift and flips printed); the model alone (``b
 batch 1/8/32/128 in fp32 (IEEE, TF32 off), bf16 and fp16, and ONNX Runtime's CUDA provider where it activates;
 the service's closed loop at 1, 8 and 64 clients with the service's own decode workers (one a core, up to 16, on
 a GPU) against the model alone (``benchmarks/load_service.py``); the precision drift table on the photographs
-(``benchmarks/precision_drift.py``, the served ``auto`` answer included). Each has a share of the step's
+(``benchmarks/precision_drift.py`` on the first 48, against torch fp32 on the node's CPU; the served ``auto``
+answer included). Each has a share of the step's
 budget (:data:`SHARES`); a step that outruns its share is stopped and reported ``stopped``, the rows it
 appended before staying. On a machine without CUDA the same steps run on the CPU (``--tiny`` sizes: the test
 suite's dry run).
@@ -36,7 +37,7 @@ from support.weight_planes import PlanesError, unpack
 
 ROOT = Path(__file__).resolve().parents[1]
 # Shares of the serving step's budget (240 s on a GPU: 4 minutes of device time)
-SHARES = {"gpu tests": 0.25, "model alone": 0.2, "service": 0.3, "precision drift": 0.17}
+SHARES = {"gpu tests": 0.22, "model alone": 0.2, "service": 0.3, "precision drift": 0.23}
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,13 @@ class Sizes:
     duration_s: float
     max_batch: int
     drift_batch: int
+    drift_photos: int  # the CPU reference costs ~0.3-0.5 s a photograph at 256 px and 32 passes on 16 cores
 
 
 FULL = Sizes(batches="1,8,32,128", repeats=10, passes=None, clients=(1, 8, 64), duration_s=8.0, max_batch=64,
-             drift_batch=16)
-TINY = Sizes(batches="1,2", repeats=2, passes=4, clients=(1, 2), duration_s=1.0, max_batch=4, drift_batch=4)
+             drift_batch=16, drift_photos=48)
+TINY = Sizes(batches="1,2", repeats=2, passes=4, clients=(1, 2), duration_s=1.0, max_batch=4, drift_batch=4,
+             drift_photos=3)
 
 
 def install_wheels(pack: Path, work: Path) -> tuple[str, str | None]:
@@ -108,28 +111,25 @@ def serving_step(report: LeaseReport, *, pack: Path, device: str, budget_s: floa
     missing = web_stack(env)
     report.add("serving: web stack", "ok" if missing is None else "skipped", wheels=what,
                **({"missing": missing} if missing else {}))
-    python = sys.executable
-    photos = pack / "photos"
+    python, photos, out = sys.executable, str(pack / "photos"), str(report.out)
     report.run("serving: gpu tests", [python, "-m", "pytest", "-m", "gpu", "tests/gpu", "-rA", "-p",
                                       "no:cacheprovider", "-q"], share=share("gpu tests"), cwd=ROOT,
                env={**env, "RADSCREEN_PARITY_ARTIFACT": str(model)})
     precisions = "fp32,bf16,fp16" if device == "cuda" else "fp32"
     draws = "drawn-grouped" if device == "cuda" else "drawn-loop"  # as the service runs the draws there
-    report.run("serving: model alone", [python, "benchmarks/bench_core.py", "--device", device, "--size",
-                                        str(arch["input_size"]), "--width", str(arch["width"]), "--k", str(sizes.passes or passes),
-                                        "--batch", sizes.batches, "--repeats", str(sizes.repeats), "--warmup", "2",
-                                        "--modes", f"{draws},onnx", "--precisions", precisions,
-                                        "--report", str(report.out)],
-               share=share("model alone"), cwd=ROOT, env=env, tail=30)
+    report.run("serving: model alone", [
+        python, "benchmarks/bench_core.py", "--device", device, "--size", str(arch["input_size"]), "--width",
+        str(arch["width"]), "--k", str(sizes.passes or passes), "--batch", sizes.batches, "--repeats",
+        str(sizes.repeats), "--warmup", "2", "--modes", f"{draws},onnx", "--precisions", precisions,
+        "--report", out], share=share("model alone"), cwd=ROOT, env=env, tail=30)
     if missing is None:
-        report.run("serving: service", [python, "benchmarks/load_service.py", "--model-dir", str(model), "--device",
-                                        device, "--photos", str(photos), "--concurrency",
-                                        *map(str, sizes.clients), "--max-batch-size", str(sizes.max_batch),
-                                        "--duration", str(sizes.duration_s), "--rate", "--report", str(report.out)],
-                   share=share("service"), cwd=ROOT, env=env, tail=30)
+        report.run("serving: service", [
+            python, "benchmarks/load_service.py", "--model-dir", str(model), "--device", device, "--photos", photos,
+            "--concurrency", *map(str, sizes.clients), "--max-batch-size", str(sizes.max_batch), "--duration",
+            str(sizes.duration_s), "--rate", "--report", out], share=share("service"), cwd=ROOT, env=env, tail=30)
     else:
         report.add("serving: service", "skipped", reason=f"the web stack does not import here ({missing})")
-    report.run("serving: precision drift", [python, "benchmarks/precision_drift.py", "--device", device,
-                                            "--model-dir", str(model), "--photos", str(photos), "--batch",
-                                            str(sizes.drift_batch), "--report", str(report.out)],
-               share=share("precision drift"), cwd=ROOT, env=env, tail=30)
+    report.run("serving: precision drift", [
+        python, "benchmarks/precision_drift.py", "--device", device, "--model-dir", str(model), "--photos", photos,
+        "--images", str(sizes.drift_photos), "--batch", str(sizes.drift_batch), "--report", out],
+        share=share("precision drift"), cwd=ROOT, env=env, tail=30)

@@ -42,15 +42,15 @@ def pack(artifact: Path, out: Path, *, level: int = 6) -> dict[str, int]:
     words = np.frombuffer(body + b"\0" * pad, dtype=np.uint8).reshape(-1, WORD)  # [values, 4]
     planes = [zlib.compress(np.ascontiguousarray(words[:, i]).tobytes(), level) for i in range(WORD)]
     out.mkdir(parents=True, exist_ok=True)
-    for f in artifact.iterdir():
-        if f.is_file() and f.name != WEIGHTS:
-            shutil.copy2(f, out / f.name)
+    for other in artifact.iterdir():
+        if other.is_file() and other.name != WEIGHTS:
+            shutil.copy2(other, out / other.name)
     header = {"head": raw[:8 + head_len].hex(), "body_bytes": len(body), "planes": [len(p) for p in planes],
               "sha256": hashlib.sha256(raw).hexdigest()}
-    with (out / PLANES).open("wb") as f:
-        f.write(json.dumps(header).encode() + b"\n")
+    with (out / PLANES).open("wb") as sink:
+        sink.write(json.dumps(header).encode() + b"\n")
         for plane in planes:
-            f.write(plane)
+            sink.write(plane)
     return {"weights_bytes": len(raw), "packed_bytes": (out / PLANES).stat().st_size}
 
 
@@ -58,10 +58,10 @@ def unpack(packed: Path, artifact: Path) -> str:
     """Write the artifact of ``packed`` to ``artifact`` (a new folder) with its weights restored; their sha256.
 
     Raises :class:`PlanesError` when the weights do not match both the pack's and the manifest's sha256."""
-    with (packed / PLANES).open("rb") as f:
+    with (packed / PLANES).open("rb") as source:
         try:
-            header = json.loads(f.readline())
-            planes = [zlib.decompress(f.read(n)) for n in header["planes"]]
+            header = json.loads(source.readline())
+            planes = [zlib.decompress(source.read(n)) for n in header["planes"]]
         except (ValueError, KeyError, TypeError, zlib.error) as exc:
             raise PlanesError(f"{packed / PLANES} is not a readable weight pack ({exc})") from exc
     if len({len(p) for p in planes}) != 1:
@@ -74,9 +74,9 @@ def unpack(packed: Path, artifact: Path) -> str:
         raise PlanesError(f"{packed / PLANES} unpacks to weights of sha256 {sha}, not the {WEIGHTS} its manifest "
                           f"names ({manifest['files'].get(WEIGHTS)}): truncated, altered or another model's")
     artifact.mkdir(parents=True)
-    for f in packed.iterdir():
-        if f.is_file() and f.name != PLANES:
-            shutil.copy2(f, artifact / f.name)
+    for other in packed.iterdir():
+        if other.is_file() and other.name != PLANES:
+            shutil.copy2(other, artifact / other.name)
     (artifact / WEIGHTS).write_bytes(raw)
     return sha
 

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MIB = 2**20
 
 
-def rows(out: Path) -> list[dict[str, object]]:
+def rows(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "lease.jsonl").read_text().splitlines()]
 
 
