@@ -93,7 +93,7 @@ def test_a_step_stopped_at_its_limit_keeps_the_rows_it_measured(tmp_path: Path) 
     code, _ = report.run("serving: model alone", [
         sys.executable, "benchmarks/bench_core.py", "--device", "cpu", "--width", "2", "--size", "32", "--k", "2",
         "--batch", "1,4096", "--repeats", "200", "--modes", "onnx", "--threads", "1", "--report", str(tmp_path)],
-        share=0.3, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        share=0.2, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert code is None
     got = rows(tmp_path)
     assert [r["step"] for r in got] == ["environment", "model alone", "serving: model alone"]
