@@ -147,6 +147,10 @@ def main() -> None:
                 scorer = load_scorer(ScorerSpec(model_dir=args.model_dir, device=args.device, **kwargs), cpu=cpu)  # type: ignore[arg-type]
             except ProviderFallbackError as exc:
                 skip = str(exc)
+            except ValueError as exc:  # a CPU onnxruntime (a GPU lease's node): its build has no CUDA provider
+                if "providers not available" not in str(exc):
+                    raise
+                skip = str(exc)
         if skip is not None:
             print(f"{name:<28}skipped: {skip}")
             if args.report is not None:

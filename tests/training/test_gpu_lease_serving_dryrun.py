@@ -132,3 +132,24 @@ def test_a_node_without_the_web_stack_is_named_not_crashed() -> None:
     reason = web_stack(blocked)
     assert reason is not None and "No module named" in reason
     assert web_stack({**os.environ, "PYTHONPATH": str(ROOT)}) is None
+
+
+def test_a_cpu_onnxruntime_on_a_gpu_node_is_a_skip_not_a_failure() -> None:
+    """A lease's node has a CPU build of onnxruntime: asking it for a provider it was built without raises
+    ValueError, not ProviderFallbackError, which the gpu tests let through as a failure (and the drift table as a
+    crash before its last rows); ``ort_cuda_or_skip`` makes it a skip naming why, and lets other errors fail."""
+    from models.draws import materialise_draws
+    from models.onnx_backend import OnnxDrawnSession, ProviderFallbackError
+    from models.vgg import VGGConfig, build_vgg16_star
+    from tests.helpers.gpu import ort_cuda_or_skip
+
+    net = materialise_draws(build_vgg16_star(VGGConfig(width=2, input_size=32)), k=2, seed=0)
+    absent = ["NoSuchExecutionProvider", "CPUExecutionProvider"]  # as CUDA is absent from a CPU build
+    with pytest.raises(ValueError, match="providers not available") as raised:
+        OnnxDrawnSession(net, providers=absent)
+    assert not isinstance(raised.value, ProviderFallbackError)  # what `except ProviderFallbackError` missed
+    with pytest.raises(pytest.skip.Exception, match="this onnxruntime has no CUDA provider"):
+        ort_cuda_or_skip(lambda: OnnxDrawnSession(net, providers=absent))
+    with pytest.raises(ValueError, match="Unknown ONNX graph strategy"):
+        ort_cuda_or_skip(lambda: OnnxDrawnSession(net, strategy="sideways"))
+    assert ort_cuda_or_skip(lambda: OnnxDrawnSession(net)).k == 2
