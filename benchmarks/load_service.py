@@ -60,6 +60,7 @@ from service.inference.imaging import ImagePipeline
 from service.inference.loading import load_scorer
 from service.inference.prepare import prepare_image
 from service.inference.spec import ScorerSpec
+from service.model_host import decode_threads
 from service.settings import Settings
 from support.artifacts import build_tiny_artifact
 from support.images import encode, fundus_like
@@ -264,13 +265,14 @@ def main(argv: list[str] | None = None) -> None:
                 decode_workers=None if workers == "default" else int(workers),
             )
             print(f"-- the service, RADSCREEN_DECODE_WORKERS={workers}")
+            pool = f"{decode_threads(settings.decode_workers, args.device)} ({workers})"  # what the server sizes
             with live_server(settings) if args.in_process else subprocess_server(settings) as base:
-                best = max(asyncio.run(closed_loop(base, images, c, args.duration, content_type, report, workers))
+                best = max(asyncio.run(closed_loop(base, images, c, args.duration, content_type, report, pool))
                            for c in args.concurrency)
                 print(f"service / model alone (batch {args.max_batch_size}): {best:.1f} / {alone:.1f} img/s = "
                       f"{best / alone:.0%}  (decode workers {workers})")
                 if report is not None:
-                    append_row(report, "service share of model alone", "ok", decode_workers=workers,
+                    append_row(report, "service share of model alone", "ok", decode_workers=pool,
                                best_images_per_s=round(best, 2), model_alone_images_per_s=round(alone, 2),
                                model_alone_batch=args.max_batch_size, share=round(best / alone, 3))
                 for rate in args.rate:

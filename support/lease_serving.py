@@ -54,7 +54,7 @@ class Sizes:
     drift_photos: int  # the CPU reference costs ~0.3-0.5 s a photograph at 256 px and 32 passes on 16 cores
 
 
-FULL = Sizes(batches="1,8,32,128", repeats=10, passes=None, clients=(1, 8, 64), duration_s=8.0, max_batch=64,
+FULL = Sizes(batches="1,8,32,128", repeats=10, passes=None, clients=(1, 8, 64), duration_s=6.0, max_batch=64,
              drift_batch=16, drift_photos=48)
 TINY = Sizes(batches="1,2", repeats=2, passes=4, clients=(1, 2), duration_s=1.0, max_batch=4, drift_batch=4,
              drift_photos=3)
