@@ -12,14 +12,18 @@ Paths, all in one run on the same images and (for the fixed-draw paths) the same
 
 Each torch path runs in fp32 and under bf16 autocast (fp16 autocast too on CUDA), with channels-last
 input and weights as the service runs them (``service.inference.backends.TorchBackend``); fp32 on CUDA is
-IEEE fp32, TF32 off (``models.cuda``), the reference included. Reported: latency per batch (mean, p50, p95
+IEEE fp32, TF32 off (``models.cuda``), the reference included. Reported: latency per batch (mean, p50, p95, p99
 over ``--repeats``), images/s and the speed-up over ``naive-loop`` fp32 at the same batch size (both from
 the medians), for the fixed-draw paths the largest deviation of the mean probability and of the mutual
 information from ``drawn-loop`` fp32 (the reference), and on CUDA each path's peak GPU memory (torch's
-allocator; ONNX Runtime allocates outside it, so its rows read "ORT"). An ONNX path whose CUDA provider
-does not load is skipped with the reason (a machine may have a CUDA torch beside a CPU-only or
+allocator, from the path's first call; ONNX Runtime allocates outside it, so its rows read "ORT"). An ONNX
+path whose CUDA provider does not load is skipped with the reason (a machine may have a CUDA torch beside a CPU-only or
 other-CUDA onnxruntime). Paths are timed round-robin (see ``measure``). Weights are untrained (random μ,
 ρ = rho_init), so the precision deviations are indicative only.
+
+``--report DIR`` (a GPU lease, ``support.lease_serving``) appends one row per path, precision and batch to
+``DIR/lease.jsonl`` and ``DIR/lease.md`` as soon as that batch size is measured (images/s, p50/p99 ms, peak
+GPU MiB), and one per path skipped with the reason; the batch sizes run in the order given.
 
 Examples::
 
@@ -27,6 +31,8 @@ Examples::
     .venv/bin/python benchmarks/bench_core.py --width 46 --size 512 --batch 1 --repeats 2 \\
         --modes drawn-grouped,drawn-loop,onnx,naive-loop --precisions fp32
     .venv/bin/python benchmarks/bench_core.py --device cuda --width 46 --size 512 --batch 1,8 --repeats 20
+    python3 benchmarks/bench_core.py --device cuda --size 256 --batch 1,8,32,128 --modes drawn-grouped,onnx \
+        --precisions fp32,bf16,fp16 --report $OUT      # the lease's model-alone rows
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -48,6 +55,7 @@ from models.draws import DrawnNetwork, materialise_draws
 from models.onnx_backend import OnnxDrawnSession, ProviderFallbackError
 from models.uncertainty import binary_uncertainty_from_logits
 from models.vgg import VGGConfig, VGGStar, build_vgg16_star, mc_logits
+from support.lease import append_row
 
 MODES = ("naive-loop", "bayes-mc", "drawn-grouped", "drawn-loop", "onnx", "onnx-loop")
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -85,6 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--modes", default=",".join(MODES), help=f"subset of: {', '.join(MODES)}")
     p.add_argument("--precisions", default=None, help="fp32,bf16[,fp16] (default: fp32,bf16; +fp16 on cuda)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--report", type=Path, default=None,
+                   help="a lease report folder: append each measured row to its lease.jsonl and lease.md")
     args = p.parse_args(argv)
     unknown = set(args.modes.split(",")) - set(MODES)
     if unknown:
@@ -152,6 +162,8 @@ def build_runners(
                                            strategy=strategy)
             except (ProviderFallbackError, ValueError) as exc:
                 print(f"  {mode:14s} skipped: {exc}", flush=True)
+                if args.report is not None:
+                    append_row(args.report, "model alone", "skipped", path=mode, device=device.type, reason=str(exc))
                 continue
 
             def run_onnx(images: np.ndarray, session: OnnxDrawnSession = session) -> torch.Tensor:
@@ -199,9 +211,9 @@ def deviation(logits: torch.Tensor, reference: torch.Tensor) -> tuple[float, flo
 def print_table(results: list[Result], args: argparse.Namespace, device: torch.device, gmac: float) -> None:
     print(f"\n## VGG-16* width {args.width}, {args.size} px, K = {args.k}, device {device}, "
           f"threads {torch.get_num_threads()}  (≈{gmac:.2f} GMAC per pass, {args.k * gmac:.1f} per image)")
-    print("| path | precision | batch | mean ms | p50 ms | p95 ms | images/s | vs naive fp32 | max Δp | max ΔMI "
-          "| peak GPU MiB |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| path | precision | batch | mean ms | p50 ms | p95 ms | p99 ms | images/s | vs naive fp32 | max Δp "
+          "| max ΔMI | peak GPU MiB |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     naive = {r.batch: r.percentile(50) for r in results if r.mode == "naive-loop" and r.precision == "fp32"}
     for r in results:
         ratio = f"{naive[r.batch] / r.percentile(50):.2f}×" if r.batch in naive else "—"
@@ -209,7 +221,19 @@ def print_table(results: list[Result], args: argparse.Namespace, device: torch.d
         dmi = "—" if r.max_dmi is None else f"{r.max_dmi:.1e}"
         mem = "—" if device.type != "cuda" else "ORT" if r.mode.startswith("onnx") else f"{r.peak_mib:.0f}"
         print(f"| {r.mode} | {r.precision} | {r.batch} | {1e3 * r.mean:.1f} | {1e3 * r.percentile(50):.1f} | "
-              f"{1e3 * r.percentile(95):.1f} | {r.batch / r.percentile(50):.2f} | {ratio} | {dp} | {dmi} | {mem} |")
+              f"{1e3 * r.percentile(95):.1f} | {1e3 * r.percentile(99):.1f} | {r.batch / r.percentile(50):.2f} | "
+              f"{ratio} | {dp} | {dmi} | {mem} |")
+
+
+def row_figures(r: Result, args: argparse.Namespace, device: torch.device) -> dict[str, object]:
+    """One measured row as a lease report's figures."""
+    return {"path": r.mode, "precision": r.precision, "batch": r.batch, "device": device.type,
+            "size": args.size, "width": args.width, "k": args.k, "repeats": len(r.times),
+            "images_per_s": round(r.batch / r.percentile(50), 2), "p50_ms": round(1e3 * r.percentile(50), 2),
+            "p99_ms": round(1e3 * r.percentile(99), 2),
+            "peak_gpu_mib": None if r.peak_mib is None else round(r.peak_mib),
+            "max_dp": r.max_dp, "max_dmi": r.max_dmi,
+            "fp32": "IEEE (TF32 off)" if device.type == "cuda" and ieee_fp32_in_force() else "as the device runs it"}
 
 
 def conv_gmac(cfg: VGGConfig) -> float:
@@ -257,6 +281,8 @@ def main(argv: list[str] | None = None) -> None:
                 res.max_dp, res.max_dmi = deviation(out, reference[b])
             results.append(res)
             print(f"  {mode:14s} {precision:5s} batch {b}: p50 {1e3 * res.percentile(50):9.1f} ms", flush=True)
+            if args.report is not None:
+                append_row(args.report, "model alone", "ok", **row_figures(res, args, device))
     print_table(results, args, device, conv_gmac(cfg))
 
 

@@ -17,6 +17,12 @@ alone in a pool of 1..N threads (images/s: does it scale with cores?), and, for 
 value (``default``: the service's own choice, one thread per core on a GPU), the service's best closed-loop
 throughput as a share of the model alone's at ``--max-batch-size``.
 
+``--photos DIR`` uploads the photographs in DIR (``*.jpg``, ``*.jpeg``, ``*.png``, as they are; a GPU lease
+carries real ones) instead of generated PNGs, so decode costs what a photograph costs. ``--report DIR``
+appends each figure to a lease report (``DIR/lease.jsonl`` and ``lease.md``) as soon as it is measured: the
+model alone, decode alone, each closed-loop concurrency (images/s, p50/p99) and the service's share of the
+model alone.
+
 Examples::
 
     .venv/bin/python benchmarks/load_service.py --model tiny                  # built on the fly
@@ -24,6 +30,8 @@ Examples::
     .venv/bin/python benchmarks/load_service.py --model-dir models/my-run --concurrency 1 4 16
     .venv/bin/python benchmarks/load_service.py --model full --device cuda --max-batch-size 32
     .venv/bin/python benchmarks/load_service.py --decode-workers 1 2 default --concurrency 8 --rate
+    python3 benchmarks/load_service.py --model-dir /tmp/embedded --device cuda --photos .lease/serving/photos \
+        --concurrency 1 8 64 --max-batch-size 64 --rate --report $OUT      # the lease's service rows
 """
 
 from __future__ import annotations
@@ -47,15 +55,30 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from models.artifact import load_artifact
+from service.inference.imaging import ImagePipeline
 from service.inference.loading import load_scorer
 from service.inference.prepare import prepare_image
 from service.inference.spec import ScorerSpec
+from service.model_host import decode_threads
 from service.settings import Settings
 from support.artifacts import build_tiny_artifact
 from support.images import encode, fundus_like
+from support.lease import append_row
 from support.live_server import live_server, wait_until_ready
 
 SERVER_PIDS: dict[str, int] = {}  # base URL -> pid of the server subprocess (for its GPU memory)
+PHOTO_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png"}
+
+
+def photographs(folder: Path) -> tuple[list[bytes], str]:
+    """The photographs in ``folder`` (sorted by name) and their one content type."""
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in PHOTO_TYPES)
+    types = {PHOTO_TYPES[p.suffix.lower()] for p in files}
+    if not files or len(types) != 1:
+        raise SystemExit(f"--photos {folder}: expected photographs of one type (jpeg or png), found "
+                         f"{len(files)} of types {sorted(types)}")
+    return [p.read_bytes() for p in files], types.pop()
 
 
 def percentiles(latencies: list[float]) -> str:
@@ -63,12 +86,19 @@ def percentiles(latencies: list[float]) -> str:
     return f"p50 {p50:7.1f} ms  p95 {p95:7.1f} ms  p99 {p99:7.1f} ms"
 
 
+def latency_figures(latencies: list[float]) -> dict[str, float | None]:
+    if not latencies:
+        return {"p50_ms": None, "p99_ms": None}
+    p50, p99 = np.percentile(np.asarray(latencies) * 1e3, [50, 99])
+    return {"p50_ms": round(float(p50), 1), "p99_ms": round(float(p99), 1)}
+
+
 def model_alone(model_dir: Path, images: list[bytes], batch: int, repeats: int, device: str) -> tuple[float, str]:
     """Images/s of ``Scorer.score_batch`` at ``batch``, and a line naming what ran (and its GPU memory)."""
     import torch
 
     scorer = load_scorer(ScorerSpec(model_dir=model_dir, device=device))
-    prepared = [prepare_image(d, scorer.pipeline) for d in images[:batch]]
+    prepared = [prepare_image(images[i % len(images)], scorer.pipeline) for i in range(batch)]
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     scorer.score_batch(prepared)  # warm
@@ -83,13 +113,14 @@ def model_alone(model_dir: Path, images: list[bytes], batch: int, repeats: int, 
 
 
 def decode_alone(model_dir: Path, images: list[bytes], workers: int, repeats: int = 2) -> float:
-    """Images/s of the service's decode + preprocessing (``prepare_image``) in a pool of ``workers`` threads."""
-    scorer = load_scorer(ScorerSpec(model_dir=model_dir, device="cpu"))
+    """Images/s of the service's decode + preprocessing (``prepare_image``) in a pool of ``workers`` threads
+    (the artifact's pipeline alone: no network is built)."""
+    pipeline = ImagePipeline.of(load_artifact(model_dir).image_transform())
     work = images * repeats
     with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(lambda d: prepare_image(d, scorer.pipeline), images[:workers]))  # warm
+        list(pool.map(lambda d: prepare_image(d, pipeline), images[:workers]))  # warm
         start = time.perf_counter()
-        list(pool.map(lambda d: prepare_image(d, scorer.pipeline), work))
+        list(pool.map(lambda d: prepare_image(d, pipeline), work))
     return len(work) / (time.perf_counter() - start)
 
 
@@ -104,7 +135,8 @@ def gpu_memory_of(pid: int) -> str:
     return used[0] if used else "not listed by nvidia-smi (in a container, PIDs may differ)"
 
 
-async def closed_loop(base: str, images: list[bytes], concurrency: int, duration: float) -> float:
+async def closed_loop(base: str, images: list[bytes], concurrency: int, duration: float,
+                      content_type: str = "image/png", report: Path | None = None, workers: str = "default") -> float:
     latencies: list[float] = []
     errors = 0
     stop = time.perf_counter() + duration
@@ -114,7 +146,8 @@ async def closed_loop(base: str, images: list[bytes], concurrency: int, duration
         i = wid
         while time.perf_counter() < stop:
             t0 = time.perf_counter()
-            r = await client.post("/v1/predict", content=images[i % len(images)], headers={"Content-Type": "image/png"})
+            r = await client.post("/v1/predict", content=images[i % len(images)],
+                                  headers={"Content-Type": content_type})
             if r.status_code == 200:
                 latencies.append(time.perf_counter() - t0)
             else:
@@ -128,17 +161,22 @@ async def closed_loop(base: str, images: list[bytes], concurrency: int, duration
     rate = len(latencies) / elapsed
     print(f"closed  C={concurrency:3d}  {rate:7.1f} img/s  {percentiles(latencies) if latencies else ''}  "
           f"errors {errors}")
+    if report is not None:
+        append_row(report, "service closed loop", "ok" if latencies else "failed", clients=concurrency,
+                   decode_workers=workers, seconds=round(elapsed, 1), images_per_s=round(rate, 2),
+                   **latency_figures(latencies), errors=errors)
     return rate
 
 
-async def open_loop(base: str, images: list[bytes], rate: float, duration: float) -> None:
+async def open_loop(base: str, images: list[bytes], rate: float, duration: float,
+                    content_type: str = "image/png") -> None:
     rng = np.random.default_rng(0)
     latencies: list[float] = []
     statuses: dict[int, int] = {}
 
     async def one(client: httpx.AsyncClient, data: bytes) -> None:
         t0 = time.perf_counter()
-        r = await client.post("/v1/predict", content=data, headers={"Content-Type": "image/png"})
+        r = await client.post("/v1/predict", content=data, headers={"Content-Type": content_type})
         statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
         if r.status_code == 200:
             latencies.append(time.perf_counter() - t0)
@@ -173,6 +211,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--image-size", type=int, default=256, help="side of the uploaded PNGs")
     ap.add_argument("--in-process", action="store_true", help="uvicorn in a thread of this process")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model and service run")
+    ap.add_argument("--photos", type=Path, default=None, help="upload the photographs in this folder as they are")
+    ap.add_argument("--report", type=Path, default=None,
+                    help="a lease report folder: append each figure to its lease.jsonl and lease.md")
     args = ap.parse_args(argv)
     import torch
 
@@ -188,7 +229,13 @@ def main(argv: list[str] | None = None) -> None:
             model_dir = Path(DEFAULT_ARTIFACT_DIR)
         else:
             model_dir = build_tiny_artifact(Path(tmp) / "tiny")
-        images = [encode(fundus_like(i, size=args.image_size)) for i in range(64)]
+        if args.photos is not None:
+            images, content_type = photographs(args.photos)
+            uploads = f"{len(images)} photographs of {args.photos}"
+        else:
+            images, content_type = [encode(fundus_like(i, size=args.image_size)) for i in range(64)], "image/png"
+            uploads = f"64 generated {args.image_size} px PNGs"
+        report = args.report
         gpu = f", GPU {torch.cuda.get_device_name()}" if args.device == "cuda" else ""
         print(
             f"machine: {platform.processor() or platform.machine()}{gpu}, torch threads {torch.get_num_threads()}, "
@@ -198,11 +245,16 @@ def main(argv: list[str] | None = None) -> None:
         for batch in sorted({1, args.max_batch_size}):
             alone, ran = model_alone(model_dir, images, batch, repeats=max(3, 40 // batch), device=args.device)
             print(f"model alone  batch {batch:3d}  {alone:7.1f} img/s  ({ran})")
+            if report is not None:
+                append_row(report, "service: model alone", "ok", batch=batch, images_per_s=round(alone, 2), ran=ran,
+                           note="Scorer.score_batch on prepared images, as the service's batcher calls it")
         cores = os.cpu_count() or 1
         for workers in sorted({1, 2, cores}):
             rate = decode_alone(model_dir, images, workers)
-            print(f"decode + preprocessing alone, {workers:2d} threads  {rate:7.1f} img/s  "
-                  f"({args.image_size} px PNGs, {cores} cores)")
+            print(f"decode + preprocessing alone, {workers:2d} threads  {rate:7.1f} img/s  ({uploads}, {cores} cores)")
+            if report is not None:
+                append_row(report, "service: decode alone", "ok", threads=workers, images_per_s=round(rate, 2),
+                           uploads=uploads, cores=cores)
         for workers in args.decode_workers:
             settings = Settings(
                 model_dir=model_dir,
@@ -213,12 +265,18 @@ def main(argv: list[str] | None = None) -> None:
                 decode_workers=None if workers == "default" else int(workers),
             )
             print(f"-- the service, RADSCREEN_DECODE_WORKERS={workers}")
+            pool = f"{decode_threads(settings.decode_workers, args.device)} ({workers})"  # what the server sizes
             with live_server(settings) if args.in_process else subprocess_server(settings) as base:
-                best = max(asyncio.run(closed_loop(base, images, c, args.duration)) for c in args.concurrency)
+                best = max(asyncio.run(closed_loop(base, images, c, args.duration, content_type, report, pool))
+                           for c in args.concurrency)
                 print(f"service / model alone (batch {args.max_batch_size}): {best:.1f} / {alone:.1f} img/s = "
                       f"{best / alone:.0%}  (decode workers {workers})")
+                if report is not None:
+                    append_row(report, "service share of model alone", "ok", decode_workers=pool,
+                               best_images_per_s=round(best, 2), model_alone_images_per_s=round(alone, 2),
+                               model_alone_batch=args.max_batch_size, share=round(best / alone, 3))
                 for rate in args.rate:
-                    asyncio.run(open_loop(base, images, rate, args.duration))
+                    asyncio.run(open_loop(base, images, rate, args.duration, content_type))
                 if args.device == "cuda":
                     pid = os.getpid() if args.in_process else SERVER_PIDS[base]
                     print(f"server GPU memory after the load: {gpu_memory_of(pid)}")

@@ -13,9 +13,12 @@ docs/results-benchmarks.md). What a machine runs natively:
   emulation on a T4/V100), fp16 always; no int8 path.
 
 ``precision="auto"`` for a served artifact (``permits`` given: ``Calibration.permits``, what its drift
-measured on real photographs lets serve) takes the fastest of int8 and bf16 that the CPU runs natively and
-the artifact permits (bf16 on a GPU), else fp32; for training (``permits=None``) bf16 wherever it is
-native. fp16 is never chosen automatically. An explicit precision the device would only emulate raises
+measured on real photographs lets serve) takes the first path of the device's speed order that it runs
+natively and the artifact permits, else fp32, and its reason names the path (precision, device, backend,
+draws) and what was passed over: on a CPU int8 then bf16 (:data:`CPU_SPEED_ORDER`), on a GPU bf16 then fp16
+(:data:`CUDA_SPEED_ORDER`; fp16 only where its own record permits it: a GPU whose bf16 is emulated, a T4 or
+V100, still has fp16 tensor cores). For training (``permits=None``) bf16 wherever it is native; there fp16 is
+never chosen automatically. An explicit precision the device would only emulate raises
 :class:`PrecisionUnavailableError`, whose message ends with ``fix`` (the caller's own setting or flag
 names: models/ knows none). ``strategy="auto"``: a per-draw loop on the CPU, one grouped network on a GPU.
 
@@ -47,7 +50,11 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 # Fastest first on a CPU that runs each natively (benchmarks/bench_peer.py, docs/results-benchmarks.md): ONNX Runtime
 # int8 ~3x and torch bf16 ~1.6x the fp32 per-draw graph on AVX-512 VNNI + BF16.
 CPU_SPEED_ORDER = ("int8", "bf16")
-_BACKEND_OF = {"int8": "onnxruntime", "bf16": "torch"}
+# On a GPU (torch, grouped draws): bf16 and fp16 run on the tensor cores at the same peak rate from Ampere on,
+# several times IEEE fp32's (which keeps TF32 off, models.cuda); bf16 first, with fp32's exponent range. Not yet
+# measured against each other on the served network (docs/results-benchmarks.md, "On a GPU").
+CUDA_SPEED_ORDER = ("bf16", "fp16")
+_BACKEND_OF = {"int8": "onnxruntime", "bf16": "torch", "fp16": "torch"}
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 DEFAULT_FIX = "Ask for fp32, or auto to take a reduced precision only where it is native."
 
@@ -182,15 +189,24 @@ def resolve(*, device: str = "auto", precision: str = "auto", strategy: str = "a
                                f"permits: {_permit_text(permit)}"
                                + (f" (skipped {'; '.join(skipped)})" if skipped else ""), permit)
         return runtime("fp32", f"auto: fp32 ({'; '.join(skipped)})")
-    if backend not in ("auto", "torch"):
-        return runtime("fp32", f"auto: the {backend} backend runs fp32 on {dev}")
-    permit = permits.get("bf16")
-    if permit is None:
-        return runtime("fp32", "auto: the artifact carries no measured bf16 drift free of decision flips "
-                       "(calibration.json precision_drift), so fp32")
-    if not is_native("bf16", device=dev, cpu=capability, cuda_bf16=cuda_bf16):
-        return runtime("fp32", "auto: this GPU has no native bf16 (it would be emulated), so fp32")
-    return runtime("bf16", f"auto: bf16 on {dev}: {_permit_text(permit)}", permit)
+    skipped = []
+    for prec in CUDA_SPEED_ORDER:
+        permit = permits.get(prec)
+        if permit is None:
+            skipped.append(f"{prec}: the artifact carries no measured {prec} drift free of decision flips "
+                           "(calibration.json precision_drift)")
+        elif not is_native(prec, device=dev, cpu=capability, cuda_bf16=cuda_bf16):
+            skipped.append(f"{prec}: this GPU has no native {prec} (it would be emulated)")
+        elif backend not in ("auto", _BACKEND_OF[prec]):
+            skipped.append(f"{prec}: runs on {_BACKEND_OF[prec]}, not the requested {backend}")
+        else:
+            return runtime(prec, f"auto: {prec} on {dev} (torch, {chosen} draws), the fastest path this GPU runs "
+                           f"natively that the artifact permits: {_permit_text(permit)}"
+                           + (f" (skipped {'; '.join(skipped)})" if skipped else ""), permit)
+    if "int8" in permits:
+        skipped.append("int8: no int8 path on a GPU")
+    path = "onnxruntime" if backend == "onnxruntime" else "torch"
+    return runtime("fp32", f"auto: fp32 on {dev} ({path}, {chosen} draws; IEEE fp32, TF32 off) ({'; '.join(skipped)})")
 
 
 def resolve_strategy(requested: str, *, device: str, backend: str = "auto") -> tuple[Strategy, str]:

@@ -1,6 +1,7 @@
 """The GPU lease: one command that gathers what a short GPU lease can give, into a report written step by step.
 
     scripts/gpu_lease.sh $OUT 540 --shards .lease/shards      # on the node: its own python3, PYTHONPATH=the tree
+    scripts/gpu_lease.sh $OUT 300 --serving .lease/serving --serving-only     # the serving step alone
     python3 scripts/gpu_check.py --out runs/gpu-check --budget-s 540 --tiny   # the CPU dry run (the test suite's)
 
 It needs torch, numpy, scikit-learn, safetensors, Pillow and pytest, and no web stack, no venv, no install and
@@ -8,9 +9,14 @@ no embedded weights (a lease sends the tree without them). Steps, each with a sh
 for one 10-minute command of a 15-minute lease), each reported as soon as it ends in ``<out>/lease.jsonl``
 and ``<out>/lease.md``, so a run cut off at its limit still returns what it measured:
 
-1. environment: torch, CUDA, the GPU and its bf16, ONNX Runtime and whether its CUDA provider activates (a
-   CPU build is a reported skip);
-2. sizes: what a lease receives (the tree without the embedded weights, plus the shards) against 64 MiB;
+1. environment: torch, CUDA, the GPU, its driver and its bf16, ONNX Runtime and whether its CUDA provider
+   activates (a CPU build is a reported skip);
+2. sizes: what a lease receives (the tree without the embedded weights, plus the shards and the serving
+   pack) against 64 MiB;
+2b. with ``--serving PACK`` (``scripts/serving_pack.py``), before any training: the serving step
+   (``support.lease_serving``: the embedded model's parity, the model alone, the service's closed loop and the
+   precision drift on real photographs) within ``--serving-budget-s`` (240: 4 minutes of device time), on
+   ``--device`` (``auto``: CUDA where torch sees it, else the CPU, the dry run); ``--serving-only`` ends there;
 3. a training run (``radscreen-train fit``) on the shards (``--shards``, packed by ``radscreen-train pack``)
    or on synthetic images made there, under a time budget, at batch 256 with the lr by the square-root rule
    (``support.lease.lease_recipe``: where the host's work per step is small against the GPU's); its images/s and
@@ -42,12 +48,14 @@ sys.path.insert(0, str(ROOT))
 from support.lease import (  # noqa: E402
     LEASE_BATCH,
     LeaseReport,
+    folder_bytes,
     lease_recipe,
     returned_files,
     sent_bytes,
     step_flops,
     training_throughput,
 )
+from support.lease_serving import serving_step  # noqa: E402
 
 TINY = ["--width", "2", "--input-size", "32", "--epochs", "2", "--batch-size", "8", "--eval-samples", "2",
         "--head-draws", "2", "--grad-sd-samples", "0", "--seed", "0"]
@@ -74,8 +82,11 @@ def environment(report: LeaseReport) -> bool:
     figures["onnxruntime_cuda"] = ort_cuda_session()
     try:
         smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=60, check=False).stdout
+        figures["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                                            "--format=csv,noheader"], capture_output=True, text=True, timeout=60,
+                                           check=False).stdout.strip() or "nvidia-smi answered nothing"
     except (OSError, subprocess.SubprocessError) as exc:
-        smi = f"nvidia-smi not available: {exc}"
+        smi = figures["driver"] = f"nvidia-smi not available: {exc}"
     report.add("environment", "ok", text=smi, **figures)
     return cuda
 
@@ -153,16 +164,36 @@ def main(argv: list[str] | None = None) -> int:
                     help="images per step; the lr follows by the square-root rule (support.lease.scaled_lr)")
     ap.add_argument("--val-every", type=int, default=5, help="epochs between validations")
     ap.add_argument("--work", type=Path, default=None, help="folder for the run (default: a temporary one)")
+    ap.add_argument("--serving", type=Path, default=None,
+                    help="the serving pack (scripts/serving_pack.py): run the serving step first")
+    ap.add_argument("--serving-only", action="store_true", help="end after the serving step")
+    ap.add_argument("--serving-budget-s", type=float, default=240.0, help="seconds the serving step may take")
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                    help="where the serving step runs (auto: CUDA where torch sees it, else the CPU)")
     ap.add_argument("fit_args", nargs="*", help="more `radscreen-train fit` options, after --")
     args = ap.parse_args(argv)
+    if args.serving_only and args.serving is None:
+        ap.error("--serving-only needs --serving PACK")
     report = LeaseReport(args.out, args.budget_s)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
            "PYTHONUNBUFFERED": "1"}
     args.cuda = environment(report)
     sizes = sent_bytes(ROOT, args.shards)
+    if args.serving is not None:
+        sizes["serving_bytes"] = folder_bytes(args.serving)
+        sizes["sent_bytes"] += sizes["serving_bytes"]
     report.add("sizes", "ok" if sizes["sent_bytes"] <= sizes["limit_bytes"] else "failed",
                **{k: f"{v} ({v / 2**20:.1f} MiB)" for k, v in sizes.items()})
     work = args.work or Path(tempfile.mkdtemp(prefix="lease-"))
+    if args.serving is not None:
+        device = args.device if args.device != "auto" else "cuda" if args.cuda else "cpu"
+        serving_step(report, pack=args.serving, device=device, budget_s=min(args.serving_budget_s, args.budget_s),
+                     work=work, tiny=args.tiny, env=env)
+        if args.serving_only:
+            report.add("returned files", "ok" if returned_files(args.out)["within_limits"] else "failed",
+                       **returned_files(args.out))
+            print(f"report: {report.md}")
+            return 0
     artifact = train(report, args, work, env)
     if artifact is not None:
         from training.parts import split_artifact

@@ -4,6 +4,11 @@ A lease is one command of at most 10 minutes that receives at most 64 MiB and re
 most 16 MiB. ``LeaseReport`` appends each step to ``lease.jsonl`` (one JSON object a line) and ``lease.md`` as
 soon as it ends, so a command cut off at its limit still returns what it measured. ``sent_bytes`` is what a
 lease would receive: the tracked tree without the embedded weights, plus the shards.
+
+A step's child process (a benchmark run with ``--report DIR``) appends its own rows with :func:`append_row`
+as it measures them, into the same two files, so a step stopped at its time limit, or a lease cut off, keeps
+the rows measured so far; ``RADSCREEN_LEASE_STARTED`` (set by :class:`LeaseReport` for its children) gives
+their ``at_s`` the report's clock.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import os
 import shlex
 import subprocess
 import time
@@ -24,6 +30,7 @@ SEND_LIMIT = 64 * MIB  # what one command receives: code and data together
 RETURN_FILE_LIMIT = 16 * MIB  # each file it returns
 RETURN_FILES = 8  # files it returns
 EMBEDDED_WEIGHTS = "models/default/weights.safetensors"  # left out of what a lease sends
+STARTED_ENV = "RADSCREEN_LEASE_STARTED"  # the report's start (seconds since the epoch), for its children's rows
 # The lease's training batch: at 512 px the host's work per step (~11 ms: benchmarks/train_step_host.py) is
 # about 10 % of a batch-256 step at 140 TFLOP/s (35 % of 400), where a batch-32 step would wait for the host;
 # the tensors kept for the backward are at most 52 GB (203 MB an image in fp32, counted on the meta device; bf16
@@ -54,6 +61,7 @@ class LeaseReport:
     out: Path
     budget_s: float
     started: float = field(default_factory=time.monotonic)
+    started_wall: float = field(default_factory=time.time)
 
     def __post_init__(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -68,21 +76,14 @@ class LeaseReport:
 
     def add(self, step: str, status: str, *, text: str = "", **figures: Any) -> dict[str, Any]:
         """Append one step: its status (``ok``, ``failed``, ``skipped``, ``stopped``), figures and text."""
-        record = {"step": step, "status": status, "at_s": round(time.monotonic() - self.started, 1), **figures}
-        with self.jsonl.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record, default=str) + "\n")
-        lines = [f"\n## {step}: {status}\n"]
-        lines += [f"- {k}: {v}" for k, v in figures.items() if k not in ("output",)]
-        if text:
-            lines.append(f"\n```\n{text.strip()}\n```")
-        with self.md.open("a", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-        return record
+        return append_row(self.out, step, status, text=text, at_s=round(time.time() - self.started_wall, 1),
+                          **figures)
 
     def run(self, step: str, cmd: Sequence[str], *, share: float, cwd: Path, env: Mapping[str, str] | None = None,
             reserve: float = 0.0, tail: int = 60) -> tuple[int | None, str]:
-        """Run ``cmd`` for at most ``share`` of the budget (and never into the last ``reserve`` seconds);
-        report it as a step; (exit status or None when stopped or not started, its output)."""
+        """Run ``cmd`` for at most ``share`` of the budget (and never into the last ``reserve`` seconds), with
+        ``$RADSCREEN_LEASE_STARTED`` set for the rows it appends itself (:func:`append_row`); report it as a
+        step; (exit status or None when stopped or not started, its output)."""
         limit = min(share * self.budget_s, self.left() - reserve)
         if limit < 5:
             self.add(step, "skipped", reason=f"the budget is spent ({self.left():.0f} s left)", command=shlex.join(cmd))
@@ -90,7 +91,8 @@ class LeaseReport:
         begun = time.monotonic()
         code: int | None
         try:
-            done = subprocess.run(list(cmd), cwd=cwd, env=dict(env) if env is not None else None, text=True,
+            child_env = {**(env if env is not None else os.environ), STARTED_ENV: repr(self.started_wall)}
+            done = subprocess.run(list(cmd), cwd=cwd, env=child_env, text=True,
                                   capture_output=True, timeout=limit, check=False)
             code, output = done.returncode, done.stdout + done.stderr
             status = "ok" if code == 0 else "failed"
@@ -103,6 +105,25 @@ class LeaseReport:
         self.add(step, status, text=text, command=shlex.join(cmd), exit=code,
                  seconds=round(time.monotonic() - begun, 1), limit_s=round(limit))
         return code, output
+
+
+def append_row(out: Path, step: str, status: str, *, text: str = "", at_s: float | None = None,
+               **figures: Any) -> dict[str, Any]:
+    """Append one row to ``out/lease.jsonl`` (one JSON object a line) and ``out/lease.md``, each written in one
+    call and flushed on return. ``at_s``: seconds since the report began (default: from
+    ``$RADSCREEN_LEASE_STARTED``, absent where no report set it)."""
+    if at_s is None and (started := os.environ.get(STARTED_ENV)):
+        at_s = round(time.time() - float(started), 1)
+    record = {"step": step, "status": status, **({"at_s": at_s} if at_s is not None else {}), **figures}
+    with (out / "lease.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record, default=str) + "\n")
+    lines = [f"\n## {step}: {status}\n"]
+    lines += [f"- {k}: {v}" for k, v in figures.items() if k not in ("output",)]
+    if text:
+        lines.append(f"\n```\n{text.strip()}\n```")
+    with (out / "lease.md").open("a", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return record
 
 
 def tree_files(root: Path) -> list[Path]:

@@ -13,7 +13,9 @@ measured against the peer) and torch for bf16/fp16 and GPUs (:func:`choose_backe
 
 The CPU detection lives in :mod:`models.cpu`; it is injectable for tests (``detect_cpu(cpuinfo=...,
 isa=...)``) and overridable by operators (``RADSCREEN_NATIVE_BF16=yes|no``) where /proc/cpuinfo is not
-telling the truth. ``python -m service.inference.platform`` prints what this machine gets.
+telling the truth. ``python -m service.inference.platform`` prints what this machine gets: on its CPU and,
+where torch sees one, on its GPU (bf16 then fp16 there, each only where its record permits it: the path the
+reason names is the one served).
 
 Example::
 
@@ -70,6 +72,10 @@ def main() -> None:
     permits = load_artifact().calibration.permits()
     runtime = resolve(device="cpu", precision="auto", cpu=cpu, permits=permits)
     print(f"embedded model permits {sorted(permits)}: precision={runtime.precision} ({runtime.reason})")
+    if torch.cuda.is_available():
+        gpu = resolve(device="cuda", precision="auto", cpu=cpu, permits=permits)
+        backend, why = choose_backend("auto", device=gpu.device, precision=gpu.precision)
+        print(f"on {torch.cuda.get_device_name()}: precision={gpu.precision} ({gpu.reason}); backend={backend} ({why})")
     fp32, bf16 = conv_probe_ms("fp32"), conv_probe_ms("bf16")
     print(f"probe, one 3x3 conv 46->46 at 128 px, {torch.get_num_threads()} threads: fp32 {fp32:.2f} ms, "
           f"bf16 autocast {bf16:.2f} ms ({bf16 / fp32:.1f}x the fp32 time)")

@@ -18,7 +18,7 @@ from service.inference.prepare import PreparedImage, prepare_image
 from service.inference.scoring import ImageScore
 from service.inference.spec import PrecisionSetting, ScorerSpec
 from support.images import synthetic_jpegs
-from tests.helpers.gpu import GPU, parity_artifact
+from tests.helpers.gpu import GPU, ort_cuda_or_skip, parity_artifact
 
 pytestmark = GPU
 
@@ -59,14 +59,9 @@ def test_onnxruntime_on_cuda_runs_on_cuda_or_refuses(reference: tuple[list[Prepa
                                                      ) -> None:
     """The CUDA provider either activates and agrees with the CPU, or the scorer refuses to start: never a
     silent CPU run reported as cuda. A CPU-only or other-CUDA onnxruntime gives the refusal (skip)."""
-    from models.onnx_backend import ProviderFallbackError
-
     prepared, ref = reference
-    try:
-        scorer = load_scorer(ScorerSpec(model_dir=parity_artifact(), backend="onnxruntime", device="cuda",
-                                        precision="fp32", strategy="grouped"))
-    except ProviderFallbackError as exc:
-        pytest.skip(f"onnxruntime's CUDA provider does not load here: {exc}")
+    scorer = ort_cuda_or_skip(lambda: load_scorer(ScorerSpec(
+        model_dir=parity_artifact(), backend="onnxruntime", device="cuda", precision="fp32", strategy="grouped")))
     got = scorer.score_batch(prepared)
     dp = np.abs([g.probability - r.probability for g, r in zip(got, ref, strict=True)])
     assert dp.max() < BOUNDS["fp32"]

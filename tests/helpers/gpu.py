@@ -8,7 +8,9 @@ Apply to a whole module with ``pytestmark = GPU``.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import torch
@@ -20,6 +22,25 @@ def no_cuda_reason() -> str:
 
 
 GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason=no_cuda_reason())]
+
+
+T = TypeVar("T")
+
+
+def ort_cuda_or_skip(load: Callable[[], T]) -> T:
+    """``load()`` (something that opens ONNX Runtime on CUDA), or a skip naming why its CUDA provider is not
+    there: left out of this build (a CPU onnxruntime, as on a GPU lease's node: ``ValueError``, "providers not
+    available") or present but not activated (``ProviderFallbackError``). Never a silent CPU run."""
+    from models.onnx_backend import ProviderFallbackError
+
+    try:
+        return load()
+    except ProviderFallbackError as exc:
+        pytest.skip(f"onnxruntime's CUDA provider does not load here: {exc}")
+    except ValueError as exc:
+        if "providers not available" not in str(exc):
+            raise
+        pytest.skip(f"this onnxruntime has no CUDA provider: {exc}")
 
 
 PARITY_ARTIFACT_ENV = "RADSCREEN_PARITY_ARTIFACT"
