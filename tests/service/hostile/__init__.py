@@ -1,0 +1,1 @@
+"""Hostile peers and inputs, one behaviour under attack per file."""
