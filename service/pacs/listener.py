@@ -250,6 +250,7 @@ class StoreSCP:
         self.max_bytes, self.max_instances = max_bytes, max_instances
         self.slots = AssociationSlots(settings.max_associations_per_ae)
         self.server: Any = None
+        self._chunked_before = False
 
     def _refused(self, status: int, reason: str) -> int:
         self.metrics.pacs_instances.labels(path="cstore", result="refused").inc()
@@ -295,7 +296,8 @@ class StoreSCP:
         from pynetdicom.transport import ThreadedAssociationServer
 
         quiet_pynetdicom()
-        _config.STORE_RECV_CHUNKED_DATASET = True  # data sets to a temporary file, not memory (module docstring)
+        # data sets to a temporary file, not memory (module docstring); pynetdicom's setting is the process's
+        self._chunked_before, _config.STORE_RECV_CHUNKED_DATASET = _config.STORE_RECV_CHUNKED_DATASET, True
         s = self.settings
         ae = AE(ae_title=s.ae_title)
         ae.maximum_associations = s.max_associations
@@ -318,9 +320,13 @@ class StoreSCP:
         logger.info("C-STORE receiver listening", extra={"ae_title": s.ae_title, "port": s.listen_port})
 
     def stop(self) -> None:
+        """Stop accepting associations (those in progress run to their end) and restore pynetdicom's setting."""
+        from pynetdicom import _config
+
         if self.server is not None:
             self.server.shutdown()
             self.server = None
+            _config.STORE_RECV_CHUNKED_DATASET = self._chunked_before
 
 
 async def serve_listener(service_settings: Any, settings: PacsSettings) -> None:

@@ -6,9 +6,12 @@ its temp dir a folder of the test) and real pynetdicom peers:
 - a data set of 128 MiB is aborted as it arrives (A-ABORT, no status), within 10 s, the receiver's peak RSS grows
   by less than 150 MiB, nothing is stored, no temporary file is left, and a normal study is stored afterwards;
 - a P-DATA-TF PDU announcing 1 GiB is refused after its header: the sender cannot push 64 MiB into it;
+- PDUs of the announced length carrying a command set that never ends, or data set fragments with no command,
+  are refused past 64 KiB / the bound;
 - one calling AE title holding its associations open cannot keep another AE's store out: its third and fourth
   requests are rejected (rejected-transient, "local limit exceeded");
-- a calling AE title padded with spaces is the same title (PS3.5 6.2): accepted alone, and no extra slot.
+- a calling AE title padded with spaces is the same title (PS3.5 6.2): accepted alone, and no extra slot; in
+  the allow-list too (a ``StoreSCP`` in process, whose ``stop`` does not wait for an open association).
 """
 
 from __future__ import annotations
@@ -92,12 +95,12 @@ def _ae(title: str, *contexts: tuple[str, str]) -> AE:
     return ae
 
 
-def _associate(listener: Listener, title: str, *contexts: tuple[str, str]) -> Any:
-    return _ae(title, *contexts).associate("127.0.0.1", listener.port, ae_title=AE_TITLE)
+def _associate(port: int, title: str, *contexts: tuple[str, str]) -> Any:
+    return _ae(title, *contexts).associate("127.0.0.1", port, ae_title=AE_TITLE)
 
 
-def _echo_association(listener: Listener, title: str) -> Any:
-    return _associate(listener, title, (VERIFICATION, EXPLICIT_VR_LE))
+def _echo_association(port: int, title: str) -> Any:
+    return _associate(port, title, (VERIFICATION, EXPLICIT_VR_LE))
 
 
 def _rejected_for_local_limit(assoc: Any) -> bool:
@@ -112,7 +115,7 @@ def _store(listener: Listener, path: Path, title: str = "MODALITY") -> tuple[int
 
     chunked = _config.STORE_SEND_CHUNKED_DATASET
     _config.STORE_SEND_CHUNKED_DATASET = True
-    assoc = _associate(listener, title, (OphthalmicPhotography8BitImageStorage, EXPLICIT_VR_LE))
+    assoc = _associate(listener.port, title, (OphthalmicPhotography8BitImageStorage, EXPLICIT_VR_LE))
     assert assoc.is_established
     try:
         rsp = assoc.send_c_store(path)
@@ -144,7 +147,7 @@ def _normal_study(listener: Listener, tmp_path: Path, title: str = "MODALITY") -
 
 
 def _alive(listener: Listener) -> None:
-    assoc = _echo_association(listener, "PROBE")
+    assoc = _echo_association(listener.port, "PROBE")
     assert assoc.is_established
     assert assoc.send_c_echo().Status == SUCCESS
     assoc.release()
@@ -175,7 +178,7 @@ def test_a_data_set_far_over_the_bound_is_aborted_as_it_arrives(bounded: Bounded
 
 def test_a_pdu_longer_than_announced_is_refused_before_its_body(bounded: Bounded) -> None:
     listener = bounded.listener
-    assoc = _echo_association(listener, "GIANTPDU")
+    assoc = _echo_association(listener.port, "GIANTPDU")
     assert assoc.is_established
     sent, chunk = 0, bytes(MIB)
     with _peak_growth(listener.proc.pid) as growth:
@@ -195,9 +198,39 @@ def test_a_pdu_longer_than_announced_is_refused_before_its_body(bounded: Bounded
     _alive(listener)
 
 
+def _p_data(control: int, fragment: bytes) -> bytes:
+    """One P-DATA-TF PDU of one PDV (presentation context 1) with ``control`` as its message control header."""
+    item = struct.pack(">LBB", 2 + len(fragment), 1, control) + fragment
+    return struct.pack(">BBL", 0x04, 0, len(item)) + item
+
+
+@pytest.mark.parametrize("control", [0x01, 0x00], ids=["command-set-without-end", "data-set-without-command"])
+def test_endless_fragments_in_valid_pdus_are_refused(bounded: Bounded, control: int) -> None:
+    """PDUs within the announced length, but fragments of one message that never ends: a command set past
+    64 KiB, or data set fragments past the bound, abort the association (pynetdicom would keep them in memory)."""
+    listener = bounded.listener
+    assoc = _echo_association(listener.port, "ENDLESS")
+    assert assoc.is_established
+    sent, pdu = 0, _p_data(control, bytes(16_000))
+    with _peak_growth(listener.proc.pid) as growth:
+        try:
+            raw = assoc.dul.socket.socket
+            while sent < 96 * MIB:
+                raw.sendall(pdu)
+                sent += len(pdu)
+        except (OSError, AttributeError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                assoc.abort()
+    assert sent < 32 * MIB, f"the receiver took {sent // MIB} MiB of one message"
+    assert growth["mib"] < 150, f"peak RSS grew by {growth['mib']:.0f} MiB"
+    _alive(listener)
+
+
 def test_one_ae_holding_its_slots_cannot_keep_another_out(bounded: Bounded, tmp_path: Path) -> None:
     listener = bounded.listener
-    held = [_echo_association(listener, "HOLDER") for _ in range(4)]  # as many as the receiver's whole limit
+    held = [_echo_association(listener.port, "HOLDER") for _ in range(4)]  # as many as the receiver's whole limit
     try:
         assert [a.is_established for a in held] == [True, True, False, False]
         assert all(_rejected_for_local_limit(a) for a in held[2:])
@@ -220,19 +253,52 @@ def test_one_ae_holding_its_slots_cannot_keep_another_out(bounded: Bounded, tmp_
 @pytest.mark.parametrize("padded", [" HOLDER", "  HOLDER  ", "HOLDER    "])
 def test_a_padded_calling_ae_title_is_the_same_title(bounded: Bounded, padded: str) -> None:
     listener = bounded.listener
-    alone = _echo_association(listener, padded)
+    alone = _echo_association(listener.port, padded)
     assert alone.is_established  # conformant: spaces around an AE title are not significant
     alone.release()
-    held = [_echo_association(listener, "HOLDER") for _ in range(2)]
+    held = [_echo_association(listener.port, "HOLDER") for _ in range(2)]
     try:
         assert all(a.is_established for a in held)
-        held.append(_echo_association(listener, padded))
+        held.append(_echo_association(listener.port, padded))
         assert _rejected_for_local_limit(held[-1]), "padding the title bought an extra slot"
     finally:
         for assoc in held:
             if assoc.is_established:
                 assoc.release()
     _alive(listener)
+
+
+def test_the_allow_list_compares_titles_without_their_spaces(tmp_path: Path) -> None:
+    """In process: ``allowed_calling_aets`` ["ORTHANC"] admits " ORTHANC", whose padded and plain associations
+    share ORTHANC's two slots; another title is "calling AE title not recognised"; ``stop`` returns while an
+    association is still open."""
+    from service.metrics import ServiceMetrics
+    from service.pacs.listener import StoreSCP
+    from service.pacs.settings import PacsSettings
+    from service.pacs.store import Spool
+    from support.processes import free_port
+
+    settings = PacsSettings(spool_dir=tmp_path / "spool", listen_port=free_port(), allowed_calling_aets=["ORTHANC"])
+    scp = StoreSCP(settings, Spool(tmp_path / "spool"), ServiceMetrics(), max_bytes=MAX_UPLOAD, max_instances=4)
+    scp.start()
+    port = settings.listen_port
+    held: list[Any] = []
+    try:
+        stranger = _echo_association(port, "STRANGER")
+        rj = stranger.acceptor.primitive
+        assert stranger.is_rejected and (rj.result, rj.result_source, rj.diagnostic) == (0x01, 0x01, 0x03)
+        held += [_echo_association(port, " ORTHANC"), _echo_association(port, "ORTHANC")]
+        assert all(a.is_established for a in held)
+        held.append(_echo_association(port, "ORTHANC "))
+        assert _rejected_for_local_limit(held[-1])
+    finally:
+        stopped = threading.Thread(target=scp.stop, daemon=True)
+        stopped.start()
+        stopped.join(timeout=10)
+        assert not stopped.is_alive(), "stop() waits for the open associations"
+        for assoc in held:
+            if assoc.is_established:
+                assoc.release()
 
 
 def test_per_ae_slots_are_at_most_the_total() -> None:
