@@ -7,7 +7,8 @@ What it accepts, and what it answers otherwise:
   recognised"). At most ``max_associations`` at once, and at most ``max_associations_per_ae`` of them from one
   calling AE title: more are rejected (rejected-transient, "local limit exceeded"), so one caller holding its
   associations open (idle, or C-ECHO now and then) cannot keep the real PACS out. ACSE, DIMSE and network
-  timeouts bound a silent or slow peer.
+  timeouts bound a silent or slow peer (``network_timeout_s``: no PDU for that long aborts the association; a
+  C-ECHO now and then keeps one open, within its AE title's slots).
 - **AE titles.** Leading and trailing spaces of an AE title are not significant (PS3.5 6.2 AE, PS3.8 9.3.2), so
   the calling AE title is compared with them stripped, in the allow-list and in the slots per AE title alike:
   " ORTHANC" is ORTHANC, accepted where ORTHANC is and sharing its slots (padding buys no extra one). Refusing a
@@ -30,7 +31,7 @@ What it accepts, and what it answers otherwise:
   process's temp dir, ``tempfile.gettempdir()``): an association holds about a PDU in memory and at most
   ``max_bytes`` on disk, the receiver at most ``max_associations`` x ``max_bytes`` on disk. The file is removed
   once the C-STORE is answered or, for a transfer that never completed (aborted, cut or timed out), once the
-  association has ended.
+  association has ended; only a receiver killed mid-transfer (SIGKILL) leaves one behind (``tmp*.dcm``).
 - **C-STORE.** The data set is bounded and checked (``service.pacs.receive``: its size, SOP class, syntax, UIDs,
   laterality and the study's number of photographs; a refusal answers 0x0122 / 0xC122 / 0xA900 / 0xC000 /
   0xA700), then written to the spool durably (fsync and atomic rename) **before** the success status 0x0000 is
