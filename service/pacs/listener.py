@@ -25,8 +25,9 @@ What it accepts, and what it answers otherwise:
   as each PDU arrives: past ``max_bytes`` (``RADSCREEN_MAX_UPLOAD_BYTES``, passed by ``serve_listener``) the
   instance could never be stored anyway, so the PDU that crosses the bound is not taken in, the association is
   aborted (an A-ABORT PDU, source "service user" for the data set, "service provider" with reason "invalid PDU
-  parameter value" for the PDU) and the connection closed: the sender sees its association aborted, not a
-  status, and the receiver reads no further. A command set over ``CONTROL_PDU_BYTES`` is aborted the same way.
+  parameter value" for the PDU) and the connection closed: the sender sees its association aborted (or, if it
+  is still writing, its connection reset, which may discard the A-ABORT), never a status, and the receiver
+  reads no further. A command set over ``CONTROL_PDU_BYTES`` is aborted the same way.
   Data sets travel to a file, not memory (pynetdicom's ``STORE_RECV_CHUNKED_DATASET``, a temporary file in the
   process's temp dir, ``tempfile.gettempdir()``): an association holds about a PDU in memory and at most
   ``max_bytes`` on disk, the receiver at most ``max_associations`` x ``max_bytes`` on disk. The file is removed
@@ -41,8 +42,9 @@ What it accepts, and what it answers otherwise:
   A receiver killed at any moment has therefore acknowledged only what is on disk.
 
 Grading and delivery run in the same process (``service.pacs.worker``) on the service's model host. pynetdicom's
-and pydicom's loggers are silenced: at their debug level they print data sets, identifiers included. A refusal or
-abort is logged with its reason and sizes, never an identifier or a UID.
+and pydicom's loggers are silenced: at their debug level they print data sets, identifiers included; pydicom's
+warnings, which quote a malformed value, are ignored in the receiver's process. A refusal or abort is logged with
+its reason and sizes, never an identifier or a UID.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ import signal
 import socket
 import struct
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -297,6 +300,9 @@ class StoreSCP:
         from pynetdicom.transport import ThreadedAssociationServer
 
         quiet_pynetdicom()
+        # pydicom warns of a malformed value by quoting it (a UID, a name), also from pynetdicom's threads as it
+        # decodes a command set: in the receiver such warnings never reach the log (intake records its own)
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"pydicom(\.|$)")
         # data sets to a temporary file, not memory (module docstring); pynetdicom's setting is the process's
         self._chunked_before, _config.STORE_RECV_CHUNKED_DATASET = _config.STORE_RECV_CHUNKED_DATASET, True
         s = self.settings

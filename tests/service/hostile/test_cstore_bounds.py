@@ -28,7 +28,7 @@ from typing import Any
 
 import pydicom
 import pytest
-from pydicom.uid import generate_uid
+from pydicom.uid import UID, generate_uid
 from pynetdicom import AE
 from pynetdicom.sop_class import OphthalmicPhotography8BitImageStorage  # type: ignore[attr-defined]
 
@@ -110,7 +110,8 @@ def _rejected_for_local_limit(assoc: Any) -> bool:
 
 
 def _store(listener: Listener, path: Path, title: str = "MODALITY") -> tuple[int | None, bool]:
-    """C-STORE the file at ``path`` as it is on disk (pynetdicom's chunked send): (status or None, aborted)."""
+    """C-STORE the file at ``path`` as it is on disk (pynetdicom's chunked send): (status or None, whether the
+    association ended under it: aborted, or its connection reset while the sender was still writing)."""
     from pynetdicom import _config
 
     chunked = _config.STORE_SEND_CHUNKED_DATASET
@@ -119,7 +120,11 @@ def _store(listener: Listener, path: Path, title: str = "MODALITY") -> tuple[int
     assert assoc.is_established
     try:
         rsp = assoc.send_c_store(path)
-        return (int(rsp.Status) if "Status" in rsp else None), bool(assoc.is_aborted)
+        status = int(rsp.Status) if "Status" in rsp else None
+        if status is None:  # pynetdicom's reactor marks the association ended a moment after send_c_store returns
+            with contextlib.suppress(AssertionError):
+                _until(lambda: not assoc.is_established, 10, "the sender's association ends")
+        return status, not assoc.is_established
     finally:
         if assoc.is_established:
             assoc.release()
@@ -167,7 +172,7 @@ def test_a_data_set_far_over_the_bound_is_aborted_as_it_arrives(bounded: Bounded
         _until(lambda: listener.metric(REFUSED) > refused, 10, "the receiver refuses the transfer")
         sender.join(timeout=120)
         assert not sender.is_alive()
-    assert outcome["sent"] == (None, True)  # aborted, no status: the receiver stopped reading
+    assert outcome["sent"] == (None, True)  # ended under the sender, no status: the receiver stopped reading
     assert growth["mib"] < 150, f"peak RSS grew by {growth['mib']:.0f} MiB"
     assert _stored(bounded.spool) == stored
     _until(lambda: not _partial(bounded), 30, "the partial data set file is removed")
@@ -226,6 +231,20 @@ def test_endless_fragments_in_valid_pdus_are_refused(bounded: Bounded, control: 
     assert sent < 32 * MIB, f"the receiver took {sent // MIB} MiB of one message"
     assert growth["mib"] < 150, f"peak RSS grew by {growth['mib']:.0f} MiB"
     _alive(listener)
+
+
+def test_a_malformed_uid_in_the_command_stays_out_of_the_log(bounded: Bounded, tmp_path: Path) -> None:
+    """pynetdicom writes the command's SOP Instance UID into the received file's meta (in its own thread), and
+    pydicom warns about a malformed one, quoting it: the receiver refuses the instance and logs no UID."""
+    listener = bounded.listener
+    ds = pydicom.dcmread(io.BytesIO(op_dicom(fundus_like(13, 64))))
+    ds.SOPInstanceUID = ds.file_meta.MediaStorageSOPInstanceUID = UID("1.2.826.PHIUID7391")
+    path = tmp_path / "bad-uid.dcm"
+    ds.save_as(path, enforce_file_format=False)
+    status, ended = _store(listener, path)
+    assert status is not None and status != SUCCESS and not ended
+    _alive(listener)
+    assert "PHIUID7391" not in listener.log.read_text()
 
 
 def test_one_ae_holding_its_slots_cannot_keep_another_out(bounded: Bounded, tmp_path: Path) -> None:
