@@ -8,6 +8,8 @@ its temp dir a folder of the test) and real pynetdicom peers:
 - a P-DATA-TF PDU announcing 1 GiB is refused after its header: the sender cannot push 64 MiB into it;
 - PDUs of the announced length carrying a command set that never ends, or data set fragments with no command,
   are refused past 64 KiB / the bound;
+- a malformed UID in a C-STORE command (which pynetdicom now writes into the received file's meta, pydicom
+  warning with the value quoted) is refused and stays out of the receiver's log;
 - one calling AE title holding its associations open cannot keep another AE's store out: its third and fourth
   requests are rejected (rejected-transient, "local limit exceeded");
 - a calling AE title padded with spaces is the same title (PS3.5 6.2): accepted alone, and no extra slot; in
