@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _AE_TITLE = r"^[\x21-\x5B\x5D-\x7E](?:[\x20-\x5B\x5D-\x7E]{0,14}[\x21-\x5B\x5D-\x7E])?$"  # 1-16, no backslash
@@ -28,6 +28,10 @@ class PacsSettings(BaseSettings):
     allowed_calling_aets: list[str] = Field(
         default_factory=list, description='JSON list of calling AE titles accepted (empty: any), e.g. ["ORTHANC"].')
     max_associations: int = Field(default=4, ge=1, le=64, description="C-STORE receiver: associations at once.")
+    max_associations_per_ae: int = Field(
+        default=2, ge=1, le=64,
+        description="C-STORE receiver: associations at once from one calling AE title (spaces around it stripped); "
+                    "at most max_associations.")
     acse_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Association negotiation timeout.")
     dimse_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Timeout of one DIMSE message.")
     network_timeout_s: float = Field(default=60.0, gt=0, le=3600, description="Idle association timeout.")
@@ -66,3 +70,11 @@ class PacsSettings(BaseSettings):
     @classmethod
     def _strip(cls, value: list[str]) -> list[str]:
         return [v.strip() for v in value if v.strip()]
+
+    @model_validator(mode="after")
+    def _per_ae_within_total(self) -> PacsSettings:
+        if self.max_associations_per_ae > self.max_associations:
+            raise ValueError(f"max_associations_per_ae ({self.max_associations_per_ae}) exceeds max_associations "
+                             f"({self.max_associations}): set RADSCREEN_PACS_MAX_ASSOCIATIONS_PER_AE at most "
+                             "RADSCREEN_PACS_MAX_ASSOCIATIONS")
+        return self

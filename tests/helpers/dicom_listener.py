@@ -82,13 +82,16 @@ def listener_env(model_dir: Path, archive_port: int | None, metrics_port: int) -
 
 @contextlib.contextmanager
 def running_listener(model_dir: Path, spool: Path, log: Path, *, archive_port: int | None = None,
-                     port: int | None = None, ready_timeout_s: float = 120.0) -> Iterator[Listener]:
-    """Start ``radscreen dicom-listen``; yield once its model is ready; stop it on exit."""
+                     port: int | None = None, ready_timeout_s: float = 120.0,
+                     env: dict[str, str] | None = None) -> Iterator[Listener]:
+    """Start ``radscreen dicom-listen`` (``env`` added to its environment); yield once its model is ready; stop
+    it on exit."""
     port = port or free_port()
     metrics_port = free_port()
     command = [sys.executable, "-m", "service", "dicom-listen", "--spool-dir", str(spool), "--port", str(port),
                "--ae-title", AE_TITLE]
-    with running_process(command, log, cwd=ROOT, env=listener_env(model_dir, archive_port, metrics_port)) as proc:
+    full_env = {**listener_env(model_dir, archive_port, metrics_port), **(env or {})}
+    with running_process(command, log, cwd=ROOT, env=full_env) as proc:
         listener = Listener(port, f"http://127.0.0.1:{metrics_port}/metrics", log, proc)
         end = time.monotonic() + ready_timeout_s
         while True:

@@ -41,8 +41,8 @@ def listener(tiny_artifact: Path, tmp_path_factory: pytest.TempPathFactory):
         yield running
 
 
-def _association(listener: Listener, *contexts: tuple[str, str], called: str = AE_TITLE):
-    ae = AE(ae_title="HOSTILE")
+def _association(listener: Listener, *contexts: tuple[str, str], called: str = AE_TITLE, calling: str = "HOSTILE"):
+    ae = AE(ae_title=calling)
     ae.acse_timeout = ae.dimse_timeout = ae.network_timeout = 30
     for abstract, syntax in contexts:
         ae.add_requested_context(abstract, syntax)
@@ -161,11 +161,12 @@ def test_receiver_killed_mid_study_loses_nothing(tiny_artifact: Path, tiny_score
 
 
 def test_association_limit(listener: Listener) -> None:
-    """RADSCREEN_PACS_MAX_ASSOCIATIONS (4 by default): a fifth peer at once is rejected, the first four serve."""
-    held = [_association(listener, ("1.2.840.10008.1.1", EXPLICIT_VR_LE)) for _ in range(4)]
+    """RADSCREEN_PACS_MAX_ASSOCIATIONS (4 by default): a fifth peer at once is rejected, the first four serve (four
+    calling AE titles: one title gets RADSCREEN_PACS_MAX_ASSOCIATIONS_PER_AE, tests/service/hostile)."""
+    held = [_association(listener, ("1.2.840.10008.1.1", EXPLICIT_VR_LE), calling=f"PEER{i}") for i in range(4)]
     try:
         assert all(a.is_established for a in held)
-        extra = _association(listener, ("1.2.840.10008.1.1", EXPLICIT_VR_LE))
+        extra = _association(listener, ("1.2.840.10008.1.1", EXPLICIT_VR_LE), calling="PEER4")
         assert extra.is_rejected
         assert held[0].send_c_echo().Status == SUCCESS
     finally:
