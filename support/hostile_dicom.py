@@ -62,6 +62,7 @@ def photo_header(rows: int, columns: int, *, photometric: str = "RGB", lateralit
         element(0x0008, 0x0060, "CS", b"OP"),
         element(0x0010, 0x0020, "LO", b"anon"),
         element(0x0020, 0x000D, "UI", study_uid.encode()),
+        element(0x0020, 0x000E, "UI", b"1.2.826.0.1.3680043.8.498.39.2"),
         element(0x0020, 0x0062, "CS", laterality.encode()),
         element(0x0028, 0x0002, "US", struct.pack("<H", 3)),
         element(0x0028, 0x0004, "CS", photometric.encode()),
