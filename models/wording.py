@@ -9,8 +9,9 @@ service sent); none restates it. What the words promise:
   referral at p̄ 8.1 % with a threshold of 5.6 % reads "8.1 % — above the referral threshold of 5.6 %". The
   threshold is set low so that few referable eyes are missed, so most referrals are far below 50 %: "referable
   DR likely" is added only when p̄ is at least 50 %.
-- **An uncertain photograph's number is an estimate, not a finding**; an ungradable photograph's is not worded
-  at all ("not graded"), and its retake reason names the quality checks it failed.
+- **An uncertain photograph's number is an estimate, not a finding**, never set beside the threshold; an
+  ungradable photograph's is not worded at all ("not graded"), and its retake reason names the quality checks
+  it failed.
 - **The uncertainty has two words**, "low" (mutual information at or below the calibrated grader-review
   threshold) and "high" (above it: a grader decides), the comparison :func:`models.decision.is_uncertain` makes.
   With a threshold at ln 2 (the operating point defers nothing by uncertainty) it says so. No word claims more
@@ -26,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -121,9 +123,34 @@ def result_words(*, outcome: ScreeningOutcome, probability: float, decision_thre
         return ResultWords(outcome=text, probability="not graded (the image cannot be graded)", uncertainty=unc,
                            reason=f"{text}.", retake_reason=why)
     if outcome is ScreeningOutcome.GRADER_REVIEW_UNCERTAIN:
-        p, t = _distinct(probability, decision_threshold)
-        prob = f"{p}, an uncertain estimate and not a finding (referral threshold {t})"
+        # never beside the threshold: a reader could take "40 % > 5.6 %" for a referral
+        prob = f"{percent(probability)} — the model's uncertain estimate, not a finding (a grader decides)"
     else:
         prob = probability_words(probability, decision_threshold)
     return ResultWords(outcome=head, probability=prob, uncertainty=unc,
                        reason=f"{head}. Probability {prob}; uncertainty {unc}.")
+
+
+def training_summary(training_data: str) -> str:
+    """The model's training data in one line, from the artifact's ``training_data`` paragraph: its kind and each
+    source with its eye count, e.g. "real: EyePACS (716 eyes), ODIR-5K (5389 eyes)". A text without that
+    structure ("synthetic") is returned as it is, cut at 120 characters."""
+    kind, sep, rest = training_data.partition(": ")
+    if not sep or " " in kind:
+        kind, rest = "", training_data
+    segments, depth, start = [], 0, 0
+    for i, ch in enumerate(rest):  # the sources are separated by "; " outside parentheses
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == ";" and depth == 0:
+            segments.append(rest[start:i])
+            start = i + 1
+    segments.append(rest[start:])
+    sources = []
+    for segment in segments:
+        counts = re.findall(r"(\d[\d,]*) eyes\b", segment)
+        name = re.split(r" \(|\. ", segment.strip(), maxsplit=1)[0]
+        if counts and name and len(name) <= 40:
+            sources.append(f"{name} ({counts[-1]} eyes)")
+    if not sources:
+        return training_data if len(training_data) <= 120 else training_data[:119] + "…"
+    return f"{kind}: {', '.join(sources)}" if kind else ", ".join(sources)

@@ -296,6 +296,8 @@ class Runtime(BaseModel):
 class ModelResponse(BaseModel):
     model_config = ConfigDict(protected_namespaces=())
     model: ModelIdentity
+    training_summary: str = Field(
+        default="", description="model.training_data in one line: its kind and each source with its eye count.")
     calibration: Calibration
     preprocessing: Preprocessing
     runtime: Runtime

@@ -49,9 +49,9 @@ def test_numbers_that_round_alike_get_more_digits() -> None:
 def test_an_uncertain_eye_is_an_estimate_and_high() -> None:
     outcome, head, prob, unc, reason = words_for(0.3, 0.01)
     assert outcome == "grader_review_uncertain" and head == OUTCOME_TEXT[ScreeningOutcome.GRADER_REVIEW_UNCERTAIN]
-    assert prob.startswith("30.0 %, an uncertain estimate and not a finding")
+    assert prob == "30.0 % — the model's uncertain estimate, not a finding (a grader decides)"
     assert unc == "high: 0.01 nat, above the grader-review threshold of 0.0028 nat"
-    assert "likely" not in reason and "above the referral threshold" not in reason
+    assert "likely" not in reason and "threshold of 5.6" not in reason
 
 
 def test_a_retake_names_its_failed_checks_and_no_number() -> None:
@@ -71,3 +71,15 @@ def test_an_operating_point_without_deferral_says_so() -> None:
 @pytest.mark.parametrize(("value", "text"), [(0.081, "8.1 %"), (1.0, "100.0 %"), (0.0, "0.0 %"), (4e-4, "< 0.1 %")])
 def test_percent(value: float, text: str) -> None:
     assert percent(value) == text
+
+
+def test_the_training_summary_is_one_line_naming_each_source() -> None:
+    import json
+    from pathlib import Path
+
+    from models.wording import training_summary
+
+    config = json.loads((Path(__file__).resolve().parents[2] / "models" / "default" / "config.json").read_text())
+    assert len(config["training_data"]) > 500  # the paragraph the page used to repeat four times
+    assert training_summary(config["training_data"]) == "real: EyePACS (716 eyes), ODIR-5K (5389 eyes)"
+    assert training_summary("synthetic") == "synthetic"
