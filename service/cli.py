@@ -6,6 +6,7 @@ Examples::
     radscreen serve --model-dir models/my-run --port 9000        # or RADSCREEN_MODEL_DIR=...
     radscreen batch score --input images/ --output results.csv   # the batch job (service.batch)
     radscreen dicom-listen --spool-dir /var/lib/radscreen/spool --port 11112   # the DICOM C-STORE receiver
+    radscreen dicom-from-jpeg photo.jpg right.dcm --eye R      # a JPEG as an OP instance, to try the PACS path
     python -m service serve
 
 Every other setting comes from ``RADSCREEN_*`` environment variables (see service/settings.py).
@@ -39,6 +40,13 @@ def _parser() -> argparse.ArgumentParser:
     listen.add_argument("--ae-title", default=None, help="our AE title (RADSCREEN_PACS_AE_TITLE, default RADSCREEN)")
     listen.add_argument("--spool-dir", type=Path, default=None, help="spool folder (RADSCREEN_PACS_SPOOL_DIR)")
     listen.add_argument("--model-dir", type=Path, default=None, help="artifact directory (default: embedded)")
+    wrap = sub.add_parser(
+        "dicom-from-jpeg", help="wrap a baseline JPEG as an Ophthalmic Photography instance (try the PACS path)")
+    wrap.add_argument("jpeg", type=Path, help="the photograph (baseline 8-bit colour JPEG)")
+    wrap.add_argument("output", type=Path, help="the DICOM file to write")
+    wrap.add_argument("--eye", required=True, choices=("R", "L"), help="which eye: ImageLaterality R or L")
+    wrap.add_argument("--study-uid", default=None, help="Study Instance UID (the other eye's, for one visit)")
+    wrap.add_argument("--patient-id", default="", help="PatientID (default: empty)")
     sub.add_parser("batch", help="batch referral scoring; see `radscreen batch --help`", add_help=False)
     return parser
 
@@ -121,6 +129,26 @@ def dicom_listen(args: argparse.Namespace) -> int:
     return 0
 
 
+def dicom_from_jpeg(args: argparse.Namespace) -> int:
+    """Write the OP instance of a JPEG; prints the Study Instance UID for the other eye. Exits 2 on a file that
+    cannot be wrapped, saying why."""
+    from service.pacs.op_from_jpeg import JpegNotWrappableError, op_from_jpeg
+
+    try:
+        instance = op_from_jpeg(args.jpeg.read_bytes(), eye=args.eye, study_uid=args.study_uid,
+                                patient_id=args.patient_id)
+    except OSError as exc:
+        print(f"radscreen dicom-from-jpeg: cannot read {args.jpeg}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except (JpegNotWrappableError, ValueError) as exc:
+        print(f"radscreen dicom-from-jpeg: {args.jpeg.name}: {exc}", file=sys.stderr)
+        return 2
+    args.output.write_bytes(instance.data)
+    print(f"wrote {args.output} (Ophthalmic Photography 8 Bit, eye {args.eye}); the other eye of this visit: "
+          f"--study-uid {instance.study_uid}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["batch"]:
@@ -132,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(args.host, args.port, args.model_dir, args.workers)
     if args.command == "dicom-listen":
         return dicom_listen(args)
+    if args.command == "dicom-from-jpeg":
+        return dicom_from_jpeg(args)
     return 2  # argparse already rejected anything else
 
 
