@@ -22,7 +22,7 @@ from PIL import Image, JpegImagePlugin
 from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.encaps import encapsulate
 from pydicom.sequence import Sequence
-from pydicom.uid import JPEGBaseline8Bit, generate_uid
+from pydicom.uid import UID, JPEGBaseline8Bit, generate_uid
 
 OP_8BIT = "1.2.840.10008.5.1.4.1.1.77.1.5.1"
 MANUFACTURER = "Radial Screen dicom-from-jpeg (research prototype)"
@@ -72,7 +72,7 @@ def op_from_jpeg(jpeg: bytes, *, eye: str, study_uid: str | None = None, patient
     rows, columns, photometric = _check(jpeg)
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%d%H%M%S")
     meta = FileMetaDataset()
-    meta.MediaStorageSOPClassUID = OP_8BIT
+    meta.MediaStorageSOPClassUID = UID(OP_8BIT)
     meta.MediaStorageSOPInstanceUID = generate_uid()
     meta.TransferSyntaxUID = JPEGBaseline8Bit
     ds = Dataset()
