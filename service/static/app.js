@@ -126,10 +126,11 @@
   const deferralText = (body) => (body.referral_reasons || []).map((r) => REASONS[r] || r.replace(/_/g, " ")).join("; ");
 
   /** Pass/fail with the failed checks: the score itself is not a measure of how good a photograph is. */
-  function qualityText(q) {
+  function qualityText(q, words) {
     if (q.gradable) return "Gradable: passed every quality check";
+    if (words && words.retake_reason) return `Not gradable: ${words.retake_reason}`;  // the service's words
     const issues = (q.issues || []).map((i) => ISSUES[i] || i.replace(/_/g, " "));
-    return "Not gradable" + (issues.length ? `: ${issues.join(", ")}` : "");
+    return "Not gradable" + (issues.length ? `: ${issues.join("; ")}` : "");
   }
 
   /** Why the gate refused the photograph: each measure that missed, its value and the threshold (or null). */
@@ -267,7 +268,7 @@
       uncertaintyBlock(body),
       el("div", { class: "metric", id: "quality" },
         el("h3", {}, "Image quality"),
-        el("div", { class: `quality ${q.gradable ? "ok" : "bad"}` }, qualityText(q)),
+        el("div", { class: `quality ${q.gradable ? "ok" : "bad"}` }, qualityText(q, body.words)),
         qualityWhy(q),
         el("details", { class: "explain" }, el("summary", {}, "About the quality score"), qualityScoreNote(q))));
     const fhir = el("button", { type: "button", class: "secondary fhir-link", id: "fhir" }, "Download FHIR R4 report");
@@ -304,7 +305,7 @@
             gauge("mi", u.mutual_information, u.referral_threshold_mi, miScale(u.referral_threshold_mi),
               `Mutual information ${nat(u.mutual_information)}, threshold ${nat(u.referral_threshold_mi)}`, true),
             el("div", { class: "meta" }, `${nat(u.mutual_information)} nat`)),
-          el("td", { title: qualityScoreNote(result.quality) }, qualityText(result.quality), qualityWhy(result.quality)));
+          el("td", { title: qualityScoreNote(result.quality) }, qualityText(result.quality, result.words), qualityWhy(result.quality)));
       }
       return el("tr", {}, cells);
     });

@@ -178,6 +178,7 @@ def test_each_outcome_on_the_single_view(
     probability = f"{100 * body['diagnosis']['referable_dr_probability']:.1f} %"
     if outcome == "retake_ungradable":
         assert prob_text == "Not graded" and "%" not in prob_text  # the number is not a finding
+        assert page.inner_text("#quality .quality") == f"Not gradable: {body['words']['retake_reason']}"
         reasons = page.locator("#quality .quality-why li").all_inner_texts()  # each refusal explains itself
         details = body["quality"]["details"]
         assert len(reasons) == len(details) >= 1
