@@ -174,3 +174,29 @@ def test_the_exam_page_says_why_an_eye_must_be_retaken(
     finally:
         context.close()
     assert not errors, errors
+
+
+def test_provenance_once_with_the_card_one_click_away(browser: Any, service: str) -> None:
+    """The panel names the model once (name, version, sha256, a one-line training summary); its "Model card" link
+    opens GET /v1/model/card (behind the API key) in a new tab."""
+    assert httpx.get(f"{service}/v1/model/card", timeout=30).status_code == 401
+    card = httpx.get(f"{service}/v1/model/card", headers={"X-API-Key": API_KEY}, timeout=30)
+    assert card.status_code == 200 and card.headers["content-type"].startswith("text/markdown")
+    info = httpx.get(f"{service}/v1/model", headers={"X-API-Key": API_KEY}, timeout=30).json()
+    assert card.text == info["model_card"]
+    context, page, errors = _open(browser, service + "/", "desktop")
+    try:
+        page.evaluate("() => { document.getElementById('settings').open = true; }")
+        page.fill("#api-key", API_KEY)
+        page.dispatch_event("#api-key", "change")
+        page.wait_for_selector("#model-status:has-text('Model ready')", timeout=30_000)
+        body = page.inner_text("body")
+        assert body.count(info["model"]["sha256"][:12]) == 1 and info["model"]["intended_use"] not in body
+        with context.expect_page() as opened:
+            page.click("#model-card-link")
+        tab = opened.value
+        tab.wait_for_load_state()
+        assert tab.inner_text("body").strip() == card.text.strip()
+    finally:
+        context.close()
+    assert not errors, errors
