@@ -8,6 +8,7 @@ Examples::
     radscreen dicom-listen --spool-dir /var/lib/radscreen/spool --port 11112   # the DICOM C-STORE receiver
     radscreen pacs-quarantine --spool-dir /var/lib/radscreen/spool             # studies set aside, and why
     radscreen pacs-quarantine --spool-dir /var/lib/radscreen/spool --release KEY   # grade one again
+    radscreen dicom-from-jpeg photo.jpg right.dcm --eye R      # a JPEG as an OP instance, to try the PACS path
     python -m service serve
 
 Every other setting comes from ``RADSCREEN_*`` environment variables (see service/settings.py).
@@ -48,6 +49,13 @@ def _parser() -> argparse.ArgumentParser:
                             help="the study key (first column of the list) to grade again at the next pass")
     quarantine.add_argument("--study-uid", default=None,
                             help="show only the study with this StudyInstanceUID (its key is derived, never stored)")
+    wrap = sub.add_parser(
+        "dicom-from-jpeg", help="wrap a baseline JPEG as an Ophthalmic Photography instance (try the PACS path)")
+    wrap.add_argument("jpeg", type=Path, help="the photograph (baseline 8-bit colour JPEG)")
+    wrap.add_argument("output", type=Path, help="the DICOM file to write")
+    wrap.add_argument("--eye", required=True, choices=("R", "L"), help="which eye: ImageLaterality R or L")
+    wrap.add_argument("--study-uid", default=None, help="Study Instance UID (the other eye's, for one visit)")
+    wrap.add_argument("--patient-id", default="", help="PatientID (default: empty)")
     sub.add_parser("batch", help="batch referral scoring; see `radscreen batch --help`", add_help=False)
     return parser
 
@@ -162,6 +170,26 @@ def pacs_quarantine(args: argparse.Namespace) -> int:
     return 0
 
 
+def dicom_from_jpeg(args: argparse.Namespace) -> int:
+    """Write the OP instance of a JPEG; prints the Study Instance UID for the other eye. Exits 2 on a file that
+    cannot be wrapped, saying why."""
+    from service.pacs.op_from_jpeg import JpegNotWrappableError, op_from_jpeg
+
+    try:
+        instance = op_from_jpeg(args.jpeg.read_bytes(), eye=args.eye, study_uid=args.study_uid,
+                                patient_id=args.patient_id)
+    except OSError as exc:
+        print(f"radscreen dicom-from-jpeg: cannot read {args.jpeg}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except (JpegNotWrappableError, ValueError) as exc:
+        print(f"radscreen dicom-from-jpeg: {args.jpeg.name}: {exc}", file=sys.stderr)
+        return 2
+    args.output.write_bytes(instance.data)
+    print(f"wrote {args.output} (Ophthalmic Photography 8 Bit, eye {args.eye}); the other eye of this visit: "
+          f"--study-uid {instance.study_uid}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["batch"]:
@@ -175,6 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return dicom_listen(args)
     if args.command == "pacs-quarantine":
         return pacs_quarantine(args)
+    if args.command == "dicom-from-jpeg":
+        return dicom_from_jpeg(args)
     return 2  # argparse already rejected anything else
 
 

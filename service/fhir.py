@@ -8,9 +8,10 @@ reference on its own, and the bundle is a single POSTable document. It holds:
   cleared for clinical use; a human must confirm it), ``conclusionCode`` = the screening outcome
   (``retake_ungradable`` / ``grader_review_uncertain`` / ``refer_referable_dr`` / ``no_referable_dr``,
   computed once in ``models.decision.screening_outcome``: the scorer's own for a fresh answer, else the
-  body's after ``service.payload.checked_outcome``), conclusion text stating that outcome in plain
-  words and the not-for-clinical-use note, ``result`` references to the observations, ``identifier`` for
-  the request id and (if given) the caller's opaque ``study_id``;
+  body's after ``service.payload.checked_outcome``), conclusion text stating that outcome, the probability
+  beside the referral threshold and the uncertainty beside the grader-review threshold in the words every
+  surface shares (``models.wording.result_words``) and the not-for-clinical-use note, ``result``
+  references to the observations, ``identifier`` for the request id and (if given) the caller's opaque ``study_id``;
 - ``Observation`` referable-DR probability — ``valueQuantity`` in ``%`` (UCUM), the decision threshold
   as ``referenceRange.high``, the diagnosis label as ``interpretation``; for an ungradable image no value
   at all but ``dataAbsentReason`` "not graded" (the number is not a finding);
@@ -49,7 +50,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from models.decision import OUTCOME_TEXT, ScreeningOutcome, defers_by_uncertainty, is_uncertain
-from service.payload import MI_THRESHOLD_FIELD, checked_outcome, require_field
+from service.payload import MI_THRESHOLD_FIELD, checked_outcome, require_field, words_of
 
 FHIR_MEDIA_TYPE = "application/fhir+json"
 CODE_SYSTEM = "urn:radial-screen:fhir:codes"
@@ -273,21 +274,13 @@ def _observations(body: dict[str, Any], outcome: ScreeningOutcome, device_ref: s
 
 
 def _conclusion(body: dict[str, Any], outcome: ScreeningOutcome) -> str:
-    """One paragraph: outcome, probability (or "not graded"), uncertainty, provenance, not-for-clinical-use."""
-    d, u, m = body["diagnosis"], body["uncertainty"], body.get("model", {})
-    if outcome is ScreeningOutcome.RETAKE_UNGRADABLE:
-        finding = "Referable-DR probability: not graded (the image is ungradable). "
-    else:
-        finding = (
-            f"Referable-DR probability {100.0 * float(d['referable_dr_probability']):.1f}% "
-            f"(label: {str(d.get('label', '')).replace('_', ' ')}; decision threshold "
-            f"{100.0 * float(d['decision_threshold']):.1f}%). "
-        )
-    mi, thr, unit = float(u["mutual_information"]), float(u[MI_THRESHOLD_FIELD]), u.get("unit", "nat")
+    """One paragraph: the answer's words (models/wording.py: outcome, probability beside the referral threshold or
+    "not graded", uncertainty beside the grader-review threshold), provenance, not-for-clinical-use."""
+    m = body.get("model", {})
+    words = words_of(body, outcome)
     return (
-        f"{OUTCOME_TEXT[outcome]}. {finding}"
-        f"Uncertainty (mutual information) {_nat(mi)} {unit}, {'above' if is_uncertain(mi, thr) else 'within'} the "
-        f"calibrated threshold {_nat(thr)} {unit}. "
+        f"{words.outcome}. Referable-DR probability: {words.probability}. "
+        f"Uncertainty (mutual information): {words.uncertainty}. "
         f"Model {m.get('name', '?')} {m.get('version', '?')} (sha256 {str(m.get('sha256', ''))[:12]}), "
         f"trained on {m.get('training_data', 'unstated')} data. {NOT_FOR_CLINICAL_USE}"
     )

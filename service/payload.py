@@ -2,7 +2,9 @@
 
 API layer: the inference core (``service.inference``) returns typed scores and never shapes JSON; the HTTP
 routes, the batch rows and the doc generators all build the body here, so every surface shows the same
-fields. Fields added per request (``request_id``, ``study_id``, ``timing_ms``) are added by the caller.
+fields. ``outcome_reason`` and ``words`` are ``models.wording.result_words`` of the answer's numbers: the pages
+show these words, and :func:`words_of` words a body sent back (FHIR) the same way. Fields added per request
+(``request_id``, ``study_id``, ``timing_ms``) are added by the caller.
 
 The public field names are a contract. The calibrated MI threshold has one name everywhere: the artifact's
 ``referral_threshold_mi`` is the answer's ``uncertainty.referral_threshold_mi`` (and ``/v1/model``'s, the
@@ -19,7 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from models.decision import OUTCOME_TEXT, ScreeningOutcome, diagnosis_label, screening_outcome
+from models.decision import ScreeningOutcome, diagnosis_label, screening_outcome
+from models.wording import ResultWords, result_words
 
 if TYPE_CHECKING:  # the FHIR rendering imports this module without loading the inference core
     from service.inference.scoring import ImageScore, Scorer
@@ -30,6 +33,9 @@ MI_THRESHOLD_FIELD = "referral_threshold_mi"  # uncertainty.<this>: the artifact
 def score_payload(score: ImageScore, scorer: Scorer) -> dict[str, Any]:
     """The /v1/predict response body for one image (docs/architecture.md §6), minus request_id, study_id, timing_ms."""
     cal = scorer.calibration
+    words = result_words(outcome=score.outcome, probability=score.probability,
+                         decision_threshold=cal.decision_threshold, mutual_information=score.mutual_information,
+                         referral_threshold_mi=cal.referral_threshold_mi, quality_issues=list(score.quality.issues))
     return {
         "model": scorer.model_identity.to_dict(),
         "diagnosis": {
@@ -53,9 +59,21 @@ def score_payload(score: ImageScore, scorer: Scorer) -> dict[str, Any]:
         "refer_to_expert": score.refer_to_expert,
         "referral_reasons": list(score.referral_reasons),
         "outcome": score.outcome.value,
-        "outcome_reason": OUTCOME_TEXT[score.outcome],
+        "outcome_reason": words.reason,
+        "words": words.to_dict(),
         "disclaimer": scorer.disclaimer,
     }
+
+
+def words_of(body: dict[str, Any], outcome: ScreeningOutcome) -> ResultWords:
+    """The words of an answer (``models.wording``), from its own numbers and the outcome they give (a body from
+    outside is worded from what :func:`checked_outcome` verified, never from its own text)."""
+    diagnosis, unc, quality = (require_field(body, key) for key in ("diagnosis", "uncertainty", "quality"))
+    return result_words(outcome=outcome, probability=float(diagnosis["referable_dr_probability"]),
+                        decision_threshold=float(diagnosis["decision_threshold"]),
+                        mutual_information=float(unc["mutual_information"]),
+                        referral_threshold_mi=float(unc[MI_THRESHOLD_FIELD]),
+                        quality_issues=[str(i) for i in quality.get("issues", [])])
 
 
 def require_field(body: dict[str, Any], key: str) -> Any:

@@ -121,6 +121,18 @@ class Timing(BaseModel):
     inference: float = Field(description="The batched K-draw forward this image was part of, ms.")
 
 
+class ResultWordsModel(BaseModel):
+    """One photograph's result in words (models/wording.py), the same on every surface."""
+
+    outcome: str = Field(description="What to do, with a retake's reason, e.g. 'Retake the photograph: … — too dark'.")
+    probability: str = Field(description="e.g. '8.1 % — above the referral threshold of 5.6 %'; 'not graded' when "
+                             "ungradable; an uncertain photograph's is an estimate, not a finding.")
+    uncertainty: str = Field(description="'low: …' or 'high: …', the mutual information beside the grader-review "
+                             "threshold.")
+    retake_reason: str = Field(default="", description="Why a retake: the failed quality checks in words ('' "
+                               "unless the outcome is retake_ungradable).")
+
+
 class ImageResult(BaseModel):
     """The answer for one image, without the request id."""
 
@@ -144,7 +156,11 @@ class ImageResult(BaseModel):
             "no_referable_dr (probability at/above or below the decision threshold)."
         )
     )
-    outcome_reason: str = Field(description="The outcome in one plain-language line.")
+    outcome_reason: str = Field(
+        description="The outcome in one plain-language line, with the probability beside the referral threshold "
+        "and the uncertainty beside the grader-review threshold (models/wording.py).")
+    words: ResultWordsModel | None = Field(
+        default=None, description="The same in parts, as the page shows them (absent in answers from before it).")
     timing_ms: Timing
     disclaimer: str
 
@@ -280,6 +296,8 @@ class Runtime(BaseModel):
 class ModelResponse(BaseModel):
     model_config = ConfigDict(protected_namespaces=())
     model: ModelIdentity
+    training_summary: str = Field(
+        default="", description="model.training_data in one line: its kind and each source with its eye count.")
     calibration: Calibration
     preprocessing: Preprocessing
     runtime: Runtime

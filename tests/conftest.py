@@ -40,6 +40,18 @@ def pytest_report_header() -> str | None:
             "(the gpu tests run without it)")
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say once, under the skips, how many tests wanted the real photographs and where they were looked for."""
+    from support.shared_data import ENV_VAR, SHARED_DATA
+
+    marker = "real photographs not found at "  # support.shared_data.missing_reason
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if marker in str(getattr(r, "longrepr", ""))]
+    if skipped:
+        terminalreporter.write_line(
+            f"{len(skipped)} skipped for want of the real photographs: looked in {SHARED_DATA}; set {ENV_VAR} to "
+            "the shared data folder (docs/testing.md, 'Real photographs')")
+
+
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """48 gradable synthetic images at 64 px (EyePACS layout), made once per session; read-only for tests."""

@@ -1,9 +1,12 @@
-"""GET /v1/model: identity, calibration, preprocessing, runtime and the model card."""
+"""GET /v1/model: identity, a one-line training summary, calibration, preprocessing, runtime and the model card;
+GET /v1/model/card: the model card alone (markdown), the page's "Model card" link."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse
 
+from models.wording import training_summary
 from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
 from service.schemas import ModelResponse, problem_responses
 
@@ -26,6 +29,7 @@ async def model_info(host: ModelHostDep, settings: SettingsDep) -> ModelResponse
     return ModelResponse.model_validate(
         {
             "model": scorer.model_identity.to_dict(),
+            "training_summary": training_summary(scorer.model_identity.training_data),
             "calibration": {
                 "referral_threshold_mi": cal.referral_threshold_mi,
                 "decision_threshold": cal.decision_threshold,
@@ -52,3 +56,13 @@ async def model_info(host: ModelHostDep, settings: SettingsDep) -> ModelResponse
             "disclaimer": scorer.disclaimer,
         }
     )
+
+
+@router.get(
+    "/v1/model/card",
+    response_class=PlainTextResponse,
+    summary="The loaded model's card (MODEL_CARD.md, markdown)",
+    responses=problem_responses(401, 503),
+)
+async def model_card(host: ModelHostDep) -> PlainTextResponse:
+    return PlainTextResponse(host.require_ready().model_card, media_type="text/markdown; charset=utf-8")

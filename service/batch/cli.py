@@ -15,8 +15,9 @@ Example (a day's screening images, resumable; rerun the same command after an in
     RADSCREEN_MODEL_DIR=models/my-run radscreen-batch score --input day/ --output day.csv \\
         --backend torch --precision fp32 --strategy loop --max-pixels 54200000
 
-Exit status: 0 done, 2 unusable input or arguments (message on stderr), 130 interrupted (Ctrl-C: what was
-scored is committed; rerun the same command to resume), 1 unexpected failure.
+Exit status: 0 done, 2 unusable input or arguments (message on stderr; ``--plot`` without matplotlib is
+refused before anything is scored), 130 interrupted (Ctrl-C: what was scored is committed; rerun the same
+command to resume), 1 unexpected failure.
 """
 
 from __future__ import annotations
@@ -133,6 +134,15 @@ def main(argv: list[str] | None = None, *, prog: str = "radscreen-batch") -> int
         return 130
 
 
+def _can_plot() -> bool:
+    """Whether ``--plot`` can write its PNG (matplotlib, the ``batch`` extra, is importable)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _score(args: argparse.Namespace) -> int:
     """Run the ``score`` command; returns the exit status."""
     from models.artifact import ArtifactError
@@ -147,6 +157,11 @@ def _score(args: argparse.Namespace) -> int:
         spec = scorer_spec(args)
     except ValueError as exc:
         print(f"radscreen-batch: {exc}", file=sys.stderr)
+        return 2
+    if args.plot is not None and not _can_plot():  # said before scoring, not after it
+        print("radscreen-batch: --plot needs matplotlib, which this environment lacks (`make serve` does not "
+              "install it): .venv/bin/pip install 'matplotlib>=3.8' (or the batch extra: .venv/bin/pip install "
+              "-e '.[batch]'), or leave out --plot", file=sys.stderr)
         return 2
     cfg = BatchJobConfig(
         input=args.input, output=args.output, spec=spec, batch_size=args.batch_size, workers=args.workers,

@@ -1,7 +1,8 @@
 """The batch output row: its columns, how a scored image and an error become one, and cell encodings.
 
 A scored row is built from :func:`service.payload.score_payload` — the same body ``POST /predict``
-returns — so the batch job and the HTTP service report the same numbers for the same image.
+returns — so the batch job and the HTTP service report the same numbers, and the same words
+(``outcome_reason``, ``models.wording``), for the same image.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ COLUMNS: tuple[str, ...] = (
     "id",
     "path",
     "outcome",  # the screening outcome (models.decision.screening_outcome); empty on error rows
+    "outcome_reason",  # the outcome, probability and uncertainty in words (models.wording, the API's outcome_reason)
     "referable_dr_probability",  # empty when the image is ungradable (label not_graded): no finding to read
     "label",
     "mutual_information",
@@ -61,6 +63,7 @@ def scored_row(item: InputItem, payload: Mapping[str, Any]) -> Row:
         "id": item.id,
         "path": item.path,
         "outcome": str(payload["outcome"]),
+        "outcome_reason": str(payload["outcome_reason"]),
         "referable_dr_probability": float(diagnosis["referable_dr_probability"]) if graded else None,
         "label": str(diagnosis["label"]),
         "mutual_information": float(uncertainty["mutual_information"]),
@@ -118,7 +121,7 @@ def from_csv_cells(record: Mapping[str, str]) -> Row:
         text = record.get(col, "")
         if col in LIST_COLUMNS:
             row[col] = text.split(LIST_SEPARATOR) if text else []
-        elif text == "" and col in FLOAT_COLUMNS | BOOL_COLUMNS | {"label", "outcome"}:
+        elif text == "" and col in FLOAT_COLUMNS | BOOL_COLUMNS | {"label", "outcome", "outcome_reason"}:
             row[col] = None
         elif col in BOOL_COLUMNS:
             row[col] = text == "true"

@@ -77,7 +77,9 @@ async def grade_study(host: ModelHost, study: StudyFolder) -> GradedExam | None:
     ]
     exam = exam_fields([(im.eye, ScreeningOutcome(im.result["outcome"])) for im in images])
     host.metrics.observe_exam(ScreeningOutcome(exam["outcome"]), len(images))
-    return GradedExam(images, exam, scorer.model_identity.to_dict(), scorer.disclaimer)
+    cal = scorer.calibration
+    return GradedExam(images, exam, scorer.model_identity.to_dict(), scorer.disclaimer,
+                      thresholds=(cal.decision_threshold, cal.referral_threshold_mi))
 
 
 def exam_record(graded: GradedExam, result_key: str) -> dict[str, Any]:

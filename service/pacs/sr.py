@@ -6,15 +6,24 @@ The content tree (highdicom builds and validates every item; nothing here writes
   number);
 - one measurement group (TID 1501) for the exam (finding site: both eyes) with the exam outcome, and one per
   eye (finding site: the eye, SNOMED CT laterality) with the eye's outcome and, for each gradable photograph of
-  it, the probability of referable DR (p̄) and the mutual information (MI, nat) as NUM items that reference
-  that photograph (SOP class and instance); every photograph of the eye is a source image of its group;
+  it, the probability of referable DR (p̄, in percent, UCUM ``%``, four significant digits) and the mutual
+  information (MI, nat, three significant digits) as NUM items that reference that photograph (SOP class and
+  instance); every photograph of the eye is a source image of its group;
+- each group's *finding* says what was found, from its outcome (:data:`FINDING_MEANING`): referable DR present,
+  not found, not graded, or grader review (never "referable DR" over a healthy eye);
+- each group also holds the two thresholds its numbers were compared with, as NUM items without an image
+  reference: the referral (decision) threshold in ``%`` and the grader-review MI threshold in nat;
 - algorithm identification (name, version, ``sha256=...``) on every group and measurement;
-- TEXT items: the exam's reason, each eye's reason, the intended use and the not-for-clinical-use note.
+- TEXT items: the exam's reason, each eye's reason followed by each of its photographs' words
+  (``models.wording``, the API's ``outcome_reason``: the probability beside the referral threshold, the
+  uncertainty beside the grader-review threshold, a retake's failed checks), the intended use and the
+  not-for-clinical-use note.
 
 Codes of our own are in the private scheme ``99RADSCR`` (declared in the object's Coding Scheme Identification);
 the outcome codes are the same slugs as the JSON and FHIR answers (``refer_referable_dr``...).
 
-The object is PRELIMINARY and UNVERIFIED (``is_final=False``): a research prototype's finding for a clinician
+The object is UTF-8 (Specific Character Set ``ISO_IR 192``: the shared words use "—"). It is PRELIMINARY and
+UNVERIFIED (``is_final=False``): a research prototype's finding for a clinician
 to review. Patient and study attributes are copied from the source images by highdicom (the archive files the
 result in the same study), each checked against its VR first and left empty when it does not conform
 (:mod:`service.pacs.sr_header`); they go into the object only, never into logs.
@@ -62,10 +71,21 @@ def code(value: str, meaning: str) -> hd.sr.CodedConcept:
     return hd.sr.CodedConcept(value=value, scheme_designator=SCHEME, meaning=meaning)
 
 
+# What a group's outcome found, as its TID 1501 finding (at most 64 characters each).
+FINDING_MEANING: dict[ScreeningOutcome, tuple[str, str]] = {
+    ScreeningOutcome.REFER_REFERABLE_DR: ("referable-dr-present",
+                                          "Referable DR present (at or above referral threshold)"),
+    ScreeningOutcome.NO_REFERABLE_DR: ("referable-dr-not-found", "Referable DR not found (below referral threshold)"),
+    ScreeningOutcome.GRADER_REVIEW_UNCERTAIN: ("grader-review", "Grader review: model uncertain, no finding"),
+    ScreeningOutcome.RETAKE_UNGRADABLE: ("not-graded", "Not graded: no gradable photograph"),
+}
+
 PROCEDURE = code("dr-screening", "Referable diabetic retinopathy screening")
-FINDING = code("referable-dr", "Referable diabetic retinopathy")
-PROBABILITY = code("p-referable-dr", "Probability of referable DR (mean of draws)")
+PROBABILITY = code("p-referable-dr-percent", "Probability of referable DR (mean of draws)")
 MUTUAL_INFORMATION = code("mutual-info-nat", "Mutual information over the weights (nat)")
+DECISION_THRESHOLD = code("referral-threshold-percent", "Referral threshold: refer if probability >= this")
+MI_THRESHOLD = code("grader-review-threshold-nat", "Grader-review threshold: review if MI > this (nat)")
+NAT = hd.sr.CodedConcept(value="1", scheme_designator="UCUM", meaning="nat")  # a unit UCUM lacks: dimensionless
 EXAM_OUTCOME = code("exam-outcome", "Screening outcome of the exam")
 EYE_OUTCOME = code("eye-outcome", "Screening outcome of the eye")
 EXAM_REASON = code("exam-reason", "Exam outcome reason")
@@ -75,6 +95,21 @@ DISCLAIMER = code("disclaimer", "Not for clinical use")
 
 def outcome_code(outcome: ScreeningOutcome) -> hd.sr.CodedConcept:
     return code(outcome.value, OUTCOME_MEANING[outcome])
+
+
+def finding_code(outcome: ScreeningOutcome) -> hd.sr.CodedConcept:
+    """What a group found, from its outcome (:data:`FINDING_MEANING`)."""
+    return code(*FINDING_MEANING[outcome])
+
+
+def percent_value(probability: float) -> float:
+    """p̄ in percent, four significant digits (the JSON answer keeps the full float)."""
+    return float(f"{100.0 * probability:.4g}")
+
+
+def nat_value(mutual_information: float) -> float:
+    """MI in nat, three significant digits."""
+    return float(f"{mutual_information:.3g}")
 
 
 def derived_uid(*parts: str) -> str:
@@ -105,6 +140,8 @@ class GradedExam:
     exam: dict[str, Any]
     model: dict[str, Any]  # ScorerIdentity.to_dict()
     disclaimer: str
+    # (referral threshold, grader-review MI threshold) of the model that graded it; None: read from the results
+    thresholds: tuple[float, float] | None = None
 
     @property
     def uids(self) -> tuple[str, str]:
@@ -132,20 +169,21 @@ def _eye_group(exam: GradedExam, eye: Eye, sr_uid: str) -> hd.sr.MeasurementsAnd
         if ScreeningOutcome(image.result["outcome"]) is ScreeningOutcome.RETAKE_UNGRADABLE:
             continue  # an ungradable photograph's probability is no finding
         reference = [hd.sr.SourceImageForMeasurement(*_source(image.header))]
-        for name, value in ((PROBABILITY, image.result["diagnosis"]["referable_dr_probability"]),
-                            (MUTUAL_INFORMATION, image.result["uncertainty"]["mutual_information"])):
+        for name, value, unit in (
+                (PROBABILITY, percent_value(float(image.result["diagnosis"]["referable_dr_probability"])),
+                 codes.UCUM.Percent),
+                (MUTUAL_INFORMATION, nat_value(float(image.result["uncertainty"]["mutual_information"])), NAT)):
             measurements.append(hd.sr.Measurement(
-                name=name, value=float(value), unit=codes.UCUM.NoUnits, algorithm_id=algorithm,
-                referenced_images=reference,
+                name=name, value=value, unit=unit, algorithm_id=algorithm, referenced_images=reference,
             ))
     outcome = ScreeningOutcome(exam.exam["eyes"][eye.value]["outcome"])
     return hd.sr.MeasurementsAndQualitativeEvaluations(
         tracking_identifier=hd.sr.TrackingIdentifier(uid=derived_uid("track", sr_uid, eye.value),
                                                      identifier=f"{eye.value} eye"),
-        finding_type=FINDING,
+        finding_type=finding_code(outcome),
         algorithm_id=algorithm,
         finding_sites=[hd.sr.FindingSite(codes.SCT.Eye, laterality=_LATERALITY[eye])],
-        measurements=measurements or None,
+        measurements=[*measurements, *_thresholds(exam, algorithm)] or None,
         qualitative_evaluations=[hd.sr.QualitativeEvaluation(EYE_OUTCOME, outcome_code(outcome))],
         source_images=sources or None,
     )
@@ -153,21 +191,60 @@ def _eye_group(exam: GradedExam, eye: Eye, sr_uid: str) -> hd.sr.MeasurementsAnd
 
 def _exam_group(exam: GradedExam, sr_uid: str) -> hd.sr.MeasurementsAndQualitativeEvaluations:
     outcome = ScreeningOutcome(exam.exam["outcome"])
+    algorithm = _algorithm(exam.model)
     return hd.sr.MeasurementsAndQualitativeEvaluations(
         tracking_identifier=hd.sr.TrackingIdentifier(uid=derived_uid("track", sr_uid, "exam"), identifier="exam"),
-        finding_type=FINDING,
-        algorithm_id=_algorithm(exam.model),
+        finding_type=finding_code(outcome),
+        algorithm_id=algorithm,
         finding_sites=[hd.sr.FindingSite(codes.SCT.Eye, laterality=codes.SCT.RightAndLeft)],
+        measurements=_thresholds(exam, algorithm) or None,
         qualitative_evaluations=[hd.sr.QualitativeEvaluation(EXAM_OUTCOME, outcome_code(outcome))],
         source_images=[hd.sr.SourceImageForMeasurementGroup(*_source(im.header)) for im in exam.images],
     )
+
+
+def _thresholds(exam: GradedExam, algorithm: hd.sr.AlgorithmIdentification) -> list[hd.sr.Measurement]:
+    """The referral threshold (%) and the grader-review MI threshold (nat) the exam's numbers were compared with
+    (every result of one exam states the same two: one model graded them)."""
+    thresholds = exam.thresholds
+    if thresholds is None:  # a photograph the decoder refused has no numbers; a scored one states both
+        scored = [im.result for im in exam.images if "diagnosis" in im.result and "uncertainty" in im.result]
+        if not scored:
+            return []
+        thresholds = (float(scored[0]["diagnosis"]["decision_threshold"]),
+                      float(scored[0]["uncertainty"]["referral_threshold_mi"]))
+    decision, mi = thresholds
+    return [
+        hd.sr.Measurement(name=DECISION_THRESHOLD, unit=codes.UCUM.Percent, algorithm_id=algorithm,
+                          value=percent_value(decision)),
+        hd.sr.Measurement(name=MI_THRESHOLD, unit=NAT, algorithm_id=algorithm, value=nat_value(mi)),
+    ]
+
+
+def _photograph_words(result: dict[str, Any]) -> str:
+    """A photograph's words: its outcome, probability beside the referral threshold and uncertainty beside the
+    grader-review threshold (``service.payload``'s ``words``); a refused photograph's reason as it stands."""
+    words = result.get("words")
+    if not words:
+        return str(result["outcome_reason"])
+    if ScreeningOutcome(result["outcome"]) is ScreeningOutcome.RETAKE_UNGRADABLE:
+        return f"{words['outcome']}."
+    return f"{words['outcome']}; probability {words['probability']}; uncertainty {words['uncertainty']}."
+
+
+def _eye_text(exam: GradedExam, eye: Eye) -> str:
+    """The eye's outcome line, then each of its photographs' words (``outcome_reason``), numbered."""
+    photographs = [im for im in exam.images if im.eye is eye]
+    words = [f"Photograph {i}: {_photograph_words(im.result)}"
+             for i, im in enumerate(photographs, start=1) if im.result.get("outcome_reason")]
+    return " ".join([f"{str(exam.exam['eyes'][eye.value]['outcome_reason']).rstrip('.')}.", *words])
 
 
 def _texts(exam: GradedExam) -> list[hd.sr.TextContentItem]:
     lines = [(EXAM_REASON, str(exam.exam["outcome_reason"]))]
     for eye in Eye:
         lines.append((code(f"{eye.value}-eye-reason", f"{eye.value.capitalize()} eye outcome reason"),
-                      str(exam.exam["eyes"][eye.value]["outcome_reason"])))
+                      _eye_text(exam, eye)))
     lines += [(INTENDED_USE, str(exam.model["intended_use"])), (DISCLAIMER, exam.disclaimer)]
     return [hd.sr.TextContentItem(name=name, value=value, relationship_type=hd.sr.RelationshipTypeValues.CONTAINS)
             for name, value in lines]
@@ -189,7 +266,9 @@ def build_sr(exam: GradedExam) -> hd.sr.ComprehensiveSR:
     )
     with warnings.catch_warnings():  # highdicom's warnings may quote header values (identifiers)
         warnings.simplefilter("ignore")
-        return _build(exam, sr_uid, series_uid, observer)
+        sr = _build(exam, sr_uid, series_uid, observer)
+    sr.SpecificCharacterSet = "ISO_IR 192"  # UTF-8: the words hold "—", "≥" and the like; names keep their text
+    return sr
 
 
 def _build(exam: GradedExam, sr_uid: str, series_uid: str, observer: hd.sr.ObserverContext) -> hd.sr.ComprehensiveSR:

@@ -1,9 +1,10 @@
 /* Radial Screen clinician page: choose or drop fundus photographs, send them to the service, show the
    screening outcome as the headline (the service's `outcome`, computed in one place server-side), then
-   probability, uncertainty (low / borderline / high relative to the calibrated threshold) and image
-   quality. A referable finding is never green. On a deferral the probability is never worded as a finding:
-   an ungradable image's is "not graded", an uncertain image's is shown small, as the model's uncertain
-   estimate, with no likely/unlikely words. Plain browser JavaScript, no build step, no network access
+   probability and uncertainty in the words the service sent (`words`, models/wording.py: the probability
+   beside the referral threshold, the uncertainty low or high beside the grader-review threshold; the same
+   words as the API's outcome_reason, FHIR, the SR and the batch CSV) and image quality. A referable finding
+   is never green. On a deferral the probability is never worded as a finding: an ungradable image's is
+   "not graded", an uncertain image's is shown small, as the model's uncertain estimate. Plain browser JavaScript, no build step, no network access
    beyond this service. The API key lives only in this tab's memory. */
 "use strict";
 
@@ -17,7 +18,7 @@
   // The four screening outcomes (models.decision.ScreeningOutcome): headline, colour class, what to do.
   const OUTCOMES = {
     refer_referable_dr: { cls: "outcome-refer", headline: "Refer to an eye-care professional",
-      sub: "Referable diabetic retinopathy: the model is confident and the image is gradable." },
+      sub: "The probability is at or above the referral threshold and the image is gradable. A clinician must still review this result." },
     grader_review_uncertain: { cls: "outcome-review", headline: "Human grader review needed",
       sub: "The model is uncertain about this image: a trained grader must grade it. This is not a result." },
     retake_ungradable: { cls: "outcome-retake", headline: "Retake the photograph",
@@ -71,6 +72,10 @@
     "internal-error": "The service failed unexpectedly. The problem has been logged; please try again.",
   };
 
+  // The result's one-line disclaimer; the model's provenance is shown once, in its panel (the API's `disclaimer`
+  // repeats the training data in full).
+  const DISCLAIMER = "Decision support only, not a diagnosis. A clinician must review every result.";
+
   const $ = (id) => document.getElementById(id);
   const state = { files: [], urls: [], model: null };
 
@@ -112,21 +117,20 @@
   const outcomeOf = (body) => OUTCOMES[body.outcome] ||
     { cls: "outcome-review", headline: "Unknown outcome: human review needed", sub: String(body.outcome) };
 
-  /** Uncertainty in words: high = the server found it above the calibrated threshold (its "uncertain" reason);
-   *  borderline = above half of the threshold (a display band only, no decision). */
+  /** Uncertainty's level, the decision's own comparison: high = the server found it above the calibrated
+   *  threshold (its "uncertain" reason), else low. The words are the server's (`words.uncertainty`). */
   function uncertaintyLevel(result) {
-    const u = result.uncertainty;
-    if ((result.referral_reasons || []).includes("uncertain")) return "high";
-    return u.mutual_information > 0.5 * u.referral_threshold_mi ? "borderline" : "low";
+    return (result.referral_reasons || []).includes("uncertain") ? "high" : "low";
   }
 
   const deferralText = (body) => (body.referral_reasons || []).map((r) => REASONS[r] || r.replace(/_/g, " ")).join("; ");
 
   /** Pass/fail with the failed checks: the score itself is not a measure of how good a photograph is. */
-  function qualityText(q) {
+  function qualityText(q, words) {
     if (q.gradable) return "Gradable: passed every quality check";
+    if (words && words.retake_reason) return `Not gradable: ${words.retake_reason}`;  // the service's words
     const issues = (q.issues || []).map((i) => ISSUES[i] || i.replace(/_/g, " "));
-    return "Not gradable" + (issues.length ? `: ${issues.join(", ")}` : "");
+    return "Not gradable" + (issues.length ? `: ${issues.join("; ")}` : "");
   }
 
   /** Why the gate refused the photograph: each measure that missed, its value and the threshold (or null). */
@@ -206,7 +210,7 @@
   }
 
   /** Ungradable: no number. Uncertain: the number small, as an uncertain estimate, never as a finding. */
-  function probabilityBlock(d, q, outcome) {
+  function probabilityBlock(d, q, outcome, words) {
     if (!q.gradable || outcome === "retake_ungradable") {
       return el("div", { class: "metric", id: "probability" },
         el("h3", {}, "Referable-DR probability"),
@@ -216,19 +220,18 @@
     if (outcome !== "refer_referable_dr" && outcome !== "no_referable_dr") {
       return el("div", { class: "metric", id: "probability" },
         el("h3", {}, "Referable-DR probability"),
-        el("div", { class: "value estimate" },
-          `Model's uncertain estimate: ${pct(d.referable_dr_probability)} (not a finding)`),
+        el("div", { class: "value estimate" }, words.probability),
         el("p", { class: "explain" },
           "The model is uncertain about this image, so this number may be far from the truth in either " +
           "direction. It is not a result: a trained grader grades the image."));
     }
-    const labelWords = outcome === "refer_referable_dr" ? "referable DR likely" : "referable DR unlikely";
     return el("div", { class: "metric", id: "probability" },
       el("h3", {}, "Referable-DR probability"),
-      el("div", { class: "value" }, `${pct(d.referable_dr_probability)} — ${labelWords}`),
+      el("div", { class: "value" }, words.probability),
       gauge("prob", d.referable_dr_probability, d.decision_threshold, 1,
         `Probability ${pct(d.referable_dr_probability)}, decision threshold ${pct(d.decision_threshold)}`),
-      el("p", { class: "explain" }, `Decision threshold ${pct(d.decision_threshold)}.`));
+      el("p", { class: "explain" }, "The referral threshold is set low so that few referable eyes are missed, " +
+        "so a referred photograph's probability is often far below 50 %."));
   }
 
   /** The batch table's probability cell: the same rules as the single view. */
@@ -241,32 +244,31 @@
       return el("span", { class: "estimate" }, `uncertain estimate ${pct(d.referable_dr_probability)}`,
         el("div", { class: "meta" }, "not a finding"));
     }
-    return [pct(d.referable_dr_probability), el("div", { class: "meta" }, d.label.replace("_", " "))];
+    return [pct(d.referable_dr_probability), el("div", { class: "meta" }, result.words.probability)];
   }
 
   function uncertaintyBlock(result) {
     const u = result.uncertainty, level = uncertaintyLevel(result);
-    const words = { low: "low", borderline: "borderline (near the threshold)", high: "high (above the threshold)" }[level];
     return el("div", { class: "metric", id: "uncertainty" },
       el("h3", {}, "Model uncertainty"),
-      el("div", { class: `value level-${level}` }, `Uncertainty: ${words}`),
+      el("div", { class: `value level-${level}` }, `Uncertainty: ${result.words.uncertainty}`),
       gauge("mi", u.mutual_information, u.referral_threshold_mi, miScale(u.referral_threshold_mi),
         `Mutual information ${nat(u.mutual_information)} nat, calibrated threshold ${nat(u.referral_threshold_mi)} nat`),
       el("details", { class: "explain" },
         el("summary", {}, "Details"),
         `Mutual information ${nat(u.mutual_information)} nat against the calibrated threshold ` +
-        `${nat(u.referral_threshold_mi)} nat. Above it a human grader reviews the image; "borderline" means ` +
-        "above half of it. The bar spans 0 to twice the threshold."));
+        `${nat(u.referral_threshold_mi)} nat. Above it a human grader reviews the image. The bar spans 0 to ` +
+        "twice the threshold."));
   }
 
   function renderSingle(body, file, url) {
     const q = body.quality, m = body.model;
     const metrics = el("div", {},
-      probabilityBlock(body.diagnosis, q, body.outcome),
+      probabilityBlock(body.diagnosis, q, body.outcome, body.words),
       uncertaintyBlock(body),
       el("div", { class: "metric", id: "quality" },
         el("h3", {}, "Image quality"),
-        el("div", { class: `quality ${q.gradable ? "ok" : "bad"}` }, qualityText(q)),
+        el("div", { class: `quality ${q.gradable ? "ok" : "bad"}` }, qualityText(q, body.words)),
         qualityWhy(q),
         el("details", { class: "explain" }, el("summary", {}, "About the quality score"), qualityScoreNote(q))));
     const fhir = el("button", { type: "button", class: "secondary fhir-link", id: "fhir" }, "Download FHIR R4 report");
@@ -279,11 +281,11 @@
       body.refer_to_expert
         ? el("p", { class: "meta" }, `The model defers this image to a human: ${deferralText(body)}.`) : null,
       el("p", { class: "meta" },
-        `Model ${m.name} ${m.version} (sha256 ${m.sha256.slice(0, 12)}), ${m.mc_samples} posterior draws`,
+        `Scored by the model under “Model provenance” (version ${m.version}), ${m.mc_samples} posterior draws`,
         m.test_time_flip ? ", each image also scored mirrored. " : ". ",
         `Request ${body.request_id}. Timing: decode ${body.timing_ms.decode.toFixed(0)} ms, `,
         `queue ${body.timing_ms.queue.toFixed(0)} ms, inference ${body.timing_ms.inference.toFixed(0)} ms.`),
-      el("p", { class: "meta disclaimer-line" }, body.disclaimer || ""),
+      el("p", { class: "meta disclaimer-line" }, DISCLAIMER),
       fhir);
   }
 
@@ -303,7 +305,7 @@
             gauge("mi", u.mutual_information, u.referral_threshold_mi, miScale(u.referral_threshold_mi),
               `Mutual information ${nat(u.mutual_information)}, threshold ${nat(u.referral_threshold_mi)}`, true),
             el("div", { class: "meta" }, `${nat(u.mutual_information)} nat`)),
-          el("td", { title: qualityScoreNote(result.quality) }, qualityText(result.quality), qualityWhy(result.quality)));
+          el("td", { title: qualityScoreNote(result.quality) }, qualityText(result.quality, result.words), qualityWhy(result.quality)));
       }
       return el("tr", {}, cells);
     });
@@ -444,6 +446,15 @@
     });
   }
 
+  /** The card behind the API key: fetched with this tab's key and opened as text in a new tab. */
+  async function openModelCard(event) {
+    event.preventDefault();
+    const response = await fetch("/v1/model/card", { headers: headers({ Accept: "text/markdown" }) });
+    if (!response.ok) { showError(await problemText(response)); return; }
+    const url = URL.createObjectURL(new Blob([await response.text()], { type: "text/plain;charset=utf-8" }));
+    window.open(url, "_blank", "noopener");
+  }
+
   async function loadModel(attempt) {
     const status = $("model-status");
     try {
@@ -461,11 +472,9 @@
       bind("name", m.name); bind("version", m.version);
       bind("sha256_short", m.sha256.slice(0, 12), m.sha256);
       bind("mc_samples", `${m.mc_samples} fixed draws` + (m.test_time_flip ? ", on the image and its mirror" : ""));
-      bind("training_data", m.training_data);
-      bind("intended_use", m.intended_use);
+      bind("training_summary", body.training_summary || m.training_data, m.training_data);
       bind("referral_threshold_mi", `${nat(c.referral_threshold_mi)} nat`);
       bind("decision_threshold", pct(c.decision_threshold));
-      bind("disclaimer", body.disclaimer || "");
       status.textContent = `Model ready (${body.runtime.backend} on ${body.runtime.device}).`;
     } catch (err) {
       status.textContent = "Could not reach the service. Retrying…";
@@ -477,6 +486,7 @@
     wireDropZone();
     $("upload-form").addEventListener("submit", analyse);
     $("api-key").addEventListener("change", () => { if (!state.model) loadModel(0); });
+    $("model-card-link").addEventListener("click", openModelCard);
     loadModel(0);
   });
 })();

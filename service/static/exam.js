@@ -2,7 +2,10 @@
    patient's outcome (computed once server-side, models/decision.py) is the headline, the two eyes stand side
    by side with their own outcome and each photograph's result. A referable finding is never green; an
    ungradable photograph's probability is "not graded"; an uncertain one's is an uncertain estimate, not a
-   finding. The patient line under the headline (the server's outcome_reason) names any retake still needed. Plain browser JavaScript, no build step. */
+   finding. The patient line under the headline (the server's outcome_reason) names any retake still needed,
+   and an eye to be retaken says why (its photographs' failed quality checks). Probability and uncertainty are
+   the words the service sent (`words`, models/wording.py), the same as on the single-image page. Plain browser
+   JavaScript, no build step. */
 "use strict";
 
 (function () {
@@ -24,7 +27,7 @@
   const UNKNOWN = { cls: "outcome-review", headline: "Unknown outcome: human review needed" };
 
   const $ = (id) => document.getElementById(id);
-  const state = { files: { right: [], left: [] }, urls: { right: [], left: [] } };
+  const state = { files: { right: [], left: [] }, urls: { right: [], left: [] }, training: "" };
 
   function node(tag, attrs, ...children) {
     const n = document.createElement(tag);
@@ -36,7 +39,6 @@
     return n;
   }
 
-  const percent = (p) => `${(100 * p).toFixed(1)}%`;
 
   function photo(url, alt) {
     const img = node("img", { class: "thumb", src: url, alt });
@@ -54,29 +56,26 @@
   /** A photograph's probability as the single-image page words it: a finding only when the answer is a
       certain one; an uncertain photograph's number is an uncertain estimate, never set beside the threshold. */
   function probabilityLine(r) {
-    const d = r.diagnosis;
     if (!r.quality.gradable || r.outcome === "retake_ungradable") {
       return node("div", { class: "photo-probability" }, node("span", { class: "not-graded" }, "Not graded"));
     }
     if (r.outcome !== "refer_referable_dr" && r.outcome !== "no_referable_dr") {
-      return node("div", { class: "photo-probability estimate" },
-        `Model's uncertain estimate ${percent(d.referable_dr_probability)}: not a finding (a grader decides)`);
+      return node("div", { class: "photo-probability estimate" }, r.words.probability);
     }
-    return node("div", { class: "photo-probability" }, `Referable-DR probability ${percent(d.referable_dr_probability)} ` +
-      `(decision threshold ${percent(d.decision_threshold)})`);
+    return node("div", { class: "photo-probability" }, `Referable-DR probability ${r.words.probability}`);
   }
 
   /** One photograph of an eye: its thumbnail, outcome, probability (or "not graded"), uncertainty, quality. */
   function photographRow(image, url) {
     const r = image.result, o = EYE_OUTCOME[r.outcome] || UNKNOWN;
-    const high = (r.referral_reasons || []).includes("uncertain");  // the server applied the MI rule
     return node("li", { class: "exam-photo", "data-outcome": r.outcome },
       url ? photo(url, `${EYE_NAMES[image.eye]} photograph ${image.filename || ""}`) : node("span", { class: "thumb no-preview" }, "DICOM"),
       node("div", {},
         node("div", { class: `photo-outcome ${o.cls}` }, o.headline),
         probabilityLine(r),
-        node("div", { class: "meta" }, `Uncertainty: ${high ? "high (above the threshold)" : "within the threshold"}; `,
+        node("div", { class: "meta photo-uncertainty" }, `Uncertainty: ${r.words.uncertainty}; `,
           r.quality.gradable ? "gradable" : "not gradable"),
+        r.words.retake_reason ? node("div", { class: "meta photo-retake" }, `Retake: ${r.words.retake_reason}`) : null,
         node("div", { class: "meta" }, image.filename || "")));
   }
 
@@ -84,11 +83,15 @@
     const entry = body.eyes[eye], o = EYE_OUTCOME[entry.outcome] || UNKNOWN;
     const missing = body.missing_eyes.includes(eye);
     const images = body.images.filter((im) => im.eye === eye);
+    const why = [...new Set(images.map((im) => im.result.words.retake_reason).filter(Boolean))];
+    const retake = entry.outcome === "retake_ungradable" && !missing && why.length
+      ? node("p", { class: "retake-reason", id: `retake-${eye}` }, `Why a retake: ${why.join("; ")}`) : null;
     return node("section", { class: "eye-result", id: `eye-${eye}`, "aria-label": EYE_NAMES[eye] },
       node("h3", {}, EYE_NAMES[eye]),
       node("div", { class: `decision eye-decision ${missing ? "outcome-retake" : o.cls}`, "data-outcome": entry.outcome },
         node("span", { class: "outcome-headline" }, missing ? "No photograph of this eye" : o.headline),
         node("small", {}, entry.outcome_reason)),
+      retake,
       node("ul", { class: "exam-photos" },
         images.map((im) => photographRow(im, (state.urls[eye] || [])[indexWithinEye(body, im)]))));
   }
@@ -98,6 +101,19 @@
     return body.images.filter((im) => im.eye === image.eye && im.index < image.index).length;
   }
 
+  /** The model card (behind the API key): fetched with this tab's key, opened as text in a new tab. */
+  function cardLink() {
+    const link = node("a", { href: "/v1/model/card", id: "model-card-link" }, "model card");
+    link.addEventListener("click", async (event) => {
+      event.preventDefault();
+      const response = await fetch("/v1/model/card", { headers: Object.assign(requestHeaders(), { Accept: "text/markdown" }) });
+      if (!response.ok) { showError(`The model card could not be loaded (the service answered ${response.status}).`); return; }
+      const url = URL.createObjectURL(new Blob([await response.text()], { type: "text/plain;charset=utf-8" }));
+      window.open(url, "_blank", "noopener");
+    });
+    return link;
+  }
+
   function renderExam(body) {
     const p = PATIENT[body.outcome] || UNKNOWN, m = body.model;
     return node("article", { "aria-label": "Patient result" },
@@ -105,9 +121,12 @@
         node("span", { class: "outcome-headline" }, p.headline),
         node("small", {}, body.outcome_reason)),
       node("div", { class: "eyes-side-by-side" }, EYES.map((eye) => eyeColumn(eye, body))),
-      node("p", { class: "meta" }, `Model ${m.name} ${m.version} (sha256 ${m.sha256.slice(0, 12)}), ` +
-        `${m.mc_samples} posterior draws. Request ${body.request_id}.` + (body.exam_id ? ` Exam ${body.exam_id}.` : "")),
-      node("p", { class: "meta disclaimer-line" }, body.disclaimer || ""));
+      node("p", { class: "meta provenance-line" }, `Model ${m.name} ${m.version} (sha256 ${m.sha256.slice(0, 12)})` +
+        (state.training ? `, trained on ${state.training}` : "") + `, ${m.mc_samples} posterior draws (`,
+        cardLink(),
+        `). Request ${body.request_id}.` + (body.exam_id ? ` Exam ${body.exam_id}.` : "")),
+      node("p", { class: "meta disclaimer-line" },
+        "Decision support only, not a diagnosis. A clinician must review every result."));
   }
 
   function showError(text, detail) {
@@ -174,8 +193,8 @@
       const response = await fetch("/v1/model", { headers: requestHeaders() });
       if (!response.ok) return;
       const body = await response.json();
-      document.querySelectorAll('[data-bind="training_data"]').forEach((n) => { n.textContent = body.model.training_data; });
-    } catch (_) { /* the banner keeps its default words */ }
+      state.training = body.training_summary || "";
+    } catch (_) { /* the result line names the model without its training summary */ }
   }
 
   document.addEventListener("DOMContentLoaded", () => {

@@ -105,7 +105,8 @@ def test_single_image_report_with_provenance_keyboard_and_contrast(
     info = httpx.get(f"{service}/v1/model", headers={"X-API-Key": API_KEY}, timeout=10).json()
     model, cal = info["model"], info["calibration"]
     provenance = page.inner_text("aside.provenance")
-    for text in (model["name"], model["version"], model["sha256"][:12], "synthetic", model["intended_use"],
+    assert info["training_summary"] == "synthetic"
+    for text in (model["name"], model["version"], model["sha256"][:12], info["training_summary"], "Model card",
                  "16 fixed draws", f"{cal['referral_threshold_mi']:.4f} nat",
                  f"{100 * cal['decision_threshold']:.1f}%"):
         assert text in provenance, f"{text!r} missing from the provenance panel"
@@ -126,16 +127,20 @@ def test_single_image_report_with_provenance_keyboard_and_contrast(
 
     expected = predict_json(service, png)  # fixed posterior draws: the same image gives the same numbers
     probability = expected["diagnosis"]["referable_dr_probability"]
-    assert f"{100 * probability:.1f}%" in page.inner_text("#probability .value")
-    assert page.inner_text("#uncertainty .value") in (
-        "Uncertainty: low", "Uncertainty: borderline (near the threshold)")
+    assert page.inner_text("#probability .value") == expected["words"]["probability"]
+    assert f"{100 * probability:.1f} % — above the referral threshold of " in page.inner_text("#probability .value")
+    assert page.inner_text("#uncertainty .value") == f"Uncertainty: {expected['words']['uncertainty']}"
+    assert page.inner_text("#uncertainty .value").startswith("Uncertainty: low: ")
     page.click("#uncertainty details summary")
     assert "against the calibrated threshold" in page.inner_text("#uncertainty details")
     assert page.inner_text("#quality .quality") == "Gradable: passed every quality check"
     page.click("#quality details summary")  # the score is explained, not shown as a grade of the image
     assert f"Quality score {expected['quality']['score']:.2f}: the smallest of the per-check margins" in (
         page.inner_text("#quality details"))
-    assert model["sha256"][:12] in page.inner_text("#results")
+    # the provenance once: the hash and the training summary stand in the panel only, not under the result
+    whole = page.inner_text("body")
+    assert whole.count(model["sha256"][:12]) == 1 and whole.count(info["training_summary"]) == 1
+    assert model["sha256"][:12] not in page.inner_text("#results")
     assert page.inner_text("#status") == "Analysis complete. Refer to an eye-care professional."
     assert page.get_attribute("#results", "aria-live") == "polite"
     gauge_label = page.get_attribute("#uncertainty .gauge", "aria-label")
@@ -170,9 +175,10 @@ def test_each_outcome_on_the_single_view(
     assert colour == {"outcome-refer": "rgb(253, 236, 236)", "outcome-review": "rgb(255, 237, 213)",
                       "outcome-retake": "rgb(237, 233, 254)", "outcome-clear": "rgb(231, 246, 236)"}[cls]
     prob_text = page.inner_text("#probability .value")
-    probability = f"{100 * body['diagnosis']['referable_dr_probability']:.1f}%"
+    probability = f"{100 * body['diagnosis']['referable_dr_probability']:.1f} %"
     if outcome == "retake_ungradable":
         assert prob_text == "Not graded" and "%" not in prob_text  # the number is not a finding
+        assert page.inner_text("#quality .quality") == f"Not gradable: {body['words']['retake_reason']}"
         reasons = page.locator("#quality .quality-why li").all_inner_texts()  # each refusal explains itself
         details = body["quality"]["details"]
         assert len(reasons) == len(details) >= 1
@@ -180,7 +186,8 @@ def test_each_outcome_on_the_single_view(
             bound = "at least" if finding["relation"] == ">=" else "at most"
             assert f"needs {bound} {float(finding['threshold']):.3g}" in text, (text, finding)
     elif outcome == "grader_review_uncertain":
-        assert prob_text == f"Model's uncertain estimate: {probability} (not a finding)"
+        assert prob_text == body["words"]["probability"] and "not a finding" in prob_text
+        assert "threshold" not in prob_text
         assert page.query_selector("#probability .gauge") is None  # no bar against the decision threshold
     else:
         assert prob_text.startswith(probability)
@@ -192,7 +199,9 @@ def test_each_outcome_on_the_single_view(
     if outcome == "grader_review_uncertain":
         assert font_px(page, "#probability .value") <= 0.8 * font_px(page, "#decision .outcome-headline")
     level = page.inner_text("#uncertainty .value")
-    assert (level == "Uncertainty: high (above the threshold)") == (outcome == "grader_review_uncertain")
+    assert level == f"Uncertainty: {body['words']['uncertainty']}"
+    assert level.startswith("Uncertainty: high: ") == (outcome == "grader_review_uncertain")
+    assert "confident" not in page.inner_text("#results") and "borderline" not in page.inner_text("#results")
     assert "No referral" not in page.inner_text("#results")
     shot = screenshot(page, tmp_path, f"outcome-{outcome}.png", selector="#results")
     assert shot.stat().st_size < 150_000

@@ -23,6 +23,7 @@ from service.inference.loading import load_scorer
 from service.inference.prepare import prepare_image
 from service.inference.spec import ScorerSpec
 from support.images import encode, fundus_like
+from support.shared_data import ODIR, missing_reason
 from tests.helpers.dicom_files import CT_IMAGE, EXPLICIT_VR_LE, JPEG_BASELINE, odir_pair, op_dicom, rgb_of
 
 LIMITS: dict[str, Any] = {"max_pixels": 40_000_000, "max_bytes": 20 * 1024 * 1024}
@@ -69,7 +70,7 @@ def test_laterality_and_study_come_from_the_header() -> None:
 def test_real_odir_photograph_as_dicom_scores_like_the_jpeg(syntax: str, tiny_artifact: Path) -> None:
     pair = odir_pair()
     if pair is None:
-        pytest.skip("ODIR photographs absent (../shared/data/odir-5k)")
+        pytest.skip(missing_reason(ODIR))
 
     scorer = load_scorer(ScorerSpec(model_dir=tiny_artifact, backend="torch", device="cpu"))
     right = pair[0]

@@ -65,10 +65,9 @@ def test_exam_shows_both_eyes_side_by_side_under_one_patient_headline(
     r_box, l_box = exam_page.locator("#eye-right").bounding_box(), exam_page.locator("#eye-left").bounding_box()
     assert r_box is not None and l_box is not None
     assert abs(r_box["y"] - l_box["y"]) < 1 and r_box["x"] < l_box["x"]
-    diagnosis = body["images"][0]["result"]["diagnosis"]
-    assert exam_page.inner_text("#eye-right .photo-probability") == (
-        f"Referable-DR probability {100 * diagnosis['referable_dr_probability']:.1f}% "
-        f"(decision threshold {100 * diagnosis['decision_threshold']:.1f}%)")
+    words = body["images"][0]["result"]["words"]
+    assert exam_page.inner_text("#eye-right .photo-probability") == f"Referable-DR probability {words['probability']}"
+    assert "— above the referral threshold of " in words["probability"]
     shot = screenshot(exam_page, tmp_path, "exam-refer.png", selector="#exam-results")
     assert shot.stat().st_size < 150_000
 
@@ -96,8 +95,8 @@ def test_each_photograph_states_its_uncertainty_as_the_server_decided_it(
     assert exam_page.locator("#patient-decision").get_attribute("data-outcome") == "grader_review_uncertain"
     right = exam_page.locator("#eye-right .exam-photo .meta").first.inner_text()
     left = exam_page.locator("#eye-left .exam-photo .meta").first.inner_text()
-    assert right.startswith("Uncertainty: high (above the threshold)")
-    assert left.startswith("Uncertainty: within the threshold")
+    assert right.startswith("Uncertainty: high: ") and "above the grader-review threshold" in right
+    assert left.startswith("Uncertainty: low: ") and "at or below the grader-review threshold" in left
 
 
 def test_an_uncertain_exam_shows_an_estimate_never_a_finding(
@@ -116,7 +115,8 @@ def test_an_uncertain_exam_shows_an_estimate_never_a_finding(
     p = body["images"][0]["result"]["diagnosis"]["referable_dr_probability"]
     uncertain = exam_page.locator("#eye-right .photo-probability")
     words = uncertain.inner_text()
-    assert words == f"Model's uncertain estimate {100 * p:.1f}%: not a finding (a grader decides)"
+    assert words == body["images"][0]["result"]["words"]["probability"]
+    assert words == f"{100 * p:.1f} % — the model's uncertain estimate, not a finding (a grader decides)"
     assert "threshold" not in words and "Referable-DR probability" not in words
     assert int(uncertain.evaluate("e => getComputedStyle(e).fontWeight")) < 600
     certain = exam_page.locator("#eye-left .photo-probability")  # the certain eye keeps its finding

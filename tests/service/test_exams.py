@@ -19,6 +19,7 @@ import pytest
 from PIL import Image
 
 from support.images import encode
+from support.shared_data import ODIR, missing_reason
 from tests.helpers.dicom_files import CT_IMAGE, JPEG_BASELINE, odir_pair, op_dicom, rgb_of
 from tests.helpers.outcomes import build_outcome_artifact
 from tests.helpers.service_process import running_service
@@ -147,7 +148,7 @@ def test_same_pair_as_dicom_gives_the_same_numbers(service: str, photos: dict[st
 def test_real_odir_pair_png_and_dicom_agree(service: str) -> None:
     pair = odir_pair()
     if pair is None:
-        pytest.skip("ODIR photographs absent (../shared/data/odir-5k)")
+        pytest.skip(missing_reason(ODIR))
     right, left = (rgb_of(p) for p in pair)
     as_jpeg = exam(service, [("right", ("r.jpg", encode(right, "JPEG", quality=95), "image/jpeg")),
                              ("left", ("l.jpg", encode(left, "JPEG", quality=95), "image/jpeg"))]).json()

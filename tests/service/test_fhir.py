@@ -114,7 +114,7 @@ def test_bundle_validates_as_fhir_r4b_and_survives_json_round_trip() -> None:
     [
         ({}, "refer_referable_dr", True, "Refer to an eye-care professional: referable diabetic retinopathy."),
         (UNCERTAIN, "grader_review_uncertain", False, "Human grader review: the model is uncertain"),
-        (UNGRADABLE, "retake_ungradable", False, "Retake the photograph: the image cannot be graded."),
+        (UNGRADABLE, "retake_ungradable", False, "Retake the photograph: the image cannot be graded"),
         (CLEAR, "no_referable_dr", False, "No referable diabetic retinopathy found: rescreen at the routine"),
     ],
 )
@@ -134,6 +134,23 @@ def test_each_outcome_is_the_conclusion_code_and_referral_is_true_only_for_refer
         assert referral["interpretation"][0]["coding"][0]["code"] == outcome
         assert referral["note"][0]["text"].startswith("No decision by the model")
     assert "No referral" not in json.dumps(bundle)
+
+
+def test_the_conclusion_words_the_result_as_every_surface_does() -> None:
+    """The conclusion is models.wording's words of the body's numbers: the probability beside the referral
+    threshold, the uncertainty beside the grader-review threshold; a retake names its failed checks."""
+    from models.wording import nats, probability_words
+
+    body = response()
+    words = to_fhir_bundle(body, issued=ISSUED)
+    conclusion = report_of(words)["conclusion"]
+    d, u = body["diagnosis"], body["uncertainty"]
+    assert probability_words(d["referable_dr_probability"], d["decision_threshold"]) in conclusion
+    assert "above the referral threshold of 50.0 %" in conclusion and "Uncertainty (mutual information): low: " in (
+        conclusion)
+    assert f"grader-review threshold of {nats(u['referral_threshold_mi'])}" in conclusion
+    retake = report_of(to_fhir_bundle(response(**UNGRADABLE), issued=ISSUED))["conclusion"]
+    assert retake.startswith("Retake the photograph: the image cannot be graded — ") and "not graded" in retake
 
 
 def test_values_match_the_json_response() -> None:
@@ -171,14 +188,14 @@ def test_a_model_that_defers_nothing_by_mi_says_so_instead_of_naming_an_unreacha
 
 def test_mi_and_threshold_are_printed_with_significant_digits() -> None:
     conclusion = report_of(to_fhir_bundle(response(**UNCERTAIN), issued=ISSUED))["conclusion"]
-    assert "mutual information) 3.1e-06 nat, above the calibrated threshold 1.01e-06 nat" in conclusion
+    assert "(mutual information): high: 3.1e-06 nat, above the grader-review threshold of 1.01e-06 nat" in conclusion
     assert "0.0000" not in conclusion
 
 
 def test_report_conclusion_states_provenance_and_not_for_clinical_use() -> None:
     report = report_of(to_fhir_bundle(response(), issued=ISSUED))
     assert report["status"] == "preliminary"
-    assert "83.0%" in report["conclusion"]
+    assert "83.0 %" in report["conclusion"]
     assert "radial_vgg16_star 0.1.0 (sha256 ab12cd34ef56)" in report["conclusion"]
     assert "synthetic" in report["conclusion"]
     assert NOT_FOR_CLINICAL_USE in report["conclusion"]

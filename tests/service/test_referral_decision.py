@@ -159,5 +159,9 @@ def test_payload_of_a_constructed_uncertain_image(tiny: Scorer) -> None:
     assert body["uncertainty"]["referral_threshold_mi"] == 0.1 and body["uncertainty"]["unit"] == "nat"
     assert body["refer_to_expert"] is True and body["referral_reasons"] == ["uncertain"]
     assert body["outcome"] == "grader_review_uncertain"
-    assert body["outcome_reason"] == "Human grader review: the model is uncertain about this image"
+    assert body["outcome_reason"] == (
+        "Human grader review: the model is uncertain about this image. Probability 40.0 % — the model's uncertain "
+        "estimate, not a finding (a grader decides); uncertainty high: 0.348 nat, above the grader-review threshold "
+        "of 0.1 nat.")
+    assert body["words"]["uncertainty"].startswith("high: ") and "likely" not in body["outcome_reason"]
     assert body["quality"] == {"gradable": True, "score": 0.9, "issues": [], "details": []}

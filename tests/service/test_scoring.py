@@ -153,7 +153,9 @@ def test_payload_fields(scorer: Scorer, images: list) -> None:
     # the image's part of the documented response; the API adds the per-request fields
     assert set(body) == set(ImageResult.model_fields) - {"study_id", "timing_ms"}
     assert body["outcome"] == "retake_ungradable"
-    assert body["outcome_reason"] == "Retake the photograph: the image cannot be graded"
+    assert body["outcome_reason"] == "Retake the photograph: the image cannot be graded — blurred or out of focus."
+    assert body["words"]["retake_reason"] == "blurred or out of focus" and body["words"]["probability"].startswith(
+        "not graded")
     assert body["model"]["sha256"] == scorer.model_identity.sha256 and body["model"]["mc_samples"] == 16
     # the typed identity serialises to the documented JSON object, keys in the documented order
     assert list(body["model"]) == list(ModelIdentity.model_fields)
