@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pydicom
@@ -49,19 +50,20 @@ def _metric(base: str, name: str) -> float:
 def test_studies_with_header_values_the_sr_cannot_carry_are_graded_and_others_go_on(
         stack: tuple[str, Orthanc]) -> None:
     base, orthanc = stack
-    poisoned = []
+    poisoned: list[tuple[str, str | None]] = []
     for n, (keyword, bad) in enumerate(POISON.items()):
-        study_uid = generate_uid()
-        parts = [op_dicom(fundus_like(10 + 2 * n + i, 64), laterality=side, study_uid=study_uid,
-                          **{keyword: bad}) for i, side in enumerate("RL")]
+        study_uid = str(generate_uid())
+        header: dict[str, Any] = {keyword: bad}
+        parts = [op_dicom(fundus_like(10 + 2 * n + i, 64), laterality=side, study_uid=study_uid, **header)
+                 for i, side in enumerate("RL")]
         assert stow(base, parts).status_code == 200
         poisoned.append((study_uid, keyword))
-    good_uid = generate_uid()
+    good_uid = str(generate_uid())
     assert stow(base, list(two_eye_study(good_uid))).status_code == 200
-    for study_uid, keyword in [*poisoned, (good_uid, None)]:
-        [sr_id] = orthanc.wait_for(120, StudyInstanceUID=study_uid, Modality="SR")
+    for uid, emptied in [*poisoned, (good_uid, None)]:
+        [sr_id] = orthanc.wait_for(120, StudyInstanceUID=uid, Modality="SR")
         sr = pydicom.dcmread(io.BytesIO(orthanc.instance_file(sr_id)))
-        if keyword is not None:
-            assert str(sr.get(keyword, "")) == ""  # not a conforming value: present and empty, never guessed
+        if emptied is not None:
+            assert str(sr.get(emptied, "")) == ""  # not a conforming value: present and empty, never guessed
     assert _metric(base, "radscreen_pacs_quarantines_total") == 0
     assert _metric(base, "radscreen_exams_total") == len(POISON) + 1  # each study scored once
