@@ -73,10 +73,7 @@ def _single(browser: Any, base: str, png: bytes, width: str, shot: str, tmp_path
         words = {"headline": page.inner_text("#decision .outcome-headline"), "sub": page.inner_text("#decision small"),
                  "probability": page.inner_text("#probability .value"),
                  "uncertainty": page.inner_text("#uncertainty .value"), "results": page.inner_text("#results")}
-        overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
-        assert overflow <= 0, f"the page is {overflow} px wider than the {width} screen"
-        path = screenshot(page, tmp_path, f"words-{shot}-{width}.png", selector="#results")
-        assert path.stat().st_size < 150_000
+        _fits_and_shot(page, tmp_path, f"words-{shot}-{width}.png", "#results", width)
     finally:
         context.close()
     assert not errors, errors
@@ -167,13 +164,18 @@ def test_the_exam_page_says_why_an_eye_must_be_retaken(
         assert healthy == f"Referable-DR probability {body['images'][1]['result']['words']['probability']}"
         text = page.inner_text("#exam-results").lower()
         assert not any(word in text for word in FORBIDDEN)
-        overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
-        assert overflow <= 0, f"the exam page is {overflow} px wider than the {width} screen"
-        path = screenshot(page, tmp_path, f"words-exam-retake-{width}.png", selector="#exam-results")
-        assert path.stat().st_size < 150_000
+        _fits_and_shot(page, tmp_path, f"words-exam-retake-{width}.png", "#exam-results", width)
     finally:
         context.close()
     assert not errors, errors
+
+
+def _fits_and_shot(page: Any, folder: Path, name: str, selector: str, width: str) -> None:
+    """No horizontal scrolling at this width, and a small screenshot of ``selector``."""
+    overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the page is {overflow} px wider than the {width} screen"
+    path = screenshot(page, folder, name, selector=selector)
+    assert path.stat().st_size < 150_000
 
 
 def test_provenance_once_with_the_card_one_click_away(browser: Any, service: str) -> None:

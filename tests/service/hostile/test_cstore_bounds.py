@@ -187,22 +187,30 @@ def test_a_pdu_longer_than_announced_is_refused_before_its_body(bounded: Bounded
     listener = bounded.listener
     assoc = _echo_association(listener.port, "GIANTPDU")
     assert assoc.is_established
-    sent, chunk = 0, bytes(MIB)
     with _peak_growth(listener.proc.pid) as growth:
-        try:
-            raw = assoc.dul.socket.socket
-            raw.sendall(struct.pack(">BBL", 0x04, 0, 1 << 30))  # P-DATA-TF of 1 GiB (we announce 256 KiB)
-            while sent < 256 * MIB:
-                raw.sendall(chunk)
-                sent += len(chunk)
-        except (OSError, AttributeError):  # reset, or closed under us by pynetdicom on the A-ABORT
-            pass
-        finally:
-            with contextlib.suppress(Exception):
-                assoc.abort()
+        # a P-DATA-TF of 1 GiB (we announce 256 KiB), then its body
+        sent = _flood(assoc, bytes(MIB), 256 * MIB, head=struct.pack(">BBL", 0x04, 0, 1 << 30))
     assert sent < 64 * MIB, f"the receiver took {sent // MIB} MiB of one PDU"
     assert growth["mib"] < 150, f"peak RSS grew by {growth['mib']:.0f} MiB"
     _alive(listener)
+
+
+def _flood(assoc: Any, chunk: bytes, limit: int, *, head: bytes = b"") -> int:
+    """Write ``head``, then ``chunk`` again and again on the association's socket until ``limit`` bytes went or the
+    receiver ends it; abort the association; return the bytes of ``chunk`` sent."""
+    sent = 0
+    try:
+        raw = assoc.dul.socket.socket
+        raw.sendall(head)
+        while sent < limit:
+            raw.sendall(chunk)
+            sent += len(chunk)
+    except (OSError, AttributeError):  # reset, or closed under us by pynetdicom on the A-ABORT
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            assoc.abort()
+    return sent
 
 
 def _p_data(control: int, fragment: bytes) -> bytes:
@@ -218,18 +226,8 @@ def test_endless_fragments_in_valid_pdus_are_refused(bounded: Bounded, control: 
     listener = bounded.listener
     assoc = _echo_association(listener.port, "ENDLESS")
     assert assoc.is_established
-    sent, pdu = 0, _p_data(control, bytes(16_000))
     with _peak_growth(listener.proc.pid) as growth:
-        try:
-            raw = assoc.dul.socket.socket
-            while sent < 96 * MIB:
-                raw.sendall(pdu)
-                sent += len(pdu)
-        except (OSError, AttributeError):
-            pass
-        finally:
-            with contextlib.suppress(Exception):
-                assoc.abort()
+        sent = _flood(assoc, _p_data(control, bytes(16_000)), 96 * MIB)
     assert sent < 32 * MIB, f"the receiver took {sent // MIB} MiB of one message"
     assert growth["mib"] < 150, f"peak RSS grew by {growth['mib']:.0f} MiB"
     _alive(listener)

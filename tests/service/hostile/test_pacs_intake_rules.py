@@ -19,9 +19,9 @@ import multiprocessing
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -36,6 +36,8 @@ from service.pacs.store import Spool, key_of
 from support.images import fundus_like
 from support.live_server import live_server, settings_for
 from tests.helpers.dicom_files import op_dicom
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.timeout(300)
 MAX_BYTES = 4 * 1024 * 1024
@@ -68,21 +70,27 @@ def test_concurrent_threads_store_exactly_the_bound(tmp_path: Path) -> None:
     spool = Spool(tmp_path / "spool")
     study_uid = generate_uid()
     instances = _instances(study_uid)
-    start = threading.Barrier(SENDERS)
-    verdicts: list[Accepted | Refused] = [Refused(0, "not run")] * SENDERS
-
-    def send(i: int) -> None:
-        start.wait(timeout=60)
-        verdicts[i] = _receive(Spool(spool.root), instances[i])  # each sender its own view, as its own process
-
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(SENDERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    verdicts = _all_at_once(lambda i: _receive(Spool(spool.root), instances[i]), 120)  # each its own view
     assert len(_held(spool, study_uid)) == BOUND
     assert sum(isinstance(v, Accepted) for v in verdicts) == BOUND
     assert all(v.status == OUT_OF_RESOURCES for v in verdicts if isinstance(v, Refused))
+
+
+def _all_at_once(send: Callable[[int], T], timeout_s: float) -> list[T]:
+    """``send(i)`` for each of the SENDERS senders, on threads released together; their results in order."""
+    start = threading.Barrier(SENDERS)
+    results: list[Any] = [None] * SENDERS
+
+    def run(i: int) -> None:
+        start.wait(timeout=60)
+        results[i] = send(i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(SENDERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout_s)
+    return results
 
 
 def _send_from_process(root: str, instances: list[bytes], start: Any, results: Any) -> None:
@@ -142,18 +150,7 @@ def test_concurrent_stow_requests_store_exactly_the_bound(stow_service: tuple[st
     base, spool = stow_service
     study_uid = generate_uid()
     instances = _instances(study_uid)
-    start = threading.Barrier(SENDERS)
-    codes: list[int] = [0] * SENDERS
-
-    def send(i: int) -> None:
-        start.wait(timeout=60)
-        codes[i] = _stow(base, instances[i])
-
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(SENDERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=200)
+    codes = _all_at_once(lambda i: _stow(base, instances[i]), 200)
     assert len(_held(spool, study_uid)) == BOUND
     assert sorted(codes) == [200] * BOUND + [409] * (SENDERS - BOUND)  # 409: the one part failed
 
