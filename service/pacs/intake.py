@@ -46,6 +46,7 @@ import hashlib
 import io
 import re
 import struct
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -179,13 +180,28 @@ def _laterality(raw: _Raw) -> Eye | str:
     return "ImageLaterality is not R or L: an image of both eyes, or of an unknown eye, cannot be graded per eye"
 
 
+_WARNINGS = threading.Lock()  # the warnings machinery is process-wide: one intake reading holds it at a time
+
+
 def _header(data: bytes) -> tuple[Any, bool]:
     """The header, every element converted, and whether pydicom had to repair anything while reading it (a
-    warning: it guesses past corrupt bytes; the warnings are kept out of the logs, they may quote values)."""
+    warning: it guesses past corrupt bytes; the warnings are kept out of the logs, they may quote values).
+
+    Only this thread's warnings count: receivers run in threads (C-STORE associations, STOW-RS parts, the decode
+    pool), and a warning another thread raises meanwhile must not refuse this instance. Theirs are dropped while
+    the reading lasts (never shown: they may quote values too)."""
     import pydicom
 
-    with warnings.catch_warnings(record=True) as caught:
+    me = threading.get_ident()
+    caught: list[object] = []
+
+    def record(message: object, *args: object, **kwargs: object) -> None:
+        if threading.get_ident() == me:
+            caught.append(message)
+
+    with _WARNINGS, warnings.catch_warnings():
         warnings.simplefilter("always")
+        warnings.showwarning = record
         header = pydicom.dcmread(io.BytesIO(data), stop_before_pixels=True)
         for _ in header.iterall():  # values are converted lazily: convert them all now
             pass

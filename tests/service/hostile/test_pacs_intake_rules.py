@@ -314,3 +314,32 @@ def test_over_long_csv_rows_name_their_own_lines(tmp_path: Path) -> None:
     errors = [item for item in items if item.error is not None]
     assert all(item.error is not None and item.error.kind == MALFORMED_ROW for item in errors)
     assert [f"line {n} " in str(item.error) for n, item in zip((3, 4, 6), errors, strict=True)] == [True] * 3
+
+
+# -- another thread's warning is not this instance's repair -------------------------------------------------------
+@pytest.mark.filterwarnings("ignore:a warning of another thread")
+def test_warnings_of_other_threads_do_not_refuse_a_good_instance() -> None:
+    """Receivers run in threads: a warning raised by another thread while an instance's header is read (pydicom in
+    the decode pool, another association) must not mark that instance as repaired (0xC000)."""
+    import warnings
+
+    good = op_dicom(fundus_like(7, 32), study_uid=generate_uid())
+    stop = threading.Event()
+
+    def noisy() -> None:
+        while not stop.is_set():
+            warnings.warn("a warning of another thread (test)", UserWarning, stacklevel=1)
+
+    import sys
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: the reading's window is a millisecond
+    thread = threading.Thread(target=noisy, daemon=True)
+    thread.start()
+    try:
+        verdicts = [check_instance(good) for _ in range(200)]
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        sys.setswitchinterval(interval)
+    assert all(isinstance(v, Accepted) for v in verdicts), [v for v in verdicts if isinstance(v, Refused)][:1]
