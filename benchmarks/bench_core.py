@@ -41,6 +41,7 @@ import argparse
 import contextlib
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -48,6 +49,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # support/ is not installed: run from any folder
 
 from models.cpu import detect_cpu
 from models.cuda import ieee_fp32_in_force, use_ieee_fp32

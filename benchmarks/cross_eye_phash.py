@@ -30,12 +30,15 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # support/ is not installed: run from any folder
 
 from service.inference.dicom import decode_photograph
 from service.inference.prepare import pixel_digest

@@ -25,9 +25,10 @@ Study, Series and SOP Instance UIDs and the SOP Class UID of the evidence refere
   or guessed (``f`` is not turned into ``F``: DICOM's code strings are upper case and ``f`` is not one). The
   :data:`TYPE2` attributes are present (empty) when the source leaves them out; the others are absent then.
   Characters are carried as DICOM data (``<script>`` stays those characters in an LO), never escaped.
-- Specific Character Set: the source's when it is one character set without code extensions that highdicom and
-  pydicom take and every carried value encodes in it, otherwise ``ISO_IR 192`` (UTF-8: the values are text
-  decoded by pydicom by then, so nothing is lost).
+- Specific Character Set of the evidence handed to highdicom: the source's when it is one character set without
+  code extensions that highdicom and pydicom take and every carried value encodes in it, otherwise ``ISO_IR 192``
+  (UTF-8: the values are text decoded by pydicom by then, so nothing is lost); highdicom refuses the others. The
+  SR itself is then written in UTF-8 whatever the source's (``service.pacs.sr``: its words hold "—").
 
 Nothing here logs or raises a value: :func:`emptied` and :func:`invalid_uids` name attributes (keywords) only, for
 intake or a log line to count. Building the evidence also silences highdicom's logger once per process

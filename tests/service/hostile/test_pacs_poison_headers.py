@@ -23,9 +23,10 @@ from tests.helpers.dicom_files import op_dicom
 from tests.helpers.dicom_listener import two_eye_study
 from tests.helpers.orthanc import Orthanc, running_orthanc
 from tests.helpers.pacs_checks import require_orthanc
-from tests.service.pacs.test_stow import API_KEY, stow
+from tests.helpers.stow import send_stow
 
 pytestmark = pytest.mark.timeout(300)
+API_KEY = "poison-test-key"
 
 POISON = {"PatientSex": "X", "PatientBirthDate": "19991332", "StudyDate": "2026", "StudyTime": "25:99"}
 
@@ -56,10 +57,10 @@ def test_studies_with_header_values_the_sr_cannot_carry_are_graded_and_others_go
         header: dict[str, Any] = {keyword: bad}
         parts = [op_dicom(fundus_like(10 + 2 * n + i, 64), laterality=side, study_uid=study_uid, **header)
                  for i, side in enumerate("RL")]
-        assert stow(base, parts).status_code == 200
+        assert send_stow(base, parts, key=API_KEY).status_code == 200
         poisoned.append((study_uid, keyword))
     good_uid = str(generate_uid())
-    assert stow(base, list(two_eye_study(good_uid))).status_code == 200
+    assert send_stow(base, list(two_eye_study(good_uid)), key=API_KEY).status_code == 200
     for uid, emptied in [*poisoned, (good_uid, None)]:
         [sr_id] = orthanc.wait_for(120, StudyInstanceUID=uid, Modality="SR")
         sr = pydicom.dcmread(io.BytesIO(orthanc.instance_file(sr_id)))

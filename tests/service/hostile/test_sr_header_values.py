@@ -31,6 +31,7 @@ from service.pacs.sr import GradedExam, GradedImage, build_sr
 from service.pacs.sr_header import CARRIED, EQUIPMENT, NOT_CARRIED, TYPE2, EvidenceUidInvalid, emptied, invalid_uids
 from support.images import fundus_like
 from tests.helpers.dicom_files import op_dicom
+from tests.helpers.pacs_checks import graded_result
 
 ACQUISITION_EQUIPMENT = "109101"  # DCM code of the Contributing Equipment item highdicom makes of the camera
 MODEL = {"name": "m", "version": "9.9.9", "sha256": "c" * 64, "mc_samples": 16, "head_draws": 1,
@@ -65,9 +66,7 @@ def _header(**fields: Any) -> Dataset:
 
 def _sr(header: Dataset) -> Dataset:
     """The SR as the worker builds it, written as a Part-10 file and read back."""
-    image = GradedImage(header, Eye.RIGHT, {"outcome": ScreeningOutcome.NO_REFERABLE_DR.value,
-                                            "diagnosis": {"referable_dr_probability": 0.1},
-                                            "uncertainty": {"mutual_information": 0.001}})
+    image = GradedImage(header, Eye.RIGHT, graded_result(ScreeningOutcome.NO_REFERABLE_DR, 0.01, 0.0001))
     exam = GradedExam([image], exam_fields([(Eye.RIGHT, ScreeningOutcome.NO_REFERABLE_DR)]), MODEL, "Tests.")
     out = io.BytesIO()
     build_sr(exam).save_as(out, enforce_file_format=True)
@@ -133,7 +132,7 @@ def test_values_are_carried_as_data() -> None:
     assert emptied(header) == ()
     sr = _sr(header)
     assert _vr_errors(sr) == []
-    assert sr.SpecificCharacterSet == "ISO_IR 100"
+    assert sr.SpecificCharacterSet == "ISO_IR 192"  # the SR is UTF-8 whatever the source's
     for name in ("StudyDescription", "PatientID", "AccessionNumber", "PatientName"):
         assert str(sr[name].value) == values[name]
     equipment = _equipment(sr)
@@ -144,11 +143,12 @@ def test_values_are_carried_as_data() -> None:
     (["", "ISO 2022 IR 149"], "Hong^Gildong=洪^吉洞=홍^길동", "ISO_IR 192"),  # Korean, as PS3.5 Annex I writes it
     ("ISO 2022 IR 6", "Doe^John", "ISO_IR 192"),  # the default repertoire with code extensions
     (["ISO 2022 IR 6", "ISO 2022 IR 87"], "Yamada^Tarou=山田^太郎=やまだ^たろう", "ISO_IR 192"),
-    ("ISO_IR 100", "Müller^Jörg", "ISO_IR 100"), ("GB18030", "王^小东", "GB18030"),
+    ("ISO_IR 100", "Müller^Jörg", "ISO_IR 192"), ("GB18030", "王^小东", "ISO_IR 192"),  # the SR is UTF-8 anyway
 ], ids=["korean-iso2022", "iso2022-ir6", "japanese-iso2022", "latin1", "gb18030"])
 def test_character_sets_highdicom_refuses_are_carried_as_utf8(charset: Any, name: str, expected: str) -> None:
     """highdicom raises on valid character sets it does not take (``\\ISO 2022 IR 149``, ``ISO 2022 IR 6``); the
-    values are text by then, so the SR declares UTF-8 and every character is kept."""
+    values are text by then, so the evidence declares UTF-8; the SR is UTF-8 whatever the source's, and every
+    character is kept."""
     sr = _sr(_header(SpecificCharacterSet=charset, PatientName=name))
     assert sr.SpecificCharacterSet == expected
     assert str(sr.PatientName) == name

@@ -13,13 +13,12 @@ import pytest
 from pydicom.uid import generate_uid
 
 from models.decision import Eye, ScreeningOutcome
-from models.wording import result_words
 from service.exams import exam_fields
 from service.pacs.grading import exam_record
 from service.pacs.sr import GradedExam, GradedImage, build_sr
 from support.images import fundus_like
 from tests.helpers.dicom_files import op_dicom
-from tests.helpers.pacs_checks import sr_summary
+from tests.helpers.pacs_checks import graded_result, sr_summary
 
 MODEL = {"name": "m", "version": "9.9.9", "sha256": "c" * 64, "mc_samples": 16, "head_draws": 1,
          "training_data": "synthetic", "intended_use": "Tests only."}
@@ -29,12 +28,7 @@ DECISION, MI_THRESHOLD = 0.0558, 0.0028
 
 
 def _result(outcome: ScreeningOutcome, p: float, mi: float, issues: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A /v1/predict result's fields the SR reads, worded as service.payload words them."""
-    words = result_words(outcome=outcome, probability=p, decision_threshold=DECISION, mutual_information=mi,
-                         referral_threshold_mi=MI_THRESHOLD, quality_issues=issues)
-    return {"outcome": outcome.value, "outcome_reason": words.reason, "words": words.to_dict(),
-            "diagnosis": {"referable_dr_probability": p, "decision_threshold": DECISION},
-            "uncertainty": {"mutual_information": mi, "referral_threshold_mi": MI_THRESHOLD}}
+    return graded_result(outcome, p, mi, issues, DECISION, MI_THRESHOLD)
 
 
 def _exam(study_uid: str) -> GradedExam:

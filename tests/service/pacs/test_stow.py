@@ -8,8 +8,8 @@ Orthanc's study, stating the service's own answer. Resending yields no second re
 
 from __future__ import annotations
 
+import functools
 import io
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +28,7 @@ from tests.helpers.dicom_files import CT_IMAGE, op_dicom
 from tests.helpers.dicom_listener import two_eye_study
 from tests.helpers.orthanc import Orthanc, running_orthanc
 from tests.helpers.pacs_checks import check_sr_against, expected_for, require_orthanc, sr_summary
+from tests.helpers.stow import send_stow
 
 pytestmark = pytest.mark.timeout(300)
 API_KEY = "stow-test-key"
@@ -47,16 +48,7 @@ def stack(tiny_artifact: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
             yield base, orthanc
 
 
-def stow(base: str, parts: list[bytes], *, key: str | None = API_KEY, content_type: str | None = None,
-         path: str = "/dicomweb/studies") -> httpx.Response:
-    boundary = uuid.uuid4().hex
-    body = b"".join(f"--{boundary}\r\nContent-Type: application/dicom\r\n\r\n".encode() + p + b"\r\n"
-                    for p in parts) + f"--{boundary}--\r\n".encode()
-    headers = {"Content-Type": content_type or f'multipart/related; type="application/dicom"; boundary={boundary}',
-               "Accept": "application/dicom+json"}
-    if key is not None:
-        headers["X-API-Key"] = key
-    return httpx.post(f"{base}{path}", content=body, headers=headers, timeout=60)
+stow = functools.partial(send_stow, key=API_KEY)
 
 
 def _sop(data: bytes) -> str:
