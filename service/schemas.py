@@ -59,6 +59,13 @@ class ModelIdentity(BaseModel):
             "(2 x mc_samples x head_draws predictions)."
         ),
     )
+    passes: int = Field(
+        default=0,
+        description="Forward passes of the network per image: mc_samples x the views (2 with test_time_flip). "
+                    "The design's budget is 16; the model card says how this model spends it.")
+    pass_budget: int = Field(
+        default=16, description="The most forward passes per image this artifact may serve (16 unless its card "
+                                "states a larger, explicit budget).")
     training_data: str = Field(description="'synthetic' or 'real: <description>'.")
     intended_use: str
 

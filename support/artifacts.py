@@ -37,6 +37,8 @@ def build_tiny_artifact(
     head_draws: int = 1,
     preprocessing: str | None = None,
     test_time_flip: bool = False,
+    mc_samples: int | None = None,
+    pass_budget: int | None = None,
 ) -> Path:
     """Save an untrained radial VGG-16* artifact (``width`` channels, ``input_size`` px) and return its path.
 
@@ -45,6 +47,7 @@ def build_tiny_artifact(
     far below that refers every gradable image, which lets tests see the referral path deterministically.
     ``validation=None`` stores an empty validation record. ``preprocessing``: the contract named in the config
     (default: the artifact format's default). ``test_time_flip``: the serving option (each image and its mirror).
+    ``mc_samples``: the serving draws (default: the 16 passes of the budget, 16 draws x 1 view or 8 x 2).
     An existing ``directory`` is replaced.
     """
     import torch
@@ -69,6 +72,8 @@ def build_tiny_artifact(
         intended_use=intended_use,
         head_draws=head_draws,
         test_time_flip=test_time_flip,
+        mc_samples=mc_samples if mc_samples is not None else (8 if test_time_flip else 16),
+        **({"pass_budget": pass_budget} if pass_budget is not None else {}),
         **contract,
     )
     calibration = Calibration(

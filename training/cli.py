@@ -158,9 +158,14 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "(docs/results-science.md, 'Head draws'); 1 = the plain K draws")
     v.add_argument("--test-time-flip", choices=FLIP_MODES, default=d.test_time_flip,
                    help="on: serve on each image and its mirror image, p and MI over both orientations' draws "
-                        "(twice the serving cost; calibration and the test figures use it too); auto: choose on "
-                        "the validation eyes by whether its MI referral earns its keep "
-                        "(training.evaluation.serving_choice, docs/uncertainty.md)")
+                        "(each draw costs two passes; calibration and the test figures use it too); auto: choose "
+                        "on the validation eyes between the serving draws x 1 view and half as many draws x 2 "
+                        "views, at equal passes (training.evaluation.serving_choice, docs/uncertainty.md)")
+    v.add_argument("--mc-samples", type=int, default=d.mc_samples,
+                   help="posterior draws the artifact serves (each costs one forward pass per view)")
+    v.add_argument("--pass-budget", type=int, default=d.pass_budget,
+                   help="most forward passes per image (draws x views) the artifact may serve; the design's "
+                        "budget is 16, a larger one is an explicit choice the card states")
     v.add_argument("--target-referral-rate", type=float, default=d.target_referral_rate,
                    help="share of validation images the MI threshold refers (without --max-missed-share)")
     v.add_argument("--max-missed-share", type=float, default=None,
@@ -268,6 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--device", default=None, help="scoring device (default: as recorded)")
     f.add_argument("--test-time-flip", choices=FLIP_MODES, default=None,
                    help="the serving option (see fit --test-time-flip; default: as recorded)")
+    f.add_argument("--mc-samples", type=int, default=None,
+                   help="posterior draws the artifact serves (see fit --mc-samples; default: as recorded)")
+    f.add_argument("--pass-budget", type=int, default=None,
+                   help="forward passes per image the artifact may serve (see fit --pass-budget; default: as "
+                        "recorded)")
     f.add_argument("--workers", type=int, default=None, help="data loader workers (default: as recorded)")
     f.add_argument("--max-missed-share", type=float, default=None,
                    help="the screening operating point's bound on referable validation eyes answered "
@@ -295,6 +305,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         precision=args.precision, seed=args.seed, split_seed=args.split_seed, draw_seed=args.draw_seed,
         target_referral_rate=args.target_referral_rate, max_missed_share=args.max_missed_share,
         split=tuple(args.split), head_draws=args.head_draws, test_time_flip=args.test_time_flip,
+        pass_budget=args.pass_budget, mc_samples=args.mc_samples,
         gradable_only=not args.include_ungradable, include_other_disease=not args.exclude_other_disease,
         augment=not args.no_augment, color_jitter=not args.no_color_jitter, frame_cuts=not args.no_frame_cuts,
         cache_images=not args.no_cache,
@@ -354,7 +365,9 @@ def _finalise(args: argparse.Namespace) -> int:
     run = Path(args.run)
     config = TrainConfig.load(run / "config.json")
     changes = {k: v for k, v in (("data", args.data), ("artifact", args.artifact), ("device", args.device),
-                                 ("test_time_flip", args.test_time_flip), ("workers", args.workers),
+                                 ("test_time_flip", args.test_time_flip), ("pass_budget", args.pass_budget),
+                                 ("mc_samples", args.mc_samples),
+                                 ("workers", args.workers),
                                  ("max_missed_share", args.max_missed_share)) if v is not None}
     config = replace(config, out=str(run), **changes)
     command = " ".join(shlex.quote(a) for a in ["radscreen-train", *args.argv])

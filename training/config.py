@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from models.artifact.schema import MAX_MC_SAMPLES, ServingDraws
+from models.artifact.schema import MAX_MC_SAMPLES, MAX_PASS_BUDGET, PASS_BUDGET, ServingDraws
 from models.preprocessing import FOV_LOCAL_MEAN
 from models.transform import ImageTransform
 
@@ -66,8 +66,10 @@ class TrainConfig:
     mc_samples: int = 16  # serving draws stored in the artifact
     head_draws: int = 64  # draws of the last layer per serving draw (models.draws; 1 = the plain K draws)
     # serve (and calibrate) on each image and its mirror (ServingDraws.test_time_flip): "on", "off", or "auto" =
-    # chosen on validation by training.evaluation.serving_choice
+    # chosen on validation by training.evaluation.serving_choice at equal passes (K draws x 1 view against
+    # K/2 draws x 2 views)
     test_time_flip: FlipMode = "off"
+    pass_budget: int = PASS_BUDGET  # most forward passes per image the artifact may serve (draws x views)
     target_referral_rate: float = 0.2
     decision_threshold: float = 0.5
     # the screening operating point (training.evaluation.operating_point): when set, both thresholds are chosen
@@ -108,6 +110,7 @@ class TrainConfig:
             raise ValueError(f"nll_epochs ({self.nll_epochs}) cannot exceed epochs ({self.epochs}).")
         if not 1 <= self.mc_samples <= MAX_MC_SAMPLES:  # the K its artifact will serve with
             raise ValueError(f"mc_samples must be in [1, {MAX_MC_SAMPLES}], got {self.mc_samples}.")
+        self._check_pass_budget()
         for name in ("batch_size", "train_samples", "eval_samples", "head_draws", "epochs", "lr_step_epochs",
                      "val_every"):
             if getattr(self, name) < 1:
@@ -139,11 +142,27 @@ class TrainConfig:
         if self.grad_sd_samples == 1 or self.grad_sd_samples < 0:
             raise ValueError(f"grad_sd_samples must be 0 (off) or >= 2, got {self.grad_sd_samples}.")
 
+    def _check_pass_budget(self) -> None:
+        if not 1 <= self.pass_budget <= MAX_PASS_BUDGET:
+            raise ValueError(f"pass_budget must be in [1, {MAX_PASS_BUDGET}], got {self.pass_budget}.")
+        if self.test_time_flip == "auto" and self.mc_samples % 2:
+            raise ValueError(f"test_time_flip 'auto' compares {self.mc_samples} draws x 1 view with half as many "
+                             f"draws x 2 views: mc_samples must be even, got {self.mc_samples}.")
+        draws = self.serving_draws()
+        if draws.passes > self.pass_budget:
+            raise ValueError(f"{draws.split_text()} is {draws.passes} forward passes per image, over the pass "
+                             f"budget of {self.pass_budget}: serve {self.pass_budget // draws.views} draws, or "
+                             "raise pass_budget (--pass-budget) explicitly.")
+
     def serving_draws(self) -> ServingDraws:
         """The serving form the run's artifact will carry (``config.json``'s ``serving``): what calibration and
-        the test evaluation score with, before the artifact exists. ``test_time_flip="auto"`` scores both
-        views here; ``training.finalise`` then keeps the first view's draws alone if one view is chosen."""
-        return ServingDraws(self.mc_samples, self.draw_seed, self.head_draws, self.test_time_flip != "off")
+        the test evaluation score with, before the artifact exists. With ``test_time_flip="auto"`` this is the
+        one-view option; :meth:`flip_option` is the other, at the same passes."""
+        return ServingDraws(self.mc_samples, self.draw_seed, self.head_draws, self.test_time_flip == "on")
+
+    def flip_option(self) -> ServingDraws:
+        """``test_time_flip="auto"``'s second option: half the draws on both views, the same forward passes."""
+        return ServingDraws(self.mc_samples // 2, self.draw_seed, self.head_draws, True)
 
     def image_transform(self) -> ImageTransform:
         """The artifact-to-be's decode and preprocessing contract: the one transform every training image goes
@@ -175,6 +194,9 @@ class TrainConfig:
         d = dict(d)
         d.setdefault("head_draws", 1)  # a run saved before head draws existed was scored with the plain K draws
         d.setdefault("test_time_flip", "off")  # and with one view
+        # a run saved before the pass budget: its own passes if over the design's (it was served that way)
+        d.setdefault("pass_budget", max(PASS_BUDGET, d.get("mc_samples", 16) * (2 if d["test_time_flip"] == "on"
+                                                                                  else 1)))
         d.setdefault("color_jitter", False)  # runs saved before photometric augmentation existed trained without it
         d.setdefault("frame_cuts", False)  # likewise for the framing augmentation
         for name in ("split", "exclude_copies", "train_only_copies"):
@@ -195,7 +217,7 @@ class TrainConfig:
         training step)."""
         d = self.to_dict()
         for k in ("epochs", "artifact", "workers", "n_bootstrap", "out", "weights_dtype", "head_draws",
-                  "test_time_flip",
+                  "test_time_flip", "pass_budget",
                   "cache_images", "max_missed_share", "checkpoint_every", "checkpoint_minutes", "cache_dir"):
             d.pop(k)
         return d

@@ -6,7 +6,7 @@ import json
 import logging
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from models import compute
-from models.artifact import ArtifactConfig, Calibration, save_artifact
+from models.artifact import ArtifactConfig, Calibration, ServingDraws, save_artifact
 from models.vgg import count_parameters
 from training.config import TrainConfig
 from training.data.manifest import ManifestRow
@@ -172,9 +172,9 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
     bayesian = is_bayesian(model)  # baselines (MC dropout, deterministic) have no posterior to draw
     draws = config.serving_draws() if bayesian else replace(config.serving_draws(), head_draws=1)
 
-    def score(split: str) -> tuple[Any, Any]:
+    def score(split: str, served: ServingDraws) -> tuple[Any, Any]:
         dataset = data.val if split == "val" else data.test
-        probs, labels = mc_probabilities(model, dataset, mean=data.mean, std=data.std, draws=draws)
+        probs, labels = mc_probabilities(model, dataset, mean=data.mean, std=data.std, draws=served)
         # the per-draw probabilities, so ensembles and method − method comparisons need no re-scoring
         save_draws(run_dir / f"eval_{split}" / DRAWS_FILENAME, probs, labels, image_ids(dataset.rows))
         return probs, labels
@@ -194,19 +194,12 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
                                 decision_threshold=report.decision_threshold,
                                 referral_threshold_mi=float(report.referral_threshold.threshold))
 
-    val_probs, val_labels = score("val")
     choice: ServingChoice | None = None
-    if config.test_time_flip == "auto":  # both views were scored; the first S draws are the image as taken
-        one = val_probs.shape[0] // 2
-        choice = choose_serving_option({ONE_VIEW: (val_probs[:one], 1.0), TEST_TIME_FLIP: (val_probs, 2.0)},
-                                       val_labels, n_bootstrap=config.n_bootstrap, seed=config.seed,
-                                       max_missed_share=config.max_missed_share or 0.03)
-        log.info("serving option: %s", choice.sentence())
-        (run_dir / "eval_val" / "serving_choice.json").write_text(json.dumps(choice.as_dict(), indent=2) + "\n")
-        if choice.chosen == ONE_VIEW:  # calibrate, test and save the draws that will be served
-            draws = replace(draws, test_time_flip=False)
-            val_probs = val_probs[:one]
-            save_draws(run_dir / "eval_val" / DRAWS_FILENAME, val_probs, val_labels, image_ids(data.val.rows))
+    if config.test_time_flip == "auto" and bayesian:  # each option scored with the draws it would serve
+        draws, choice, (val_probs, val_labels) = _choose_views(config, lambda served: score("val", served), run_dir)
+        save_draws(run_dir / "eval_val" / DRAWS_FILENAME, val_probs, val_labels, image_ids(data.val.rows))
+    else:
+        val_probs, val_labels = score("val", draws)
     operating: OperatingPoint | None = None
     referral_threshold_mi: float | None = None
     decision = config.decision_threshold
@@ -221,7 +214,7 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
     test = None
     test_shares: dict[str, float] | None = None
     if len(data.test) > 1:
-        test_probs, test_labels = score("test")
+        test_probs, test_labels = score("test", draws)
         test = evaluate("test", test_probs, test_labels, val_summary["referral_threshold_mi"], decision)
         sources["test"] = per_source("test", test_probs, test_labels, test)
         if operating is not None:
@@ -262,12 +255,13 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         posterior_sigma=mean_posterior_sigma(model), best_epoch=_best_epoch(history, config),
         storage=storage_line(rounding, config.weights_dtype), init=load_init_record(run_dir),
         operating=operating.as_dict() if operating is not None else None, operating_test=test_shares,
-        by_source=sources if sources["val"] is not None else None, test_time_flip=draws.test_time_flip,
+        by_source=sources if sources["val"] is not None else None, draws=draws,
         serving_choice=choice, reserved_by=reserved_by)
     art_config = ArtifactConfig(
         name=config.name, version=config.version, architecture=model.config, mean=data.mean, std=data.std,
         posterior=model.config.layer, prior=dict(config.prior), draw_seed=config.draw_seed,
-        mc_samples=config.mc_samples, head_draws=config.head_draws, test_time_flip=draws.test_time_flip,
+        mc_samples=draws.mc_samples, head_draws=draws.head_draws, test_time_flip=draws.test_time_flip,
+        pass_budget=config.pass_budget,
         preprocessing=config.preprocessing,
         training_data="synthetic" if synthetic else f"real: {description}",
         intended_use=SYNTHETIC_USE if synthetic else REAL_USE,
@@ -277,6 +271,23 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
                         weights_dtype=DTYPES[config.weights_dtype], overwrite=True)
     log.info("artifact %s (sha256 %s)", artifact_dir, sha)
     return FinalResult(artifact_dir, sha, val, test)
+
+
+def _choose_views(config: TrainConfig, score: Callable[[ServingDraws], tuple[Any, Any]],
+                  run_dir: Path) -> tuple[ServingDraws, ServingChoice, tuple[Any, Any]]:
+    """``test_time_flip="auto"``: K draws x 1 view against K/2 draws x 2 views, the same forward passes, each
+    scored with the draws it would serve; the validation eyes choose (``choose_serving_option``)."""
+    one, flip = config.serving_draws(), config.flip_option()
+    options = {draws: score(draws) for draws in (one, flip)}
+    labels = options[one][1]
+    choice = choose_serving_option(
+        {ONE_VIEW: (options[one][0], float(one.passes)), TEST_TIME_FLIP: (options[flip][0], float(flip.passes))},
+        labels, n_bootstrap=config.n_bootstrap, seed=config.seed, max_missed_share=config.max_missed_share or 0.03)
+    log.info("serving option: %s", choice.sentence())
+    (run_dir / "eval_val").mkdir(parents=True, exist_ok=True)
+    (run_dir / "eval_val" / "serving_choice.json").write_text(json.dumps(choice.as_dict(), indent=2) + "\n")
+    chosen = flip if choice.chosen == TEST_TIME_FLIP else one
+    return chosen, choice, options[chosen]
 
 
 def _best_epoch(history: list[dict[str, Any]], config: TrainConfig) -> int | None:

@@ -28,12 +28,14 @@ from models.artifact.schema import (
     DEFAULT_PREPROCESSING,
     MANIFEST_FILE,
     MODEL_CARD_FILE,
+    PASS_BUDGET,
     POSTERIORS,
     REQUIRED_FILES,
     WEIGHTS_FILE,
     ArtifactConfig,
     ArtifactError,
     Calibration,
+    ServingDraws,
 )
 from models.artifact.storage import (
     ARTIFACT_FORMAT,
@@ -43,6 +45,7 @@ from models.artifact.storage import (
     load_artifact,
     replace_artifact_file,
     replace_calibration,
+    replace_config,
     replace_model_card,
     save_artifact,
 )
@@ -56,6 +59,7 @@ __all__ = [
     "DEFAULT_PREPROCESSING",
     "MANIFEST_FILE",
     "MODEL_CARD_FILE",
+    "PASS_BUDGET",
     "POSTERIORS",
     "REQUIRED_FILES",
     "WEIGHTS_FILE",
@@ -64,9 +68,11 @@ __all__ = [
     "ArtifactConfig",
     "ArtifactError",
     "Calibration",
+    "ServingDraws",
     "load_artifact",
     "replace_artifact_file",
     "replace_calibration",
+    "replace_config",
     "replace_model_card",
     "save_artifact",
 ]

@@ -117,6 +117,11 @@ def _architecture_from_dict(arch: JsonFields) -> tuple[str, VGGConfig]:
 # failing later trying to allocate gigabytes. Generous against every real model (default: 512 px,
 # K = 16, width 46, blocks of 2-3 layers).
 MAX_MC_SAMPLES = 256  # also the bound of the service's K setting (ScorerSpec.mc_samples)
+# The design's work per photograph: network draws x views = 16 forward passes (head draws cost no pass). An
+# artifact states its budget (config.json serving.pass_budget, written only when it is not this one); a budget
+# over 16 is an explicit choice of whoever wrote the artifact, never a default (docs/uncertainty.md, "Passes").
+PASS_BUDGET = 16
+MAX_PASS_BUDGET = 2 * MAX_MC_SAMPLES
 MAX_HEAD_DRAWS = 4096
 MAX_INPUT_SIZE = 1024
 MAX_WIDTH = 256  # channels of the first block (the last blocks have 8x)
@@ -163,6 +168,15 @@ class ServingDraws:
         return 2 if self.test_time_flip else 1
 
     @property
+    def passes(self) -> int:
+        """Forward passes of the network per image: K network draws x the views (head draws cost none)."""
+        return self.mc_samples * self.views
+
+    def split_text(self) -> str:
+        """``"16 draws × 1 view"``: how the passes are spent, as the card and ``/v1/model`` say it."""
+        return f"{self.mc_samples} draws × {self.views} view{'s' if self.views > 1 else ''}"
+
+    @property
     def samples(self) -> int:
         """Predictions averaged per image: K network draws x M head draws x the views."""
         return self.mc_samples * self.head_draws * self.views
@@ -195,6 +209,7 @@ class ArtifactConfig:
     mc_samples: int = 16
     head_draws: int = 1  # draws of the last linear layer per network draw (models.draws); 1 before 0.3.0
     test_time_flip: bool = False  # ServingDraws.test_time_flip: the image and its mirror, draws pooled
+    pass_budget: int = PASS_BUDGET  # most forward passes per image (draws x views) the artifact may serve
     positive_class: str = "referable"
     positive_definition: str = "EyePACS grade >= 2"
     channel_order: str = "RGB"
@@ -266,6 +281,13 @@ class ArtifactConfig:
                f"must be in [1, {MAX_HEAD_DRAWS}], got {self.head_draws}")
         _check(isinstance(self.test_time_flip, bool), f, "serving.test_time_flip",
                f"must be true or false, got {self.test_time_flip!r}")
+        _check(1 <= self.pass_budget <= MAX_PASS_BUDGET, f, "serving.pass_budget",
+               f"must be in [1, {MAX_PASS_BUDGET}], got {self.pass_budget}")
+        passes = self.serving_draws().passes
+        _check(passes <= self.pass_budget, f, "serving",
+               f"serves {passes} forward passes per image ({self.serving_draws().split_text()}), over its pass "
+               f"budget of {self.pass_budget}; spend the budget differently (fewer draws, or one view) or state a "
+               "larger serving.pass_budget")
         _check(
             self.training_data == "synthetic" or self.training_data.startswith("real: "),
             f,
@@ -305,7 +327,8 @@ class ArtifactConfig:
             # head_draws and test_time_flip only when used, so an older artifact re-serialises byte for byte
             "serving": {"mc_samples": self.mc_samples, "draw_seed": self.draw_seed,
                         **({"head_draws": self.head_draws} if self.head_draws != 1 else {}),
-                        **({"test_time_flip": True} if self.test_time_flip else {})},
+                        **({"test_time_flip": True} if self.test_time_flip else {}),
+                        **({"pass_budget": self.pass_budget} if self.pass_budget != PASS_BUDGET else {})},
             "training_data": self.training_data,
             "intended_use": self.intended_use,
         }
@@ -344,9 +367,19 @@ class ArtifactConfig:
             draw_seed=serving.int_("draw_seed"),
             head_draws=serving.int_("head_draws", 1),  # missing: an artifact from before head draws
             test_time_flip=serving.raw("test_time_flip", False),  # missing: one view; __post_init__ checks the type
+            pass_budget=_pass_budget(serving),
             training_data=top.str_("training_data"),
             intended_use=top.str_("intended_use"),
         )
+
+
+def _pass_budget(serving: JsonFields) -> int:
+    """``serving.pass_budget``; missing: the design's 16, or an artifact written before the budget existed
+    (2.0.0 served 16 draws x 2 views) keeps its own passes, so it still loads and says it is over 16."""
+    if "pass_budget" in serving.data:
+        return serving.int_("pass_budget")
+    k, flip = serving.int_("mc_samples"), serving.raw("test_time_flip", False)
+    return max(PASS_BUDGET, k * (2 if flip is True else 1))
 
 
 REDUCED_PRECISIONS = ("bf16", "fp16", "int8")

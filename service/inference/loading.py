@@ -19,6 +19,7 @@ import logging
 from dataclasses import asdict
 
 from models.artifact import Artifact, ArtifactError, load_artifact
+from models.artifact.schema import PASS_BUDGET
 from models.compute import Runtime, resolve
 from models.cpu import CpuCapability, detect_cpu
 from models.draws import DrawnNetwork
@@ -46,6 +47,13 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
     artifact = _verified_artifact(spec)
     cfg, cal = artifact.config, artifact.calibration
     draws = artifact.serving_draws(spec.mc_samples)
+    if draws.passes > cfg.pass_budget:
+        raise ArtifactError(
+            f"mc_samples={draws.mc_samples}: {draws.split_text()} is {draws.passes} forward passes per image, over "
+            f"the artifact's pass budget of {cfg.pass_budget}; use at most {cfg.pass_budget // draws.views} draws")
+    if cfg.pass_budget > PASS_BUDGET:
+        logger.warning("the artifact serves up to %d forward passes per image (%s), over the design's %d",
+                       cfg.pass_budget, draws.split_text(), PASS_BUDGET)
     if draws.mc_samples != cfg.mc_samples:
         logger.warning(
             "mc_samples=%d differs from the artifact's %d, for which its MI referral threshold was set",
@@ -85,6 +93,7 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
         mc_samples=draws.mc_samples,
         head_draws=draws.head_draws,
         test_time_flip=draws.test_time_flip,
+        pass_budget=cfg.pass_budget,
         training_data=cfg.training_data,
         intended_use=cfg.intended_use,
     )
@@ -104,6 +113,7 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
             "cpu": cpu.summary(),
             "k": draws.mc_samples,
             "test_time_flip": draws.test_time_flip,
+            "passes": draws.passes,
         },
     )
     return Scorer(

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.artifact.schema import Calibration
+from models.artifact.schema import PASS_BUDGET, Calibration
 from models.decision import DiagnosisLabel, ScreeningOutcome
 from models.uncertainty import binary_uncertainty
 from service.inference.backends import Backend
@@ -65,9 +65,18 @@ class ScorerIdentity:
     test_time_flip: bool  # each image also scored mirrored, the draws pooled (the artifact's serving option)
     training_data: str  # "synthetic" or "real: <description>"
     intended_use: str
+    pass_budget: int = PASS_BUDGET  # the artifact's (models.artifact.ArtifactConfig.pass_budget)
+
+    @property
+    def passes(self) -> int:
+        """Forward passes per image: K draws x the views (2 with the flip)."""
+        return self.mc_samples * (2 if self.test_time_flip else 1)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        budget = d.pop("pass_budget")
+        head = {k: d.pop(k) for k in ("name", "version", "sha256", "mc_samples", "head_draws", "test_time_flip")}
+        return {**head, "passes": self.passes, "pass_budget": budget, **d}
 
 
 class Scorer:

@@ -33,7 +33,9 @@ from support.images import encode, fundus_like
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("flip")
-    return build_tiny_artifact(tmp / "plain"), build_tiny_artifact(tmp / "flip", test_time_flip=True)
+    # the same 8 draws, one view and two: the flip's answer is checked against the plain artifact's draws
+    return (build_tiny_artifact(tmp / "plain", mc_samples=8),
+            build_tiny_artifact(tmp / "flip", test_time_flip=True))
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +89,7 @@ def test_the_option_is_named_wherever_the_model_is(artifacts: tuple[Path, Path],
     views = {p["type"]["coding"][0]["code"]: p["valueQuantity"][0]["value"] for p in device["property"]}["views"]
     assert views == 2  # the FHIR Device says how many orientations each image was scored in
     sr_texts = [str(item.TextValue) for item in _algorithm(body["model"]) if "TextValue" in item]
-    assert "draws=16x1x2 (test-time flip)" in sr_texts  # and the DICOM SR's algorithm parameters
+    assert "draws=8x1x2 (test-time flip)" in sr_texts  # and the DICOM SR's algorithm parameters
     config = json.loads((artifacts[1] / "config.json").read_text())
     assert config["serving"]["test_time_flip"] is True
     # an artifact without the option does not write the key, so older artifacts re-serialise byte for byte
@@ -100,3 +102,36 @@ def test_a_malformed_option_is_refused_naming_the_field(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError, match=r"serving\.test_time_flip.*true or false"):
         load_artifact(art)
 
+
+
+def test_the_pass_budget_bounds_draws_times_views(tmp_path: Path) -> None:
+    """16 passes per image is the design's budget: an artifact spends it as draws x views, states a larger
+    budget only explicitly, and the service's K override cannot exceed it."""
+    flip = load_artifact(build_tiny_artifact(tmp_path / "flip", test_time_flip=True))
+    assert (flip.serving_draws().passes, flip.serving_draws().split_text()) == (16, "8 draws × 2 views")
+    with pytest.raises(ArtifactError, match=r"32 forward passes per image \(16 draws × 2 views\), over its pass "
+                                            r"budget of 16"):
+        build_tiny_artifact(tmp_path / "over", test_time_flip=True, mc_samples=16)
+    explicit = load_artifact(build_tiny_artifact(tmp_path / "explicit", test_time_flip=True, mc_samples=16,
+                                                 pass_budget=32))
+    assert explicit.config.pass_budget == 32
+    assert json.loads((tmp_path / "explicit" / "config.json").read_text())["serving"]["pass_budget"] == 32
+    # the budget is written only when it is not the design's, so older artifacts re-serialise byte for byte
+    assert "pass_budget" not in json.loads((tmp_path / "flip" / "config.json").read_text())["serving"]
+    with pytest.raises(ArtifactError, match=r"mc_samples=12: 12 draws × 2 views is 24 forward passes per image, "
+                                            r"over the artifact's pass budget of 16; use at most 8 draws"):
+        load_scorer(ScorerSpec(model_dir=tmp_path / "flip", backend="torch", device="cpu", mc_samples=12))
+    scorer = load_scorer(ScorerSpec(model_dir=tmp_path / "flip", backend="torch", device="cpu", mc_samples=4))
+    identity = ModelIdentity.model_validate(scorer.model_identity.to_dict())
+    assert (identity.mc_samples, identity.passes, identity.pass_budget) == (4, 8, 16)
+
+
+def test_an_artifact_from_before_the_budget_keeps_its_passes(tmp_path: Path) -> None:
+    """2.0.0 served 16 draws x 2 views with no budget in its config: it still loads, with its own 32 passes as
+    its budget, so the service and its card can say it is over the design's 16."""
+    art = build_tiny_artifact(tmp_path / "legacy", test_time_flip=True, mc_samples=16, pass_budget=32)
+    edit_config(art, lambda c: c["serving"].pop("pass_budget"))
+    legacy = load_artifact(art)
+    assert (legacy.config.pass_budget, legacy.serving_draws().passes) == (32, 32)
+    assert load_scorer(ScorerSpec(model_dir=art, backend="torch", device="cpu")).model_identity.to_dict()[
+        "passes"] == 32

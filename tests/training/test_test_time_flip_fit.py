@@ -18,21 +18,23 @@ from training.model_card import portable
 from training.warm_start import _card_command
 
 
-def _fit(data: Path, run: Path, mode: str) -> None:
+def _fit(data: Path, run: Path, mode: str, *extra: str) -> None:
     assert train_main(["fit", "--data", str(data), "--out", str(run), "--width", "2", "--input-size", "32",
                        "--epochs", "1", "--batch-size", "8", "--eval-samples", "2", "--head-draws", "2",
                        "--no-progress", "--rho-init", "-3",
-                       "--device", "cpu", "--test-time-flip", mode]) == 0
+                       "--device", "cpu", "--test-time-flip", mode, *extra]) == 0
 
 
 @pytest.mark.training
 def test_on_serves_and_calibrates_both_orientations(tiny_data: Path, tmp_path: Path) -> None:
-    _fit(tiny_data, tmp_path / "run", "on")
+    _fit(tiny_data, tmp_path / "run", "on", "--mc-samples", "8")
     artifact = load_artifact(tmp_path / "run" / "artifact")
-    assert artifact.config.test_time_flip and artifact.serving_draws().samples == 16 * 2 * 2
+    assert artifact.config.test_time_flip and artifact.serving_draws().samples == 8 * 2 * 2
+    assert artifact.serving_draws().passes == 16
     for split in ("val", "test"):  # calibration and the test figures were scored the way the service scores
-        assert load_draws(tmp_path / "run" / f"eval_{split}" / DRAWS_FILENAME).probs.shape[0] == 16 * 2 * 2
+        assert load_draws(tmp_path / "run" / f"eval_{split}" / DRAWS_FILENAME).probs.shape[0] == 8 * 2 * 2
     assert "**test-time flip**" in artifact.model_card
+    assert "**16 forward passes per image (8 draws × 2 views; pass budget 16)**" in artifact.model_card
     assert not (tmp_path / "run" / "eval_val" / "serving_choice.json").exists()  # nothing was chosen
     assert TrainConfig.load(tmp_path / "run" / "config.json").serving_draws() == artifact.serving_draws()
 
@@ -46,9 +48,11 @@ def test_auto_serves_what_the_validation_eyes_chose_and_says_why(tiny_data: Path
     flip = choice["chosen"] == TEST_TIME_FLIP
     assert artifact.config.test_time_flip is flip
     assert artifact.calibration.validation["serving_option"] == choice  # the record travels with the artifact
-    views = 2 if flip else 1
+    # the two options spend the same 16 passes: 16 draws x 1 view, or 8 draws x 2 views
+    assert artifact.serving_draws().mc_samples == (8 if flip else 16) and artifact.serving_draws().passes == 16
+    assert [r["cost"] for r in choice["rows"]] == [16.0, 16.0]
     for split in ("val", "test"):  # the saved draws are the served option's
-        assert load_draws(tmp_path / "run" / f"eval_{split}" / DRAWS_FILENAME).probs.shape[0] == 16 * 2 * views
+        assert load_draws(tmp_path / "run" / f"eval_{split}" / DRAWS_FILENAME).probs.shape[0] == 16 * 2
     assert f"Served option: **{choice['chosen']}**, chosen on the {choice['n_images']} validation eyes" \
         in artifact.model_card
     assert ("**test-time flip**: every image" in artifact.model_card) is flip
@@ -61,7 +65,10 @@ def test_finalise_re_serves_a_finished_run_with_another_option(tiny_data: Path, 
     _fit(tiny_data, run, "off")
     before = load_artifact(run / "artifact")
     assert not before.config.test_time_flip
-    assert train_main(["finalise", "--run", str(run), "--test-time-flip", "on", "--artifact", str(tmp_path / "b")]) == 0
+    over = ["finalise", "--run", str(run), "--test-time-flip", "on", "--artifact", str(tmp_path / "b")]
+    assert train_main(over) == 2  # 16 draws x 2 views is over the budget of 16 passes
+    assert "32 forward passes per image, over the pass budget of 16" in capsys.readouterr().err
+    assert train_main([*over, "--mc-samples", "8"]) == 0
     after = load_artifact(tmp_path / "b")
     assert after.config.test_time_flip and "**test-time flip**" in after.model_card
     # the card keeps the command that trained the run (a warm start from it reads that line as its parent's
