@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from models.artifact.schema import PASS_BUDGET, ServingDraws
 from models.cpu import detect_cpu
 from training.config import TrainConfig
 from training.data.augment import AugmentConfig, FramingConfig, JitterConfig
@@ -37,6 +38,19 @@ def _pct(v: Any) -> str:
 def _num(v: Any) -> str:
     """A metric to 3 decimals, or "n/a" when undefined (e.g. AUC once referral leaves one class)."""
     return "n/a" if v is None or v != v else f"{float(v):.3f}"
+
+
+def serving_line(draws: ServingDraws, budget: int) -> str:
+    """The card's "Serving:" line: how the forward passes are spent, against the budget."""
+    over = "" if budget <= PASS_BUDGET else f", an explicit budget over the design's {PASS_BUDGET}"
+    return (f"- Serving: **{draws.passes} forward passes per image ({draws.split_text()}; pass budget {budget}"
+            f"{over})**: {draws.mc_samples} posterior draws, seed {draws.draw_seed}"
+            + (f", each with {draws.head_draws} draws of the final layer ({draws.mc_samples * draws.head_draws} "
+               "posterior samples per view at no extra pass; docs/results-science.md, 'Head draws')"
+               if draws.head_draws > 1 else "")
+            + ("; **test-time flip**: every image is also scored mirrored left-right and the probability and the "
+               "mutual information are taken over both orientations' draws." if draws.test_time_flip
+               else "; one view (the image as taken)."))
 
 
 def ece_text(summary: dict[str, Any]) -> str:
@@ -82,12 +96,11 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
                       init: InitSource | None = None, operating: dict[str, Any] | None = None,
                       operating_test: dict[str, Any] | None = None,
                       by_source: dict[str, dict[str, Any] | None] | None = None,
-                      test_time_flip: bool | None = None, serving_choice: ServingChoice | None = None,
+                      draws: ServingDraws | None = None, serving_choice: ServingChoice | None = None,
                       reserved_by: str | None = None) -> str:
-    """The card's markdown. ``test_time_flip``: whether the artifact serves with it (default: the config's
-    "on"); ``serving_choice``: the validation measurement that chose it (``test_time_flip="auto"``)."""
-    flip = config.test_time_flip == "on" if test_time_flip is None else test_time_flip
-    val = val_summary.get("validation", {})
+    """The card's markdown. ``draws``: the serving form the artifact carries (default: the config's);
+    ``serving_choice``: the validation measurement that chose it (``test_time_flip="auto"``)."""
+    draws = draws or config.serving_draws()
     sigma0 = init.sigma_mean if init is not None and init.sigma_mean is not None else softplus(config.rho_init)
     lines = [
         f"# Model card: {config.name} {config.version}",
@@ -105,14 +118,7 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         f"{config.model}, {n_parameters:,} parameters (means and rho).",
         f"- Posterior: {config.model.split('_')[0]}; prior: {config.prior}; "
         + (f"initialised from {init.describe()}." if init is not None else f"rho init {config.rho_init}."),
-        f"- Serving: {config.mc_samples} posterior draws, seed {config.draw_seed}"
-        + (f", each with {config.head_draws} draws of the final layer ({config.mc_samples * config.head_draws} "
-           f"posterior samples per image at the cost of {config.mc_samples} forward passes; "
-           "docs/results-science.md, 'Head draws')"
-           if config.head_draws > 1 else "")
-        + ("; **test-time flip**: every image is also scored mirrored left-right and the probability and the "
-           "mutual information are taken over both orientations' draws (twice the forward passes)."
-           if flip else "."),
+        serving_line(draws, config.pass_budget),
         *([f"- {serving_choice.sentence()}"] if serving_choice is not None else []),
         "",
         "## Training data",
@@ -144,32 +150,10 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
           if posterior_sigma is not None else []),
         *([storage] if storage else []),
         "",
-        "## Validation (serving draws)",
-        f"- AUC {val.get('auc', float('nan')):.3f}, accuracy {_pct(val.get('accuracy'))} at the decision "
-        f"threshold p̄ >= {val_summary.get('decision_threshold', 0.5):.4g}, ECE {ece_text(val)}.",
-        (f"- MI referral threshold {val_summary.get('referral_threshold_mi', float('nan')):.3g} nat, set by the "
-         f"screening operating point below (defers {_pct(val_summary.get('achieved_referral_rate'))} of these "
-         "images)." if operating is not None else
-         f"- MI referral threshold {val_summary.get('referral_threshold_mi', float('nan')):.3g} nat for a target "
-         f"referral rate of {_pct(val_summary.get('target_referral_rate'))} "
-         f"(achieved {_pct(val_summary.get('achieved_referral_rate'))})."),
-        *mi_scale_lines(val.get("mi_quantiles")),
+        *validation_lines(val_summary, operating is not None),
     ]
-    for key, label in (("auc_at_referral", "AUC"), ("accuracy_at_referral", "accuracy")):
-        at = val.get(key, {})
-        if at:
-            lines.append(f"- {label} after referring by MI: " + ", ".join(
-                f"{_pct(float(k))} referred -> {_num(v)}" for k, v in sorted(at.items())))
     if test_summary is not None:
-        tv = test_summary.get("validation", {})
-        lines += ["", "## Held-out test split",
-                  f"- AUC {tv.get('auc', float('nan')):.3f}, accuracy {_pct(tv.get('accuracy'))} at the decision "
-                  f"threshold, ECE {ece_text(tv)}; referral rate at the validation threshold "
-                  f"{_pct(test_summary.get('achieved_referral_rate'))}.", *mi_scale_lines(tv.get("mi_quantiles"))]
-        at = tv.get("auc_at_referral", {})
-        if at:
-            lines.append("- AUC after referring by MI: " + ", ".join(
-                f"{_pct(float(k))} -> {_num(v)}" for k, v in sorted(at.items())))
+        lines += ["", *test_lines(test_summary)]
     if operating is not None:
         lines += ["", *operating_point_lines(operating, operating_test)]
     if by_source:
@@ -189,6 +173,44 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
               "- The uncertainty threshold was set on the validation split of the same data distribution; it "
               "does not guarantee detection of out-of-distribution inputs (the quality gate covers some).", ""]
     return "\n".join(lines)
+
+
+def validation_lines(val_summary: dict[str, Any], by_operating_point: bool) -> list[str]:
+    """The card's validation section from ``EvaluationReport.calibration_summary()``; ``by_operating_point``:
+    the MI threshold was set by the screening operating point rather than a target referral rate."""
+    val = val_summary.get("validation", {})
+    lines = [
+        "## Validation (serving draws)",
+        f"- AUC {val.get('auc', float('nan')):.3f}, accuracy {_pct(val.get('accuracy'))} at the decision "
+        f"threshold p̄ >= {val_summary.get('decision_threshold', 0.5):.4g}, ECE {ece_text(val)}.",
+        (f"- MI referral threshold {val_summary.get('referral_threshold_mi', float('nan')):.3g} nat, set by the "
+         f"screening operating point below (defers {_pct(val_summary.get('achieved_referral_rate'))} of these "
+         "images)." if by_operating_point else
+         f"- MI referral threshold {val_summary.get('referral_threshold_mi', float('nan')):.3g} nat for a target "
+         f"referral rate of {_pct(val_summary.get('target_referral_rate'))} "
+         f"(achieved {_pct(val_summary.get('achieved_referral_rate'))})."),
+        *mi_scale_lines(val.get("mi_quantiles")),
+    ]
+    for key, label in (("auc_at_referral", "AUC"), ("accuracy_at_referral", "accuracy")):
+        at = val.get(key, {})
+        if at:
+            lines.append(f"- {label} after referring by MI: " + ", ".join(
+                f"{_pct(float(k))} referred -> {_num(v)}" for k, v in sorted(at.items())))
+    return lines
+
+
+def test_lines(test_summary: dict[str, Any]) -> list[str]:
+    """The card's held-out test section, at the validation thresholds."""
+    tv = test_summary.get("validation", {})
+    lines = ["## Held-out test split",
+             f"- AUC {tv.get('auc', float('nan')):.3f}, accuracy {_pct(tv.get('accuracy'))} at the decision "
+             f"threshold, ECE {ece_text(tv)}; referral rate at the validation threshold "
+             f"{_pct(test_summary.get('achieved_referral_rate'))}.", *mi_scale_lines(tv.get("mi_quantiles"))]
+    at = tv.get("auc_at_referral", {})
+    if at:
+        lines.append("- AUC after referring by MI: " + ", ".join(
+            f"{_pct(float(k))} -> {_num(v)}" for k, v in sorted(at.items())))
+    return lines
 
 
 def operating_point_lines(op: dict[str, Any], test: dict[str, Any] | None) -> list[str]:

@@ -154,6 +154,17 @@ def replace_calibration(directory: str | Path, calibration: Calibration) -> str:
     return replace_artifact_file(directory, CALIBRATION_FILE, _json_bytes(calibration.to_dict()))
 
 
+def replace_config(directory: str | Path, config: ArtifactConfig) -> str:
+    """Rewrite ``config.json`` (e.g. other serving draws of the same posterior, ``training.reserve``); the
+    weights must still match its architecture. Returns the new sha256."""
+    root = Path(directory)
+    load_artifact(root)
+    old = ArtifactConfig.from_dict(json.loads((root / CONFIG_FILE).read_text()))
+    if (old.builder, old.architecture) != (config.builder, config.architecture):
+        raise ArtifactError(f"{CONFIG_FILE}: the architecture may not change under the same weights")
+    return replace_artifact_file(root, CONFIG_FILE, _json_bytes(config.to_dict()))
+
+
 def replace_model_card(directory: str | Path, model_card: str) -> str:
     """Rewrite ``MODEL_CARD.md`` (weights, config and calibration untouched); returns the new sha256."""
     return replace_artifact_file(directory, MODEL_CARD_FILE, model_card.encode("utf-8"))
