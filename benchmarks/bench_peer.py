@@ -3,11 +3,15 @@
 The peer is the same VGG-16* (width 46: 13 convolutions of 2,2,3,3,3 per block, widths 46..368, first
 convolution stride 2, max-pool after blocks 1-4, LeakyReLU(0.2), concatenated global mean + max pool ->
 736 -> one logit) built from bayesian-torch's reparameterisation layers (``Conv2dReparameterization``,
-``LinearReparameterization``: mean-field Gaussian, a fresh weight sample on every forward). One image
-= 16 Monte Carlo forwards of it (``return_kl=False``: no KL work at inference, the fairest peer).
+``LinearReparameterization``: mean-field Gaussian, a fresh weight sample on every forward), at the compared
+artifact's width and blocks. Like with like: the peer runs as many stochastic forwards per image as the
+artifact serves passes, split the same way (``ServingDraws``: K draws on the image as taken and, with
+test-time flip, K more on its mirror image; ``return_kl=False``: no KL work at inference, the fairest peer).
 
 Ours: the embedded default artifact (the served model, 256 px) through ``service.inference.backends.make_backend``
-exactly as the service builds it, in each candidate execution path (``--paths``: fp32 torch and ONNX Runtime,
+exactly as the service builds it, each path at the artifact's served option (its K draws and views: a
+path with test-time flip is wrapped in ``FlipViewsBackend`` as ``load_scorer`` wraps it), in each candidate
+execution path (``--paths``: fp32 torch and ONNX Runtime,
 torch bf16 where the CPU runs it natively, ONNX Runtime int8 from the artifact's range table, and ``auto``,
 the path the service picks on this machine, with its fp32 re-scoring inside the guard band when the
 artifact's record asks for it; on one image that image is either inside the band or not, so the expected
@@ -15,11 +19,12 @@ cost per image, fast path + share re-scored x fp32, is printed beside it).  Ever
 same real fundus photograph (IDRiD, /work/shared/data, preprocessed by the served pipeline), batch 1,
 fp32, with the thread count fixed for torch and ONNX Runtime alike (``--threads``), timed round-robin:
 one call of each path per repeat, so load from other processes on a shared machine hits all alike.
-Reported: p50/mean seconds per image and the ratio peer p50 / path p50 (how many times faster than the
-peer), plus each path's largest |Δ logit| against the served reference path (``torch-loop``).
+Reported: forward passes per image, p50/mean seconds per image and the ratio peer p50 / path p50 (how many
+times faster than the peer), plus each path's largest |Δ logit| against the reference path (``torch-loop``
+at the same draws and views). ``--image`` scores another photograph (default: IDRiD_01 from the shared data).
 
-bayesian-torch is an optional benchmark dependency (``pip install --no-deps bayesian-torch``: its
-requirements would pull another torch). Example (figures in docs/results-benchmarks.md, "Against the peer")::
+bayesian-torch is a benchmark dependency that ``make setup`` (the dev set) installs without its
+requirements, which would pull another torch (``pip install --no-deps bayesian-torch==0.5.0``). Example (figures in docs/results-benchmarks.md, "Against the peer")::
 
     .venv/bin/python benchmarks/bench_peer.py --threads 1 --repeats 5
 """
@@ -44,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.artifact import load_artifact
 from models.cpu import detect_cpu
 from models.int8 import INT8_RANGES_FILE
-from service.inference.backends import make_backend
+from service.inference.backends import FlipViewsBackend, make_backend
 from service.inference.imaging import ImagePipeline
 from service.inference.loading import load_scorer
 from service.inference.prepare import prepare_image
@@ -67,7 +72,8 @@ Runner = Callable[[np.ndarray], np.ndarray]  # images [1, C, H, W] -> logits [K,
 class PeerVGG(nn.Module):
     """VGG-16* from bayesian-torch layers: one stochastic forward [B, C, H, W] -> logits [B, O]."""
 
-    def __init__(self, width: int = 46, blocks: tuple[int, ...] = (2, 2, 3, 3, 3), slope: float = 0.2) -> None:
+    def __init__(self, width: int = 46, blocks: tuple[int, ...] = (2, 2, 3, 3, 3), slope: float = 0.2,
+                 first_stride: int = 2) -> None:
         from bayesian_torch.layers import Conv2dReparameterization, LinearReparameterization
 
         super().__init__()
@@ -75,7 +81,7 @@ class PeerVGG(nn.Module):
         in_ch, first = 3, True
         for b, (n, mult) in enumerate(zip(blocks, (1, 2, 4, 8, 8), strict=True)):
             for _ in range(n):
-                layers.append(Conv2dReparameterization(in_ch, width * mult, 3, stride=2 if first else 1,
+                layers.append(Conv2dReparameterization(in_ch, width * mult, 3, stride=first_stride if first else 1,
                                                        padding=1, posterior_rho_init=-6.0))
                 in_ch, first = width * mult, False
             if b < len(blocks) - 1:
@@ -92,15 +98,18 @@ class PeerVGG(nn.Module):
         return self.head(feats, return_kl=False)
 
 
-def peer_runner(k: int, seed: int) -> Runner:
-    """The peer's 16 MC passes: K stochastic forwards, stacked like ours to [K, B, O]."""
+def peer_runner(k: int, views: int, seed: int, model_dir: Path | None = None) -> Runner:
+    """The peer's passes: K stochastic forwards per view (the image as taken, then mirrored left-right when
+    ``views`` is 2), stacked like ours to [views·K, B, O], with the artifact's width and blocks."""
+    arch = load_artifact(model_dir).config.architecture
     torch.manual_seed(seed)
-    peer = PeerVGG().eval()
+    peer = PeerVGG(width=arch.width, blocks=tuple(arch.blocks), slope=arch.negative_slope,
+                   first_stride=arch.first_stride).eval()
 
     @torch.inference_mode()
     def run(images: np.ndarray) -> np.ndarray:
-        x = torch.from_numpy(images)
-        return torch.stack([peer(x) for _ in range(k)]).numpy()
+        shown = [torch.from_numpy(images), torch.from_numpy(np.ascontiguousarray(images[..., ::-1]))][:views]
+        return torch.stack([peer(x) for x in shown for _ in range(k)]).numpy()
 
     return run
 
@@ -111,6 +120,7 @@ def ours_runners(paths: list[str], model_dir: Path | None, threads: int,
     ``auto``: the backend ``load_scorer`` picks on this machine (with its guard band, if any)."""
     artifact = load_artifact(model_dir)
     model = artifact.build_model()
+    served = artifact.serving_draws()
     cpu = detect_cpu()
     ranges = artifact.directory / INT8_RANGES_FILE if INT8_RANGES_FILE in artifact.files else int8_ranges
     out: dict[str, Runner] = {}
@@ -130,16 +140,17 @@ def ours_runners(paths: list[str], model_dir: Path | None, threads: int,
         net = artifact.serving_draws().materialise(model)
         draws_backend = make_backend(net, backend=backend, device="cpu", precision=precision, strategy=strategy,
                                      intra_op_threads=threads, int8_ranges=ranges)
-        out[name] = draws_backend.run
+        out[name] = (FlipViewsBackend(draws_backend) if served.test_time_flip else draws_backend).run
     return out
 
 
-def real_image(size_from: Path | None) -> np.ndarray:
-    """One IDRiD photograph through the served preprocessing: float32 [1, 3, S, S]."""
+def real_image(size_from: Path | None, path: Path | None = None) -> np.ndarray:
+    """One photograph (default: IDRiD_01) through the served preprocessing: float32 [1, 3, S, S]."""
     pipe = ImagePipeline.of(load_artifact(size_from).image_transform())  # the artifact's own contract
-    path = DATA / "IDRiD_01.jpg"
+    path = path or DATA / "IDRiD_01.jpg"
     if not path.is_file():
-        raise SystemExit(f"bench_peer: {path} is missing; it needs the shared IDRiD images (see its README)")
+        raise SystemExit(f"bench_peer: {path} is missing; it needs the shared IDRiD images (see its README) "
+                         "or --image")
     return prepare_image(path.read_bytes(), pipe).pixels[None]
 
 
@@ -150,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--paths", default="torch-loop,onnx-loop,torch-loop-bf16,onnx-loop-int8,auto",
                    help=f"ours, some of: {', '.join(PATHS)}, auto (what the service picks here)")
     p.add_argument("--model-dir", type=Path, default=None, help="artifact (default: the embedded model)")
-    p.add_argument("--k", type=int, default=16, help="peer MC passes per image (ours: the artifact's K)")
+    p.add_argument("--image", type=Path, default=None, help="the photograph scored (default: IDRiD_01.jpg)")
     p.add_argument("--int8-ranges", type=Path, default=None,
                    help="int8 range table for onnx-loop-int8 when the artifact ships none (its record does not "
                    "permit int8): benchmarks/drift_real.py --save-ranges writes one")
@@ -164,12 +175,14 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError:
         raise SystemExit("bench_peer needs bayesian-torch: pip install --no-deps bayesian-torch") from None
     torch.set_num_threads(args.threads)
-    image = real_image(args.model_dir)  # [1, 3, S, S]
+    image = real_image(args.model_dir, args.image)  # [1, 3, S, S]
     cpu = detect_cpu()
+    served = load_artifact(args.model_dir).serving_draws()
     print(f"torch {torch.__version__}, bayesian-torch {getattr(bayesian_torch, '__version__', '0.5.0')}, "
           f"{platform.machine()}, {cpu.summary()}, threads {torch.get_num_threads()}, "
-          f"image {image.shape[-1]} px")
-    runners: dict[str, Runner] = {"peer (bayesian-torch)": peer_runner(args.k, 0)}
+          f"image {image.shape[-1]} px; served option {served.split_text()} = {served.passes} passes per image")
+    runners: dict[str, Runner] = {"peer (bayesian-torch)": peer_runner(served.mc_samples, served.views, 0,
+                                                                       args.model_dir)}
     runners.update(ours_runners(paths, args.model_dir, args.threads, args.int8_ranges))
     outputs = {name: run(image) for name, run in runners.items()}  # warm-up, and the outputs compared
     times: dict[str, list[float]] = {name: [] for name in runners}
@@ -181,12 +194,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  round {r + 1}: " + ", ".join(f"{n} {t[-1]:.2f}s" for n, t in times.items()), flush=True)
     peer = statistics.median(times["peer (bayesian-torch)"])
     ref = outputs.get("torch-loop")
-    print("\n| path | p50 s/img | mean s/img | × peer (p50) | max abs Δlogit vs torch-loop |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print("\n| path | passes / image | p50 s/img | mean s/img | × peer (p50) | max abs Δlogit vs torch-loop |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name, t in times.items():
         p50 = statistics.median(t)
+        if outputs[name].shape[0] != served.passes:  # [passes, B, O]: views x K draws of the network
+            raise SystemExit(f"{name}: {outputs[name].shape[0]} passes per image, the served option has "
+                             f"{served.passes}")
         delta = "—" if ref is None or name.startswith("peer") else f"{np.abs(outputs[name] - ref).max():.1e}"
-        print(f"| {name} | {p50:.3f} | {statistics.fmean(t):.3f} | {peer / p50:.2f}× | {delta} |")
+        print(f"| {name} | {outputs[name].shape[0]} | {p50:.3f} | {statistics.fmean(t):.3f} | {peer / p50:.2f}× "
+              f"| {delta} |")
     guard = load_artifact(args.model_dir).calibration.permits()
     fp32 = statistics.median(times["onnx-loop"]) if "onnx-loop" in times else None
     for name, prec in (("onnx-loop-int8", "int8"), ("torch-loop-bf16", "bf16")):

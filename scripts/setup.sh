@@ -130,5 +130,7 @@ if [ "$extras" = core ]; then
     .venv/bin/python -m pip install --quiet -e .
 else
     .venv/bin/python -m pip install --quiet -e ".[$extras]"
+    # the peer of benchmarks/bench_peer.py (and its test), without its requirements: they would replace torch
+    .venv/bin/python -m pip install --quiet --no-deps "bayesian-torch==0.5.0"
 fi
 touch ".venv/.radscreen-installed-$extras"
