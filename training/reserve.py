@@ -71,8 +71,9 @@ class Scored:
 
 def reserve_artifact(artifact: Artifact, out: Path, *, draws: ServingDraws, val: Scored, test: Scored | None,
                      choice: PassSplitChoice | None, version: str | None, command: str, n_bootstrap: int = 1000,
-                     overwrite: bool = False) -> str:
-    """Write the re-served artifact to ``out``; returns its sha256 (the manifest's)."""
+                     overwrite: bool = False, budget: int | None = None) -> str:
+    """Write the re-served artifact to ``out``; returns its sha256 (the manifest's). ``budget``: the pass
+    budget it records (default: the one ``choice`` chose within, else the artifact's own)."""
     out = Path(out)
     if out.resolve() == artifact.directory.resolve():
         raise ArtifactError(f"{out}: re-serve into a new directory, not over the artifact it reads")
@@ -83,7 +84,7 @@ def reserve_artifact(artifact: Artifact, out: Path, *, draws: ServingDraws, val:
     extra = set(artifact.files) - {WEIGHTS_FILE, CONFIG_FILE, CALIBRATION_FILE, MODEL_CARD_FILE, MANIFEST_FILE}
     if extra:  # e.g. an int8 range table, measured at the old draws
         raise ArtifactError(f"{', '.join(sorted(extra))}: measured at the artifact's old draws; re-serve without it")
-    budget = artifact.config.pass_budget
+    budget = budget or (choice.budget if choice is not None else artifact.config.pass_budget)
     if draws.passes > budget:
         raise ArtifactError(f"{draws.split_text()} is {draws.passes} passes, over the artifact's budget of {budget}")
     old = artifact.calibration
@@ -121,6 +122,7 @@ def reserve_artifact(artifact: Artifact, out: Path, *, draws: ServingDraws, val:
         achieved_referral_rate=val_summary["achieved_referral_rate"], validation=validation, precision_drift={})
     config = dataclasses.replace(artifact.config, mc_samples=draws.mc_samples, head_draws=draws.head_draws,
                                  draw_seed=draws.draw_seed, test_time_flip=draws.test_time_flip,
+                                 pass_budget=budget,
                                  version=version or artifact.config.version,
                                  created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
     card = _card(artifact, config.version, draws, budget, choice, command, val_summary, test_summary,

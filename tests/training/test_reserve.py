@@ -83,6 +83,7 @@ def test_the_card_names_the_pass_split_choice(flip_artifact, tmp_path):
     new = load_artifact(tmp_path / "new")
     assert "- Pass split: **16 draws × 1 view**" in new.model_card
     assert new.calibration.validation["pass_split"]["chosen"] == "16 draws × 1 view"
+    assert new.config.pass_budget == 16
     assert new.config.version == "0.0.1"
 
 
