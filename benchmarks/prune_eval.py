@@ -85,6 +85,8 @@ def score_stage(art: Artifact, rows: dict[str, list[ManifestRow]], out: Path, ar
     (out / "draws").mkdir(parents=True, exist_ok=True)
     for name, method, keep in configs(args.keep, args.method):
         path = out / "draws" / f"{name}-{args.precision}.npz"
+        if args.configs and name not in args.configs:
+            continue
         if path.is_file():
             logger.info("%s: present, skipped", path.name)
             continue
@@ -257,6 +259,8 @@ def main() -> None:
     parser.add_argument("--head-draws", type=int, default=None, help="head draws M (default: the artifact's)")
     parser.add_argument("--no-flip", action="store_true", help="one view even if the artifact flips")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--configs", nargs="+", default=None,
+                        help="score only these configurations (parent, snr-25, ...; default: all)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--n-boot", type=int, default=1000)
