@@ -8,9 +8,11 @@ written by ``radscreen-train prune`` loads to). Every configuration is scored wi
 (the artifact's, or ``--mc-samples``/``--no-flip``/``--head-draws`` overrides) and the same ``--precision``,
 so with one draw seed the pruned and the parent's draws share their noise coordinate by coordinate.
 
-Three stages, each resumable (``--stage score`` writes ``<out>/draws/<config>.npz`` and skips those present;
+Four stages, each resumable (``--stage score`` writes ``<out>/draws/<config>.npz`` and skips those present;
 the images are preprocessed once into ``<out>/cache``; the quality gate's verdicts once into ``gate.json``):
 
+* ``snr``: the SNR quantiles of every weight tensor of the parent and the share each configuration keeps of it
+  (no scoring; ``<out>/snr.md``);
 * ``score``: the draws of every configuration;
 * ``sizes``: writes each pruned artifact (``training.pruning.prune_artifact``) under ``<out>/artifacts`` and
   measures its files' size and ``load_artifact`` + ``build_model`` time (median of ``--repeats``);
@@ -45,7 +47,7 @@ import torch
 from benchmarks.screening_eval import gate_verdicts, manifest_rows
 from models.artifact import Artifact, load_artifact
 from models.decision import screening_outcome
-from models.pruning import PRUNE_METHODS, prune_state_dict
+from models.pruning import PRUNE_METHODS, prune_state_dict, snr_quantiles
 from support.shared_data import IDRID
 from training.data.dataset import ManifestDataset
 from training.data.manifest import ManifestRow
@@ -246,9 +248,28 @@ def sizes_stage(art: Artifact, out: Path, args: argparse.Namespace) -> dict[str,
     return sizes
 
 
+def snr_stage(art: Artifact, out: Path, args: argparse.Namespace) -> str:
+    state = art.state_dict()
+    quantiles = snr_quantiles(state)
+    shares = {name: prune_state_dict(state, keep, method=method).masks
+              for name, method, keep in configs(args.keep, args.method) if method != "none"}
+    order = sorted(quantiles, key=lambda p: (p.startswith("head"), int(p.split(".")[1]) if p[0] == "f" else 0))
+    lines = ["| tensor | D | SNR 5 % | 25 % | median | 75 % | 95 % | median abs(μ)/σ | "
+             + " | ".join(f"kept {n}" for n in shares) + " |", "|---|" + "---|" * (7 + len(shares))]
+    for p in order:
+        q = quantiles[p]
+        lines.append(f"| {p} | {int(q['D']):,} | " + " | ".join(f"{q[k]:.2f}" for k in ("q05", "q25", "q50", "q75",
+                                                                                         "q95"))
+                     + f" | {q['median_abs_mu_over_sigma']:.3f} | "
+                     + " | ".join(f"{100 * float(m[p].float().mean()):.1f} %" for m in shares.values()) + " |")
+    text = "\n".join(lines)
+    (out / "snr.md").write_text(text + "\n")
+    return text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stage", choices=("score", "sizes", "report"), required=True)
+    parser.add_argument("--stage", choices=("snr", "score", "sizes", "report"), required=True)
     parser.add_argument("--artifact", default=None, help="the parent artifact (default: the embedded model)")
     parser.add_argument("--manifest", type=Path, required=True, help="the multi-source manifest of the split")
     parser.add_argument("--run", type=Path, required=True, help="the run whose config.json split the patients")
@@ -268,6 +289,9 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     art = load_artifact(args.artifact)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.stage == "snr":
+        print(snr_stage(art, args.out, args))
+        return
     rows = set_rows(args.manifest, args.run)
     logger.info("eyes: %s", {s: len(r) for s, r in rows.items()})
     if args.stage == "score":
