@@ -18,8 +18,9 @@ the images are preprocessed once into ``<out>/cache``; the quality gate's verdic
   measures its files' size and ``load_artifact`` + ``build_model`` time (median of ``--repeats``);
 * ``report``: per set and configuration, AUC (paired bootstrap of the difference from the parent), the
   outcomes at the parent's operating point, flips against the parent, the MI change, and the same at an
-  operating point refitted **in sample** on the test eyes (the MI threshold that refers the share of gradable
-  eyes the parent refers there); written to ``<out>/report.json`` and ``<out>/table.md``.
+  operating point refitted **in sample** on each set's test eyes (the MI threshold that defers the share of
+  gradable eyes the parent defers there, then the decision threshold that answers as many eyes
+  ``no_referable_dr`` as the parent does there); written to ``<out>/report.json`` and ``<out>/table.md``.
 
 Example (the measurement of docs/results-real-eyes.md, "Pruning by signal-to-noise")::
 
@@ -159,6 +160,17 @@ def _shares(out: list[str], labels: np.ndarray | None) -> dict[str, Any]:
     return d
 
 
+def refit_decision(p: np.ndarray, n_no: int) -> float:
+    """The decision threshold that answers ``no_referable_dr`` for the ``n_no`` lowest of ``p`` (the eligible
+    eyes' probabilities): the parent's count of automatic answers, kept."""
+    q = np.sort(p)
+    if n_no <= 0:
+        return float(q[0]) if len(q) else 0.0
+    if n_no >= len(q):
+        return float(np.nextafter(q[-1], np.inf))
+    return float((q[n_no - 1] + q[n_no]) / 2)
+
+
 def report_stage(art: Artifact, rows: dict[str, list[ManifestRow]], gate: dict[str, list[bool]], out: Path,
                  args: argparse.Namespace) -> dict[str, Any]:
     cal = art.calibration
@@ -189,8 +201,10 @@ def report_stage(art: Artifact, rows: dict[str, list[ManifestRow]], gate: dict[s
                                          / np.median(base.mutual_information[gmask])),
                 "parent_point": _shares(o, labels)}
             refit = float(np.quantile(u.mutual_information[gmask], 1 - refer_share))
-            o2 = outcomes(u.probability, u.mutual_information, g, refit, cal.decision_threshold)
-            row["refit_in_sample"] = {"mi_threshold": refit, **_shares(o2, labels),
+            decision = refit_decision(u.probability[gmask & (u.mutual_information <= refit)],
+                                      sum(o == NO for o in base_out))
+            o2 = outcomes(u.probability, u.mutual_information, g, refit, decision)
+            row["refit_in_sample"] = {"mi_threshold": refit, "decision_threshold": decision, **_shares(o2, labels),
                                       "flips": sum(a != b for a, b in zip(o2, base_out, strict=True))}
             if labels is not None:
                 lab = labels[gmask]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from benchmarks.prune_eval import auc, configs, outcomes, paired_auc
+from benchmarks.prune_eval import auc, configs, outcomes, paired_auc, refit_decision
 
 
 def test_configs_are_the_parent_then_each_method_at_each_share() -> None:
@@ -35,3 +35,10 @@ def test_outcomes_follow_the_gate_then_mi_then_probability() -> None:
     got = outcomes(np.array([0.9, 0.9, 0.9, 0.1]), np.array([0.0, 0.5, 0.0, 0.0]), [False, True, True, True],
                    mi_threshold=0.1, decision=0.5)
     assert got == ["retake_ungradable", "grader_review_uncertain", "refer_referable_dr", "no_referable_dr"]
+
+
+def test_refit_decision_answers_the_parents_count_automatically() -> None:
+    p = np.array([0.4, 0.1, 0.3, 0.2])
+    t = refit_decision(p, 2)
+    assert int((p < t).sum()) == 2 and t == pytest.approx(0.25)
+    assert int((p < refit_decision(p, 0)).sum()) == 0 and int((p < refit_decision(p, 4)).sum()) == 4
