@@ -179,6 +179,8 @@ def report_stage(art: Artifact, rows: dict[str, list[ManifestRow]], gate: dict[s
               if (out / "draws" / f"{name}-{args.precision}.npz").is_file()}
     if "parent" not in loaded:
         raise SystemExit("no parent draws yet: run --stage score first")
+    if args.precision == "fp32" and (out / "draws" / "parent-bf16.npz").is_file():  # the precision's own flips
+        loaded["parent-bf16"] = load_draws(out / "draws" / "parent-bf16.npz")
     result: dict[str, Any] = {}
     offsets = np.cumsum([0] + [len(rows[s]) for s in SETS])
     for si, s in enumerate(SETS):
@@ -236,7 +238,8 @@ def table(result: dict[str, Any], sizes: dict[str, Any]) -> str:
             refit = (f"{rf['missed'][0]} / {rf['healthy_answered'][0]} / {rf['flips']}" if "missed" in rf
                      else f"- / - / {rf['flips']}")
             z = sizes.get(name, {})
-            lines.append(f"| {name} | {s} | {a} | {miss} | {healthy} | {r['flips']} ({_pct(r['flips'], r['n'])}) "
+            label = "parent in bf16 (vs fp32)" if name == "parent-bf16" else name
+            lines.append(f"| {label} | {s} | {a} | {miss} | {healthy} | {r['flips']} ({_pct(r['flips'], r['n'])}) "
                          f"| {r['mi_median_ratio']:.2f} | {refit} | {z.get('mib', '-')} | {z.get('load_s', '-')} |")
     return "\n".join(lines)
 
