@@ -48,7 +48,7 @@ import torch
 from benchmarks.screening_eval import gate_verdicts, manifest_rows
 from models.artifact import Artifact, load_artifact
 from models.decision import screening_outcome
-from models.pruning import PRUNE_METHODS, prune_state_dict, snr_quantiles
+from models.pruning import PRUNE_METHODS, check_method, prune_state_dict, snr_quantiles
 from support.shared_data import IDRID
 from training.data.dataset import ManifestDataset
 from training.data.manifest import ManifestRow
@@ -95,7 +95,7 @@ def score_stage(art: Artifact, rows: dict[str, list[ManifestRow]], out: Path, ar
             continue
         model = art.build_model()
         if method != "none":
-            model.load_state_dict(prune_state_dict(parent, keep, method=method).state, strict=True)  # type: ignore[arg-type]
+            model.load_state_dict(prune_state_dict(parent, keep, method=check_method(method)).state, strict=True)
         t = time.perf_counter()
         ctx = torch.autocast("cpu", dtype=torch.bfloat16) if args.precision == "bf16" else nullcontext()
         with ctx:
@@ -130,7 +130,7 @@ def paired_auc(a: np.ndarray, b: np.ndarray, labels: np.ndarray, n_boot: int, se
                ) -> tuple[float, float, float]:
     """AUC(b) − AUC(a) and its paired bootstrap 95 % interval (the same resampled eyes for both)."""
     rng = np.random.default_rng(seed)
-    diffs = []
+    diffs: list[float] = []
     n = len(labels)
     while len(diffs) < n_boot:
         idx = rng.integers(0, n, n)
@@ -268,7 +268,7 @@ def sizes_stage(art: Artifact, out: Path, args: argparse.Namespace) -> dict[str,
 def snr_stage(art: Artifact, out: Path, args: argparse.Namespace) -> str:
     state = art.state_dict()
     quantiles = snr_quantiles(state)
-    shares = {name: prune_state_dict(state, keep, method=method).masks
+    shares = {name: prune_state_dict(state, keep, method=check_method(method)).masks
               for name, method, keep in configs(args.keep, args.method) if method != "none"}
     order = sorted(quantiles, key=lambda p: (p.startswith("head"), int(p.split(".")[1]) if p[0] == "f" else 0))
     lines = ["| tensor | D | SNR 5 % | 25 % | median | 75 % | 95 % | median abs(μ)/σ | "
