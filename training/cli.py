@@ -8,6 +8,7 @@ Examples (each works on a fresh checkout after ``make setup``; a CPU-sized model
     radscreen-train synth --out data/synth-test --n 400 --seed 99 --size 128
     radscreen-train evaluate --artifact models/my-model --data data/synth-test --out runs/eval
     radscreen-train export --artifact models/my-model --out graph.onnx
+    radscreen-train prune --artifact models/my-model --keep 0.25 --out models/my-model-snr25
     radscreen-train pack --data data/synth --out data/synth-shards --input-size 128   # for a GPU lease
 
 Such a small run checks the pipeline; its uncertainty is not useful (docs/training.md, "A first run on a
@@ -289,8 +290,25 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=_HelpFormatter)
     x.add_argument("--artifact", default=None, help="artifact directory (default: the embedded model)")
     x.add_argument("--out", required=True, help="path of the .onnx file to write")
+    _add_prune(sub)
     add_lease_commands(sub, _HelpFormatter)
     return parser
+
+
+def _add_prune(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    r = sub.add_parser("prune", help="write a copy of an artifact with its lowest signal-to-noise weights removed",
+                       description="Remove the weights whose posterior signal-to-noise |mu|*sqrt(D)/sigma (or |mu| "
+                                   "with --method magnitude) is lowest, one threshold over every Bayesian layer, "
+                                   "and write the pruned artifact (packed weights: its size falls with the share "
+                                   "kept; a card naming the parent, the share kept and the measured effect).",
+                       formatter_class=_HelpFormatter)
+    r.add_argument("--artifact", default=None, help="the parent artifact (default: the embedded model)")
+    r.add_argument("--keep", type=float, required=True, help="share of the weights kept, in (0, 1]: 0.25 = 25 %%")
+    r.add_argument("--out", required=True, help="directory of the pruned artifact")
+    r.add_argument("--method", choices=("snr", "magnitude"), default="snr", help="what ranks the weights")
+    r.add_argument("--effect", default=None,
+                   help="markdown file with the measured effect (benchmarks/prune_eval.py) for the card")
+    r.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -445,6 +463,20 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prune(args: argparse.Namespace) -> int:
+    from models.artifact import load_artifact
+    from training.pruning import prune_artifact
+
+    if not 0.0 < args.keep <= 1.0:
+        raise ValueError(f"--keep is a share in (0, 1] (0.25 keeps 25 %), got {args.keep}")
+    effect = Path(args.effect).read_text(encoding="utf-8") if args.effect else None
+    sha = prune_artifact(load_artifact(args.artifact), args.out, keep=args.keep, method=args.method, effect=effect,
+                         overwrite=args.overwrite)
+    size = sum(p.stat().st_size for p in Path(args.out).iterdir() if p.is_file())
+    print(f"wrote {args.out} (sha256 {sha}, {size / 2**20:.1f} MiB)")
+    return 0
+
+
 def _synth(args: argparse.Namespace) -> int:
     from training.synthetic.dataset import generate_dataset
 
@@ -483,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     handlers = {"synth": _synth, "fit": _fit, "finalise": _finalise, "evaluate": _evaluate, "export": _export,
-                "manifest": _manifest,
+                "manifest": _manifest, "prune": _prune,
                 **LEASE_HANDLERS}
     try:
         return handlers[args.command](args)

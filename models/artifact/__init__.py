@@ -8,7 +8,8 @@ An artifact is a directory::
     calibration.json      MI referral threshold, target/achieved referral rate, decision threshold,
                           validation metrics, dataset description
     MODEL_CARD.md         human-readable card (intended use, data provenance, limitations)
-    manifest.json         {"format": "radscreen-artifact/1", "files": {name: sha256}}
+    manifest.json         {"format": "radscreen-artifact/1", "files": {name: sha256}}; "radscreen-artifact/2"
+                          when pruned weight tensors are stored packed (models.pruning)
 
 Two modules: ``schema`` (what ``config.json`` and ``calibration.json`` hold, typed and validated) and
 ``storage`` (atomic save, manifest, verification, load, and building the network through
@@ -40,6 +41,7 @@ from models.artifact.schema import (
 from models.artifact.storage import (
     ARTIFACT_FORMAT,
     DEFAULT_ARTIFACT_DIR,
+    PACKED_ARTIFACT_FORMAT,
     WEIGHT_DTYPES,
     Artifact,
     load_artifact,
@@ -59,6 +61,7 @@ __all__ = [
     "DEFAULT_PREPROCESSING",
     "MANIFEST_FILE",
     "MODEL_CARD_FILE",
+    "PACKED_ARTIFACT_FORMAT",
     "PASS_BUDGET",
     "POSTERIORS",
     "REQUIRED_FILES",

@@ -1,5 +1,11 @@
 """How an artifact is stored: written atomically, hashed into a manifest, verified before it is read.
 
+Two formats: ``radscreen-artifact/1`` stores every tensor dense; ``radscreen-artifact/2`` is written for a
+pruned model (``models.pruning``) and stores its pruned weight tensors packed (keep-mask and kept values),
+which :meth:`Artifact.state_dict` unpacks to the same dense tensors. Code that knows only format 1 refuses a
+format-2 manifest by name instead of misreading its weights. A model without pruned weights is always written
+as format 1, so its identity does not depend on this code.
+
 The identity of a model is the sha256 of ``manifest.json``'s bytes, which lists every file's sha256: it
 changes when any listed file changes. :func:`load_artifact` refuses a directory whose files do not match the
 manifest, naming the offending file; files in the directory but not in the manifest are ignored with a
@@ -41,6 +47,7 @@ from models.artifact.schema import (
 )
 from models.atomic import atomic_write_bytes, fsync_dir, fsync_file
 from models.draws import DrawnNetwork
+from models.pruning import is_packed, pack_state_dict, pruned_mask, unpack_state_dict, weight_prefixes
 from models.registry import build_architecture
 from models.transform import ImageTransform
 from models.vgg import VGGStar
@@ -48,6 +55,8 @@ from models.vgg import VGGStar
 logger = logging.getLogger(__name__)
 
 ARTIFACT_FORMAT = "radscreen-artifact/1"
+PACKED_ARTIFACT_FORMAT = "radscreen-artifact/2"  # pruned weight tensors stored packed (models.pruning)
+READ_FORMATS = (ARTIFACT_FORMAT, PACKED_ARTIFACT_FORMAT)
 WEIGHT_DTYPES = {torch.float32: "float32", torch.float16: "float16"}
 DEFAULT_ARTIFACT_DIR = Path(__file__).parent.parent / "default"  # models/default
 
@@ -60,15 +69,19 @@ def _json_bytes(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
 
 
-def _weights_bytes(model: nn.Module, dtype: torch.dtype) -> bytes:
-    """Serialise the state_dict; floating tensors are cast to ``dtype`` (fp32 or fp16)."""
+def _weights_bytes(model: nn.Module, dtype: torch.dtype) -> tuple[bytes, str]:
+    """Serialise the state_dict (floating tensors cast to ``dtype``, fp32 or fp16) and name its format: a
+    model with pruned weights is stored packed (format 2), any other dense (format 1)."""
     tensors = {
         name: (t.detach().to(dtype) if t.is_floating_point() else t.detach()).cpu().contiguous().clone()
         for name, t in model.state_dict().items()
     }
+    fmt = ARTIFACT_FORMAT
+    if any(bool(pruned_mask(tensors[p + "_mu"], tensors[p + "_rho"]).any()) for p in weight_prefixes(tensors)):
+        tensors, fmt = pack_state_dict(tensors), PACKED_ARTIFACT_FORMAT
     # One metadata key only: safetensors writes metadata in hash-map order, and the file bytes must be
     # deterministic so that the same model always has the same identity.
-    return save_safetensors_bytes(tensors, metadata={"format": "pt"})
+    return save_safetensors_bytes(tensors, metadata={"format": "pt"}), fmt
 
 
 def save_artifact(
@@ -97,14 +110,15 @@ def save_artifact(
     if not config.created:
         config = dataclasses.replace(config, created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
+    weights, fmt = _weights_bytes(model, weights_dtype)
     contents = {
-        WEIGHTS_FILE: _weights_bytes(model, weights_dtype),
+        WEIGHTS_FILE: weights,
         CONFIG_FILE: _json_bytes(config.to_dict()),
         CALIBRATION_FILE: _json_bytes(calibration.to_dict()),
         MODEL_CARD_FILE: model_card.encode("utf-8"),
     }
     manifest = _json_bytes(
-        {"format": ARTIFACT_FORMAT, "files": {name: _sha256(data) for name, data in contents.items()}}
+        {"format": fmt, "files": {name: _sha256(data) for name, data in contents.items()}}
     )
     contents[MANIFEST_FILE] = manifest
 
@@ -140,9 +154,9 @@ def replace_artifact_file(directory: str | Path, name: str, data: bytes) -> str:
         raise ArtifactError(f"{name}: not a file replace_artifact_file may write")
     root = Path(directory)
     load_artifact(root)  # verify before touching anything
-    _, files = _read_manifest(root)
+    _, fmt, files = _read_manifest(root)
     files[name] = _sha256(data)
-    manifest = _json_bytes({"format": ARTIFACT_FORMAT, "files": files})
+    manifest = _json_bytes({"format": fmt, "files": files})
     for target, content in ((name, data), (MANIFEST_FILE, manifest)):
         atomic_write_bytes(root / target, content)
     return _sha256(manifest)
@@ -182,10 +196,16 @@ class Artifact:
     files: dict[str, str]  # name -> sha256, from the manifest
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The stored weights as fp32 CPU tensors, re-verified against the manifest as they are read."""
+        """The stored weights as dense fp32 CPU tensors (a pruned artifact's packed tensors unpacked),
+        re-verified against the manifest as they are read."""
         data = (self.directory / WEIGHTS_FILE).read_bytes()
         _verify_hash(WEIGHTS_FILE, data, self.files[WEIGHTS_FILE])
         tensors = load_safetensors_bytes(data)
+        if is_packed(tensors):
+            try:
+                tensors = unpack_state_dict(tensors)
+            except ValueError as exc:
+                raise ArtifactError(f"{WEIGHTS_FILE}: {exc}") from exc
         return {k: (v.float() if v.is_floating_point() else v) for k, v in tensors.items()}
 
     def image_transform(self) -> ImageTransform:
@@ -221,7 +241,7 @@ def _verify_hash(name: str, data: bytes, expected: str) -> None:
         )
 
 
-def _read_manifest(root: Path) -> tuple[bytes, dict[str, str]]:
+def _read_manifest(root: Path) -> tuple[bytes, str, dict[str, str]]:
     path = root / MANIFEST_FILE
     if not path.is_file():
         raise ArtifactError(f"{MANIFEST_FILE}: missing in {root}; this is not a verified artifact directory")
@@ -232,8 +252,9 @@ def _read_manifest(root: Path) -> tuple[bytes, dict[str, str]]:
         raise ArtifactError(f"{MANIFEST_FILE}: not valid JSON ({exc})") from exc
     top = JsonFields(data, MANIFEST_FILE)
     fmt = top.str_("format")
-    if fmt != ARTIFACT_FORMAT:
-        raise top.error("format", f"is '{fmt}'; this code reads '{ARTIFACT_FORMAT}'")
+    if fmt not in READ_FORMATS:
+        readable = ", ".join(f"'{f}'" for f in READ_FORMATS)
+        raise top.error("format", f"is '{fmt}'; this code reads {readable}")
     files = top.dict_("files")
     for name, digest in files.items():
         if Path(name).name != name or name in ("", ".", ".."):
@@ -243,7 +264,7 @@ def _read_manifest(root: Path) -> tuple[bytes, dict[str, str]]:
     missing = [name for name in REQUIRED_FILES if name not in files]
     if missing:
         raise ArtifactError(f"{MANIFEST_FILE}: does not list required file(s): {', '.join(missing)}")
-    return raw, files
+    return raw, fmt, files
 
 
 def _parse_json(name: str, data: bytes) -> Any:
@@ -270,7 +291,7 @@ def load_artifact(directory: str | Path | None = None) -> Artifact:
                 "service's and the batch job's model directory setting)."
             )
         raise ArtifactError(f"Artifact directory {root} does not exist")
-    manifest_bytes, files = _read_manifest(root)
+    manifest_bytes, _, files = _read_manifest(root)
     contents: dict[str, bytes] = {}
     for name, expected in files.items():
         path = root / name
