@@ -24,7 +24,8 @@ times faster than the peer), plus each path's largest |Δ logit| against the ref
 at the same draws and views). ``--image`` scores another photograph (default: IDRiD_01 from the shared data).
 
 bayesian-torch is a benchmark dependency that ``make setup`` (the dev set) installs without its
-requirements, which would pull another torch (``pip install --no-deps bayesian-torch==0.5.0``). Example (figures in docs/results-benchmarks.md, "Against the peer")::
+requirements, which would pull another torch (``pip install --no-deps bayesian-torch==0.5.0``). Example
+(figures in docs/results-benchmarks.md, "Against the peer")::
 
     .venv/bin/python benchmarks/bench_peer.py --threads 1 --repeats 5
 """
