@@ -52,7 +52,7 @@ def build_tiny_artifact(
     """
     import torch
 
-    from models.artifact import ArtifactConfig, Calibration, save_artifact
+    from models.artifact import PASS_BUDGET, ArtifactConfig, Calibration, save_artifact
     from models.vgg import VGGConfig, build_vgg16_star
 
     torch.manual_seed(seed)
@@ -73,7 +73,7 @@ def build_tiny_artifact(
         head_draws=head_draws,
         test_time_flip=test_time_flip,
         mc_samples=mc_samples if mc_samples is not None else (8 if test_time_flip else 16),
-        **({"pass_budget": pass_budget} if pass_budget is not None else {}),
+        pass_budget=pass_budget if pass_budget is not None else PASS_BUDGET,
         **contract,
     )
     calibration = Calibration(

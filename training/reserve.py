@@ -91,25 +91,29 @@ def reserve_artifact(artifact: Artifact, out: Path, *, draws: ServingDraws, val:
     max_missed = float(old.validation.get("operating_point", {}).get("max_missed_share", 0.03))
     unc = mc_uncertainty(val.probs)
     op = screening_operating_point(unc.probability, unc.mutual_information, val.labels, max_missed_share=max_missed)
-    thresholds = {"decision_threshold": op.decision_threshold, "referral_threshold_mi": op.referral_threshold_mi}
+    dec, mi_t = op.decision_threshold, op.referral_threshold_mi
 
     def report(split: Scored) -> Any:
         return evaluate_predictions(split.probs, split.labels, n_bootstrap=n_bootstrap, seed=0,
-                                    target_referral_rate=old.target_referral_rate, **thresholds)
+                                    target_referral_rate=old.target_referral_rate, decision_threshold=dec,
+                                    referral_threshold_mi=mi_t)
 
     def per_source(split: Scored) -> dict[str, Any] | None:
         if not source_groups(split.rows):
             return None
         reports = evaluate_by_source(split.probs, split.labels, split.rows, n_bootstrap=n_bootstrap,
-                                     target_referral_rate=old.target_referral_rate, **thresholds)
-        return by_source_summary(reports, split.probs, split.labels, split.rows, **thresholds)
+                                     target_referral_rate=old.target_referral_rate, decision_threshold=dec,
+                                     referral_threshold_mi=mi_t)
+        return by_source_summary(reports, split.probs, split.labels, split.rows, decision_threshold=dec,
+                                 referral_threshold_mi=mi_t)
 
     val_summary = report(val).calibration_summary()
     test_summary = report(test).calibration_summary() if test is not None else None
     test_shares = None
     if test is not None:
         tu = mc_uncertainty(test.probs)
-        test_shares = outcome_shares(tu.probability, tu.mutual_information, test.labels, **thresholds)
+        test_shares = outcome_shares(tu.probability, tu.mutual_information, test.labels, decision_threshold=dec,
+                                     referral_threshold_mi=mi_t)
     sources = {"val": per_source(val), "test": per_source(test) if test is not None else None}
     validation: dict[str, Any] = {**val_summary["validation"],
                                   "test": test_summary["validation"] if test_summary else None,

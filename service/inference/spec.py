@@ -89,7 +89,9 @@ class ScorerSpec:
         "grouped on CUDA (measured in benchmarks/bench_core.py)."))
     mc_samples: int | None = field(default=None, metadata=_knob(
         "Fixed posterior draws K per image. The artifact's MI referral threshold was calibrated for its own "
-        "K; another K is allowed and logged as a warning.", ge=1, le=MAX_MC_SAMPLES, default_text="the artifact's",
+        "K; another K is allowed and logged as a warning, up to the artifact's pass budget (K x its views, "
+        "2 with test-time flip, at most serving.pass_budget: 16 unless the artifact states more).", ge=1,
+        le=MAX_MC_SAMPLES, default_text="the artifact's",
         metavar="K"))
     threads: int | None = field(default=None, metadata=_knob(
         "Intra-op threads of torch / ONNX Runtime.", ge=1, le=MAX_THREADS, default_text="the library's (all cores)"))

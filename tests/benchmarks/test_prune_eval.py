@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from benchmarks.prune_eval import auc, configs, outcomes, paired_auc, refit_decision
+from tests.helpers.scripts import load_script
+
+prune_eval = load_script("benchmarks/prune_eval.py")
+auc, configs, outcomes = prune_eval.auc, prune_eval.configs, prune_eval.outcomes
+paired_auc, refit_decision = prune_eval.paired_auc, prune_eval.refit_decision
 
 
 def test_configs_are_the_parent_then_each_method_at_each_share() -> None:
