@@ -199,12 +199,12 @@ def main(argv: list[str] | None = None) -> None:
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name, t in times.items():
         p50 = statistics.median(t)
-        if outputs[name].shape[0] != served.passes:  # [passes, B, O]: views x K draws of the network
-            raise SystemExit(f"{name}: {outputs[name].shape[0]} passes per image, the served option has "
-                             f"{served.passes}")
+        # ours [views·K·M, B, O] (M head draws per pass, draw-major), the peer's [views·K, B, O]
+        passes = outputs[name].shape[0] // (1 if name.startswith("peer") else served.head_draws)
+        if passes != served.passes:
+            raise SystemExit(f"{name}: {passes} passes per image, the served option has {served.passes}")
         delta = "—" if ref is None or name.startswith("peer") else f"{np.abs(outputs[name] - ref).max():.1e}"
-        print(f"| {name} | {outputs[name].shape[0]} | {p50:.3f} | {statistics.fmean(t):.3f} | {peer / p50:.2f}× "
-              f"| {delta} |")
+        print(f"| {name} | {passes} | {p50:.3f} | {statistics.fmean(t):.3f} | {peer / p50:.2f}× | {delta} |")
     guard = load_artifact(args.model_dir).calibration.permits()
     fp32 = statistics.median(times["onnx-loop"]) if "onnx-loop" in times else None
     for name, prec in (("onnx-loop-int8", "int8"), ("torch-loop-bf16", "bf16")):
