@@ -282,7 +282,8 @@
         ? el("p", { class: "meta" }, `The model defers this image to a human: ${deferralText(body)}.`) : null,
       el("p", { class: "meta" },
         `Scored by the model under “Model provenance” (version ${m.version}), ${m.mc_samples} posterior draws`,
-        m.test_time_flip ? ", each image also scored mirrored. " : ". ",
+        m.test_time_flip ? ", each image also scored mirrored" : "",
+        m.passes ? ` (${m.passes} forward passes). ` : ". ",
         `Request ${body.request_id}. Timing: decode ${body.timing_ms.decode.toFixed(0)} ms, `,
         `queue ${body.timing_ms.queue.toFixed(0)} ms, inference ${body.timing_ms.inference.toFixed(0)} ms.`),
       el("p", { class: "meta disclaimer-line" }, DISCLAIMER),
@@ -471,7 +472,8 @@
       state.model = body;
       bind("name", m.name); bind("version", m.version);
       bind("sha256_short", m.sha256.slice(0, 12), m.sha256);
-      bind("mc_samples", `${m.mc_samples} fixed draws` + (m.test_time_flip ? ", on the image and its mirror" : ""));
+      bind("mc_samples", `${m.mc_samples} fixed draws` + (m.test_time_flip ? ", on the image and its mirror" : "")
+        + (m.passes ? ` (${m.passes} forward passes per image)` : ""));
       bind("training_summary", body.training_summary || m.training_data, m.training_data);
       bind("referral_threshold_mi", `${nat(c.referral_threshold_mi)} nat`);
       bind("decision_threshold", pct(c.decision_threshold));

@@ -107,7 +107,7 @@ def test_single_image_report_with_provenance_keyboard_and_contrast(
     provenance = page.inner_text("aside.provenance")
     assert info["training_summary"] == "synthetic"
     for text in (model["name"], model["version"], model["sha256"][:12], info["training_summary"], "Model card",
-                 "16 fixed draws", f"{cal['referral_threshold_mi']:.4f} nat",
+                 "16 fixed draws (16 forward passes per image)", f"{cal['referral_threshold_mi']:.4f} nat",
                  f"{100 * cal['decision_threshold']:.1f}%"):
         assert text in provenance, f"{text!r} missing from the provenance panel"
 
