@@ -69,8 +69,12 @@ def _gate(path: str) -> bool:
     return assess_quality(rgb).gradable
 
 
-def odir_rows(run: Path, which: str) -> list[ManifestRow]:
+def odir_rows(run: Path, which: str, manifest: Path | None = None) -> list[ManifestRow]:
+    """ODIR's ``which`` patients as ``run`` split them: from its ODIR labels, or, for a run trained on a
+    multi-source manifest, that manifest's ODIR rows split within the source (``manifest_rows``)."""
     config = TrainConfig.load(run / "config.json")
+    if config.layout == "manifest":
+        return manifest_rows(manifest or Path(config.data), run, which, "odir")
     root = Path(config.data)
     rows = read_odir(root / "labels.csv" if root.is_dir() else root, include_other_disease=config.include_other_disease,
                      verify_images=False)
@@ -197,7 +201,7 @@ def main() -> None:
         if name == "odir":
             if args.run is None:
                 raise SystemExit("--sets odir needs --run (the training run whose patient split to use)")
-            rows = odir_rows(args.run, args.odir_split)
+            rows = odir_rows(args.run, args.odir_split, args.manifest)
             saved = args.run / f"eval_{args.odir_split}" / "draws.npz"
             if saved.is_file():
                 draws = load_draws(saved)

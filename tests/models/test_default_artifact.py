@@ -20,14 +20,15 @@ def test_default_artifact_verifies_and_states_its_provenance() -> None:
     artifact = load_artifact()  # the embedded default, hash-verified
     cfg = artifact.config
     assert cfg.training_data.startswith("real: ")
-    for source in ("ODIR-5K", "EyePACS"):  # model 2.0.0 learnt from both programmes, and says so
+    for source in ("ODIR-5K", "EyePACS"):  # the model (2.0.0's weights) learnt from both programmes, and says so
         assert source in cfg.training_data
     assert "patients split within each source" in cfg.training_data
     assert "research use" in cfg.training_data and "not for clinical use" in cfg.intended_use.lower()
-    assert cfg.version == "2.0.0"
+    assert cfg.version == "2.1.0"
     card = artifact.model_card
     for needed in ("ODIR-5K", "EyePACS", "research use", "NOT for clinical use", "NOT validated clinically",
-                   "Command:", "Machine:", "seed", "Screening operating point", "Per source", "Served option"):
+                   "Command:", "Machine:", "seed", "Screening operating point", "Per source", "Pass split:", "Held-out test split",
+                   "Reduced precision"):
         assert needed in card, f"model card lacks {needed!r}"
     assert "/work/" not in card and "/home/" not in card  # names the data set, not a path of the training machine
     op = artifact.calibration.validation["operating_point"]
@@ -37,8 +38,11 @@ def test_default_artifact_verifies_and_states_its_provenance() -> None:
     assert cfg.architecture.width == 46 and cfg.architecture.layer == "radial"
     assert cfg.input_size in (256, 512)
     assert count_parameters(build_vgg16_star(cfg.architecture)) == 15_207_142
-    assert cfg.mc_samples == 16
-    assert cfg.head_draws == 64  # 16 forward passes, 1,024 posterior samples (docs/results-science.md, "Head draws")
+    draws = artifact.serving_draws()
+    assert (draws.mc_samples, draws.views, draws.passes, cfg.pass_budget) == (8, 2, 16, 16)  # the design's budget
+    assert "16 forward passes per image (8 draws × 2 views; pass budget 16)" in card
+    assert cfg.head_draws == 64  # 1,024 posterior samples per image (docs/results-science.md, "Head draws")
+    assert "bf16" in artifact.calibration.permits()  # the precision record was measured at this split
     assert 0.0 < artifact.calibration.referral_threshold_mi <= np.log(2)  # ln 2: the operating point defers none
     assert cfg.preprocessing == FOV_LOCAL_MEAN  # trained the way the service prepares real photographs
     size = sum(p.stat().st_size for p in Path(DEFAULT_ARTIFACT_DIR).iterdir())

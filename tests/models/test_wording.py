@@ -9,7 +9,7 @@ import pytest
 from models.decision import OUTCOME_TEXT, ScreeningOutcome, screening_outcome
 from models.wording import percent, probability_words, result_words, uncertainty_words
 
-T, MI_T = 0.0558, 0.0028  # the embedded 2.0.0 model's thresholds
+T, MI_T = 0.0558, 0.0028  # model 2.0.0's thresholds: realistic values, fixed here so the words are
 
 
 def words_for(p: float, mi: float, *, gradable: bool = True, issues: tuple[str, ...] = ()) -> tuple[str, ...]:
