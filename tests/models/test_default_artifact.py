@@ -27,8 +27,8 @@ def test_default_artifact_verifies_and_states_its_provenance() -> None:
     assert cfg.version == "2.1.0"
     card = artifact.model_card
     for needed in ("ODIR-5K", "EyePACS", "research use", "NOT for clinical use", "NOT validated clinically",
-                   "Command:", "Machine:", "seed", "Screening operating point", "Per source", "Pass split:", "Held-out test split",
-                   "Reduced precision"):
+                   "Command:", "Machine:", "seed", "Screening operating point", "Per source", "Pass split:",
+                   "Held-out test split", "Reduced precision"):
         assert needed in card, f"model card lacks {needed!r}"
     assert "/work/" not in card and "/home/" not in card  # names the data set, not a path of the training machine
     op = artifact.calibration.validation["operating_point"]
