@@ -125,6 +125,17 @@ def _device(model: dict[str, Any]) -> dict[str, Any]:
                 "valueQuantity": [{"value": 2 if model.get("test_time_flip") else 1, "unit": "views"}],
             },
         ]
+        if "passes" in model:
+            device["property"] += [
+                {
+                    "type": _code("passes", "Forward passes of the network per image (draws x views)"),
+                    "valueQuantity": [{"value": int(model["passes"]), "unit": "passes"}],
+                },
+                {
+                    "type": _code("pass-budget", "The most forward passes per image the model may be served with"),
+                    "valueQuantity": [{"value": int(model.get("pass_budget", model["passes"])), "unit": "passes"}],
+                },
+            ]
     if not device["identifier"]:
         del device["identifier"]
     return device

@@ -86,8 +86,9 @@ def test_the_option_is_named_wherever_the_model_is(artifacts: tuple[Path, Path],
     assert ModelIdentity.model_validate(body["model"]).test_time_flip is True  # the documented field
     device = next(e["resource"] for e in to_fhir_bundle({**body, "request_id": "r"})["entry"]
                   if e["resource"]["resourceType"] == "Device")
-    views = {p["type"]["coding"][0]["code"]: p["valueQuantity"][0]["value"] for p in device["property"]}["views"]
-    assert views == 2  # the FHIR Device says how many orientations each image was scored in
+    props = {p["type"]["coding"][0]["code"]: p["valueQuantity"][0]["value"] for p in device["property"]}
+    assert props["views"] == 2  # the FHIR Device says how many orientations each image was scored in
+    assert (props["mc-samples"], props["passes"], props["pass-budget"]) == (8, 16, 16)  # and the passes they cost
     sr_texts = [str(item.TextValue) for item in _algorithm(body["model"]) if "TextValue" in item]
     assert "draws=8x1x2 (test-time flip)" in sr_texts  # and the DICOM SR's algorithm parameters
     config = json.loads((artifacts[1] / "config.json").read_text())
