@@ -25,6 +25,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH = "-m pip install --quiet torch==2.13.0"
+PEER = "-m pip install --quiet --no-deps bayesian-torch==0.5.0"  # dev: the peer of bench_peer
 CLOSED = "http://127.0.0.1:9/whl/cpu"  # nothing listens on the discard port: the index "does not answer"
 
 FAKE_PYTHON = """#!/bin/bash
@@ -114,7 +115,7 @@ def test_core_installs_torch_first_then_the_project_without_extras(repo: Path) -
 def test_dev_after_core_adds_extras_and_then_serve_needs_nothing(repo: Path) -> None:
     run(repo, "core")
     # torch is already there from core: kept, not installed again
-    assert run(repo) == ["-m pip install --quiet --upgrade pip", "-m pip install --quiet -e .[dev]"]
+    assert run(repo) == ["-m pip install --quiet --upgrade pip", "-m pip install --quiet -e .[dev]", PEER]
     assert run(repo, "core") == []  # dev includes core: no swap back
     assert run(repo, "dev") == []
 
@@ -131,7 +132,7 @@ def test_a_newer_pyproject_reinstalls_the_set(repo: Path) -> None:
     past = time.time() - 60
     os.utime(stamp, (past, past))  # pyproject.toml is now newer than the stamp
     assert run(repo, "core")[-1] == "-m pip install --quiet -e ."  # a stale dev stamp does not satisfy core
-    assert run(repo, "dev")[-1] == "-m pip install --quiet -e .[dev]"
+    assert run(repo, "dev")[-2:] == ["-m pip install --quiet -e .[dev]", PEER]
 
 
 def test_unknown_set_is_refused(repo: Path) -> None:
@@ -188,8 +189,8 @@ def test_an_installed_cuda_torch_is_kept(repo: Path, cpu_index: str) -> None:
     proc = setup(repo, "dev", index=cpu_index)
     assert proc.returncode == 0, proc.stderr
     calls = (repo / "calls.log").read_text().splitlines()
-    assert not any("torch==" in c for c in calls)
-    assert calls[-1] == "-m pip install --quiet -e .[dev]"
+    assert not any(" torch==" in c for c in calls)  # the project's torch; the peer's name ends in -torch
+    assert calls[-2:] == ["-m pip install --quiet -e .[dev]", PEER]
     assert "torch already in .venv, kept" in proc.stdout
     assert "setup: torch 2.13.0+cu128 (torch.version.cuda: 12.8)" in proc.stdout
 
