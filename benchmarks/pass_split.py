@@ -130,6 +130,8 @@ def main() -> None:
                         help="also score the test patients (the chosen split; every split whose draws a run before "
                              "saved under --out/test) and print them at thresholds fitted on validation")
     args = parser.parse_args()
+    if args.apply is not None and args.apply.exists() and any(args.apply.iterdir()):
+        parser.error(f"--apply {args.apply}: exists and is not empty; give a new directory (nothing is deleted)")
     if args.budget < 2 or args.budget % 2:
         parser.error(f"--budget must be an even number of passes >= 2, got {args.budget}")
     artifact = load_artifact(args.artifact)
@@ -171,7 +173,7 @@ def main() -> None:
                              head_draws=chosen.head_draws, test_time_flip=chosen.views == 2)
         sha = reserve_artifact(artifact, args.apply, draws=draws, val=Scored(chosen.probs, labels, rows), test=test,
                                choice=choice, version=args.version,
-                               command=" ".join(["benchmarks/pass_split.py", *sys.argv[1:]]), overwrite=True)
+                               command=" ".join(["benchmarks/pass_split.py", *sys.argv[1:]]))
         print(f"wrote {args.apply} (sha256 {sha[:12]}…)")
 
 
