@@ -15,7 +15,7 @@ Usage::
     PYTHONPATH=. python benchmarks/fundus_stats.py --n-synthetic 120 --size 768 --seed 1
 
 The FOV circle (``models.fov.fit_fov_circle``), the crop to it (``models.preprocessing.crop_to_fov``)
-and every number the quality gate judges (``service.inference.quality.measure``: FOV radius, colour inside the
+and every number the quality gate judges (``models.quality.measure``: FOV radius, colour inside the
 disc, luminance, sharpness, blockiness) are the product's own functions, so the table shows exactly
 what the gate and the preprocessing see. Vessel contrast/width, band-pass energy by scale and
 background texture have no gate counterpart: they are this script's ``measure_*`` functions.
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.fov import FovCircle, fit_fov_circle
 from models.preprocessing import crop_to_fov
-from service.inference.quality import measure
+from models.quality import measure
 from support.shared_data import IDRID
 
 NORM_DIAMETER = 512  # px: FOV diameter of the normalised image

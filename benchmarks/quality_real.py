@@ -25,8 +25,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from models.decode import DECODE_SIDE
+from models.quality import QualityMeasures, judge, measure
 from service.inference.imaging import decode_rgb
-from service.inference.quality import QualityMeasures, judge, measure
 from support.shared_data import ODIR
 
 CATEGORIES = ("normal_fundus", "dr_keyword", "other_non_dr")

@@ -26,8 +26,8 @@ from collections.abc import Iterable
 import numpy as np
 from PIL import Image
 
-from service.inference import quality
-from service.inference.quality import QualityMeasures, judge, measure
+from models import quality
+from models.quality import QualityMeasures, judge, measure
 from support.degradations import DEGRADATIONS
 from support.nonfundus import NON_FUNDUS
 from support.shared_data import IDRID  # $RADSCREEN_SHARED_DATA/idrid-lesion-54

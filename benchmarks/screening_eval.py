@@ -40,8 +40,8 @@ from benchmarks.quality_real import to_measures  # the sibling benchmark that me
 from models.artifact import Artifact, load_artifact
 from models.decision import Eye, ScreeningOutcome, exam_decision, screening_outcome
 from models.decode import DECODE_SIDE
+from models.quality import assess_quality, judge
 from service.inference.imaging import decode_rgb
-from service.inference.quality import assess_quality, judge
 from support.shared_data import IDRID
 from training.config import TrainConfig
 from training.data.dataset import ManifestDataset

@@ -29,7 +29,7 @@ camera's resolution; the circle is returned in the input image's pixel coordinat
 
 This module lives in ``models`` because the shared preprocessing (``models.preprocessing``, used
 by training, service and batch job alike) crops to the fitted circle, and the service's quality gate
-judges the same fit (``service.inference.quality``).
+judges the same fit (``models.quality``).
 
 Example::
 

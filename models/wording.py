@@ -35,7 +35,7 @@ from models.decision import OUTCOME_TEXT, ScreeningOutcome, defers_by_uncertaint
 
 LIKELY_AT = 0.5  # "referable DR likely" only at or above an even chance
 
-# The quality gate's issues (service.inference.quality) in plain words, for a retake reason.
+# The quality gate's issues (models.quality) in plain words, for a retake reason.
 ISSUE_TEXT: dict[str, str] = {
     "no_field_of_view": "no circular field of view found",
     "too_dark": "too dark",

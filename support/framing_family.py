@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from models.decode import DECODE_SIDE
+from models.quality import assess_quality
 from service.inference.imaging import decode_rgb
-from service.inference.quality import assess_quality
 from support.degradations import darkened, eyelid_shadow, overexposed, strong_blur
 from support.framings import FINISHES, FRAMINGS, SIZES, canonical, render
 from support.nonfundus import NON_FUNDUS

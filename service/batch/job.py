@@ -53,7 +53,7 @@ RunnerKind = Literal["local", "ray"]  # what runs the scoring loop (CLI --runner
 SCORING_CODE = ("models.fov", "models.preprocessing", "models.layers", "models.vgg", "models.draws",
                 "models.onnx_backend", "models.uncertainty", "models.decision", "service.inference.imaging",
                 "service.inference.dicom",
-                "service.inference.quality", "service.inference.prepare", "service.inference.scoring",
+                "models.quality", "service.inference.prepare", "service.inference.scoring",
                 "service.inference.backends",
                 "service.inference.partition", "service.batch.rows")
 

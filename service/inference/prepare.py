@@ -1,7 +1,7 @@
 """The image path of the service and the batch job: image bytes -> ``PreparedImage``, ready for the network.
 
 One photograph (JPEG/PNG/TIFF/WebP/BMP through ``service.inference.imaging``, DICOM through
-``service.inference.dicom``) is decoded with the upload checks, quality-checked (``service.inference.quality``)
+``service.inference.dicom``) is decoded with the upload checks, quality-checked (``models.quality``)
 and preprocessed by the artifact's ``models.transform.ImageTransform``: the same transform training ran on
 the same file (tests/training/test_one_image_path.py). Scoring (``service.inference.scoring``) takes it from
 here; nothing in this module knows the network.
@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.fov import fit_fov_circle
+from models.quality import QualityReport, assess_quality
 from service.inference.decode_deadline import DecodeDeadline
 from service.inference.dicom import DicomTags, dicom_rgb, is_dicom, read_dicom
 from service.inference.imaging import ImagePipeline, decode_rgb
-from service.inference.quality import QualityReport, assess_quality
 
 
 @dataclass(frozen=True)

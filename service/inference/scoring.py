@@ -25,11 +25,11 @@ import torch
 
 from models.artifact.schema import PASS_BUDGET, Calibration
 from models.decision import DiagnosisLabel, ScreeningOutcome
+from models.quality import QualityReport
 from models.uncertainty import binary_uncertainty
 from service.inference.backends import Backend
 from service.inference.imaging import ImagePipeline
 from service.inference.prepare import PreparedImage
-from service.inference.quality import QualityReport
 
 logger = logging.getLogger(__name__)
 

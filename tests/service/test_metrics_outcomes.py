@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from models.artifact import CALIBRATION_FILE, DEFAULT_ARTIFACT_DIR, Calibration
 from models.decision import ScreeningOutcome
-from service.inference.quality import QualityReport
+from models.quality import QualityReport
 from service.inference.scoring import ImageScore, ScorerIdentity
 from service.metrics import ServiceMetrics, mi_buckets
 

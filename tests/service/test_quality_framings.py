@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from models.fov import fit_fov_circle
-from service.inference.quality import MIN_PATCH_SHARPNESS, MIN_SHARPNESS, assess_quality, measure
+from models.quality import MIN_PATCH_SHARPNESS, MIN_SHARPNESS, assess_quality, measure
 from support.framing_family import (
     CHOSEN,
     DEGRADED,

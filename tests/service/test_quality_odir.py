@@ -19,8 +19,8 @@ from PIL import Image
 from models.decode import DECODE_SIDE
 from models.fov import fit_fov_circle
 from models.preprocessing import crop_to_fov
+from models.quality import assess_quality
 from service.inference.imaging import decode_rgb
-from service.inference.quality import assess_quality
 from support.degradations import DEGRADATIONS
 from support.shared_data import ODIR, missing_reason
 

@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw
 
 from models.fov import fit_fov_circle
 from models.preprocessing import fov_square
-from service.inference.quality import assess_quality
+from models.quality import assess_quality
 from support.degradations import DEGRADATIONS
 from support.images import IDRID
 from support.shared_data import missing_reason

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from models.artifact import Calibration
+from models.quality import QualityReport
 from service.inference.loading import load_scorer
 from service.inference.prepare import PreparedImage
-from service.inference.quality import QualityReport
 from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
 from service.payload import score_payload

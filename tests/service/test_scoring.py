@@ -16,12 +16,12 @@ import torch
 from models.artifact import Calibration, load_artifact
 from models.cpu import detect_cpu
 from models.decision import OUTCOME_TEXT, ScreeningOutcome, screening_outcome
+from models.quality import QualityReport
+from models.quality_rules import Finding
 from models.sampling import seeded
 from models.vgg import mc_logits
 from service.inference.loading import load_scorer
 from service.inference.prepare import PreparedImage, prepare_image
-from service.inference.quality import QualityReport
-from service.inference.quality_rules import Finding
 from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
 from service.payload import score_payload

@@ -64,7 +64,7 @@ import numpy as np
 
 from models.fov import FovCircle, fit_fov_circle
 from models.preprocessing import crop_to_fov, disc_mask, masked_blur
-from service.inference.quality_rules import Finding, Rule
+from models.quality_rules import Finding, Rule
 
 WORK_SIZE = 256  # FOV diameter (px) at which exposure, shadow, sharpness and colour are measured
 EDGE_MARGIN = 3.0  # px at WORK_SIZE kept between the measured region and the picture's cut edges
