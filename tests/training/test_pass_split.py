@@ -6,14 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.evaluation.pass_split import (
-    PassOption,
-    _bootstrap_weights,
-    _cross_fitted,
-    _groups,
-    choose_pass_split,
-    split_table,
-)
+from training.evaluation.cross_fit import bootstrap_weights, cross_fitted, patient_groups
+from training.evaluation.pass_split import PassOption, choose_pass_split, split_table
 
 N_PATIENTS = 150
 
@@ -83,8 +77,8 @@ def test_an_option_equal_to_the_reference_differs_by_exactly_nothing():
 
 def test_the_bootstrap_resamples_patients_not_eyes():
     y, patients, _ = _eyes(2)
-    group = _groups(patients)
-    w = _bootstrap_weights(group, 300, np.random.default_rng(0))
+    group = patient_groups(patients)
+    w = bootstrap_weights(group, 300, np.random.default_rng(0))
     assert w.shape == (300, y.size)
     assert np.array_equal(w[:, 0::2], w[:, 1::2])  # a patient's two eyes are drawn together
     assert np.allclose(w.sum(axis=1), y.size)  # as many patients as there are, with replacement
@@ -110,9 +104,9 @@ def test_cross_fitting_counts_every_eye_at_thresholds_it_did_not_choose():
 def test_cross_fitting_with_a_perfect_score_misses_nothing():
     y, patients, _ = _eyes(4)
     p = np.where(y == 1, 0.9, 0.1)[None, :].repeat(3, axis=0)
-    group = _groups(patients)
+    group = patient_groups(patients)
     halves = [np.random.default_rng(i).random(group.max() + 1) < 0.5 for i in range(10)]
-    missed, auto = _cross_fitted(p.mean(0), np.zeros(y.size), y, group, halves, 0.0)
+    missed, auto = cross_fitted(p.mean(0), np.zeros(y.size), y, group, halves, 0.0)
     assert missed.sum() == 0
     assert np.allclose(auto[y == 0], 1.0)
 

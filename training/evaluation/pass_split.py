@@ -40,8 +40,16 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from sklearn.metrics import roc_auc_score
 
-from models.decision import is_referable, is_uncertain
 from training.evaluation.calibration import expected_calibration_error
+from training.evaluation.cross_fit import (
+    Interval,
+    bootstrap_weights,
+    cross_fitted,
+    interval,
+    patient_groups,
+    share_difference,
+    weighted_aucs,
+)
 from training.evaluation.operating_point import screening_operating_point
 from training.evaluation.serving_choice import ServingChoice, choose_serving_option
 from training.evaluation.serving_choice import _defined as defined
@@ -65,22 +73,6 @@ class PassOption:
     @property
     def name(self) -> str:
         return f"{self.draws} draws × {self.views} view{'s' if self.views > 1 else ''}"
-
-
-@dataclass(frozen=True)
-class Interval:
-    value: float
-    low: float
-    high: float
-
-    def text(self, signed: bool = False, digits: int = 3, pct: bool = False) -> str:
-        def f(v: float) -> str:
-            if not np.isfinite(v):
-                return "n/a"
-            return (f"{100 * v:+.1f}" if signed else f"{100 * v:.1f}") if pct else (
-                f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}")
-        unit = " %" if pct else ""
-        return f"{f(self.value)}{unit} ({f(self.low)}, {f(self.high)})"
 
 
 @dataclass(frozen=True)
@@ -171,19 +163,19 @@ def choose_pass_split(options: Sequence[PassOption], labels: ArrayLike, *, patie
     within = [o for o in options if o.passes <= budget]
     if not within:
         raise ValueError(f"no option within the budget of {budget} passes: {names}")
-    group = _groups(patients)
+    group = patient_groups(patients)
     reference = next((o for o in options if o.served), None)
     rng = np.random.default_rng(seed)
-    weights = _bootstrap_weights(group, n_bootstrap, rng)
+    weights = bootstrap_weights(group, n_bootstrap, rng)
     halves = [rng.random(int(group.max()) + 1) < 0.5 for _ in range(repeats)]
     unc = {o.name: mc_uncertainty(o.probs) for o in options}
     for o in options:
         if unc[o.name].probability.shape != y.shape:
             raise ValueError(f"option {o.name!r}: draws for {unc[o.name].probability.shape[0]} eyes, labels for "
                              f"{y.size}")
-    outcomes = {o.name: _cross_fitted(unc[o.name].probability, unc[o.name].mutual_information, y, group, halves,
+    outcomes = {o.name: cross_fitted(unc[o.name].probability, unc[o.name].mutual_information, y, group, halves,
                                       max_missed_share) for o in options}
-    aucs = {o.name: _weighted_aucs(unc[o.name].probability, y, weights) for o in options}
+    aucs = {o.name: weighted_aucs(unc[o.name].probability, y, weights) for o in options}
     rule_rows = {r.name: r for o in options
                  for r in choose_serving_option({o.name: (o.probs, float(o.passes))}, y, n_bootstrap=200, seed=seed,
                                                 max_missed_share=max_missed_share).rows}
@@ -196,15 +188,15 @@ def choose_pass_split(options: Sequence[PassOption], labels: ArrayLike, *, patie
         vs = None
         if reference is not None and o is not reference:
             rm, ra = outcomes[reference.name]
-            vs = {"auc": _interval(roc_auc_score(y, u.probability) - roc_auc_score(y, unc[reference.name].probability),
+            vs = {"auc": interval(roc_auc_score(y, u.probability) - roc_auc_score(y, unc[reference.name].probability),
                                    aucs[o.name] - aucs[reference.name]),
-                  "missed_share": _share_difference(missed - rm, y == 1, weights),
-                  "auto_negative_share": _share_difference(auto - ra, y == 0, weights)}
+                  "missed_share": share_difference(missed - rm, y == 1, weights),
+                  "auto_negative_share": share_difference(auto - ra, y == 0, weights)}
         rr = rule_rows[o.name]
         rows.append(PassRow(
             name=o.name, draws=o.draws, views=o.views, head_draws=o.head_draws, passes=o.passes,
             within_budget=o.passes <= budget, served=o.served,
-            auc=_interval(float(roc_auc_score(y, u.probability)), aucs[o.name]),
+            auc=interval(float(roc_auc_score(y, u.probability)), aucs[o.name]),
             auc_by_source={s: _auc(y[src == s], u.probability[src == s]) for s in sorted(set(sources))},
             ece=float(expected_calibration_error(u.probability, y)),
             mi_minus_random=rr.mi_minus_random, mi_ci_low=rr.ci_low, mi_ci_high=rr.ci_high,
@@ -247,61 +239,6 @@ def split_table(choice: PassSplitChoice) -> str:
             f"{_pct(r.in_sample['auto_negative_share'])} / {_pct(r.cross_fitted['auto_negative_share'])} | "
             + (f"{d['auc'].text(signed=True)} | {d['missed_share'].text(signed=True, pct=True)} |" if d else "— | — |"))
     return "\n".join(lines)
-
-
-def _groups(patients: Sequence[str]) -> NDArray[np.int64]:
-    _, inverse = np.unique(np.asarray(patients, dtype=object).astype(str), return_inverse=True)
-    return inverse.astype(np.int64)
-
-
-def _bootstrap_weights(group: NDArray[np.int64], n: int, rng: np.random.Generator) -> NDArray[np.float64]:
-    """``[n, N]`` eye weights: how often each eye's patient was drawn in each patient bootstrap sample."""
-    g = int(group.max()) + 1
-    counts = rng.multinomial(g, np.full(g, 1.0 / g), size=n)
-    return counts[:, group].astype(np.float64)
-
-
-def _weighted_aucs(p: NDArray[np.float64], y: NDArray[np.int64], weights: NDArray[np.float64]) -> NDArray[np.float64]:
-    out = np.full(len(weights), np.nan)
-    for i, w in enumerate(weights):
-        keep = w > 0
-        if len(np.unique(y[keep])) == 2:
-            out[i] = roc_auc_score(y[keep], p[keep], sample_weight=w[keep])
-    return out
-
-
-def _interval(value: float, samples: NDArray[np.float64]) -> Interval:
-    s = samples[np.isfinite(samples)]
-    if s.size == 0:
-        return Interval(float(value), float("nan"), float("nan"))
-    return Interval(float(value), float(np.percentile(s, 2.5)), float(np.percentile(s, 97.5)))
-
-
-def _share_difference(diff: NDArray[np.float64], among: NDArray[np.bool_], weights: NDArray[np.float64]) -> Interval:
-    """The mean of per-eye ``diff`` over the eyes ``among``, with its patient-bootstrap interval."""
-    w = weights[:, among]
-    samples = (w * diff[among]).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-12)
-    return _interval(float(diff[among].mean()), samples)
-
-
-def _cross_fitted(p: NDArray[np.float64], mi: NDArray[np.float64], y: NDArray[np.int64], group: NDArray[np.int64],
-                  halves: Sequence[NDArray[np.bool_]], max_missed_share: float
-                  ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Per eye: the share of repeats in which it was answered no_referable_dr at thresholds fitted on the
-    other half of the patients (``missed`` for referable eyes, ``auto`` for non-referable ones)."""
-    answered = np.zeros(y.size)
-    for half in halves:
-        side = half[group]
-        for fit in (side, ~side):
-            count = ~fit
-            if len(np.unique(y[fit])) < 2:
-                continue
-            op = screening_operating_point(p[fit], mi[fit], y[fit], max_missed_share=max_missed_share)
-            negative = (~is_referable(p[count], op.decision_threshold)
-                        & ~is_uncertain(mi[count], op.referral_threshold_mi))
-            answered[count] += negative
-    answered /= max(len(halves), 1)
-    return answered * (y == 1), answered * (y == 0)
 
 
 def _auc(y: NDArray[np.int64], p: NDArray[np.float64]) -> float:
