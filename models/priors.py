@@ -97,17 +97,25 @@ class PosteriorPrior:
 
 
 PRIOR_KINDS = ("unit_gaussian", "scale_mixture")
+# the posterior of the artifact a run starts from (TrainConfig.init_from), frozen at the start: continual learning
+PARENT_POSTERIOR = "parent_posterior"
+
+
+def is_parent_posterior(cfg: dict[str, Any] | None) -> bool:
+    return bool(cfg) and (cfg or {}).get("kind") == PARENT_POSTERIOR
 
 
 def prior_from_config(cfg: dict[str, Any] | None) -> Prior:
-    """Build a prior from its config dict (``{"kind": "unit_gaussian"}`` by default)."""
+    """Build a prior from its config dict (``{"kind": "unit_gaussian"}`` by default). ``{"kind":
+    "parent_posterior"}`` stands for the starting artifact's posterior, which only the trainer has: here it is
+    the unit Gaussian, replaced by ``PosteriorPrior.from_model`` once the artifact's weights are loaded."""
     cfg = dict(cfg or {"kind": "unit_gaussian"})
     kind = cfg.pop("kind", "unit_gaussian")
-    if kind == "unit_gaussian":
+    if kind in ("unit_gaussian", PARENT_POSTERIOR):
         return UnitGaussianPrior()
     if kind == "scale_mixture":
         return ScaleMixturePrior(**cfg)
     raise ValueError(
-        f"Unknown prior {kind!r}; expected one of: {', '.join(PRIOR_KINDS)} "
+        f"Unknown prior {kind!r}; expected one of: {', '.join((*PRIOR_KINDS, PARENT_POSTERIOR))} "
         "(a posterior prior is built in code with PosteriorPrior.from_model)."
     )

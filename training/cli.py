@@ -9,6 +9,8 @@ Examples (each works on a fresh checkout after ``make setup``; a CPU-sized model
     radscreen-train evaluate --artifact models/my-model --data data/synth-test --out runs/eval
     radscreen-train export --artifact models/my-model --out graph.onnx
     radscreen-train prune --artifact models/my-model --keep 0.25 --out models/my-model-snr25
+    radscreen-train adapt --from models/default --data site/labels.csv --image-root site/images \
+        --mode recalibrate --artifact models/site   # a programme's own graded photographs
     radscreen-train pack --data data/synth --out data/synth-shards --input-size 128   # for a GPU lease
 
 Such a small run checks the pipeline; its uncertainty is not useful (docs/training.md, "A first run on a
@@ -29,6 +31,8 @@ from pathlib import Path
 
 from models.preprocessing import BY_NAME as PREPROCESSING_BY_NAME
 from models.preprocessing import FOV_LOCAL_MEAN
+from training.cli_adapt import HANDLERS as ADAPT_HANDLERS
+from training.cli_adapt import add_adapt_command
 from training.cli_lease import HANDLERS as LEASE_HANDLERS
 from training.cli_lease import add_lease_commands
 from training.config import FLIP_MODES, LAYOUTS, OPTIMIZERS, PRECISIONS, SCHEDULES, SELECT_BY, TrainConfig
@@ -291,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--artifact", default=None, help="artifact directory (default: the embedded model)")
     x.add_argument("--out", required=True, help="path of the .onnx file to write")
     _add_prune(sub)
+    add_adapt_command(sub, _HelpFormatter)
     add_lease_commands(sub, _HelpFormatter)
     return parser
 
@@ -516,12 +521,13 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     handlers = {"synth": _synth, "fit": _fit, "finalise": _finalise, "evaluate": _evaluate, "export": _export,
                 "manifest": _manifest, "prune": _prune,
-                **LEASE_HANDLERS}
+                **ADAPT_HANDLERS, **LEASE_HANDLERS}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:  # Ctrl-C: fit resumes from its last checkpoint (every --checkpoint-every steps)
         resume = " without --restart" if getattr(args, "restart", False) else ""
-        print(f"interrupted: rerun the same command{resume} to resume" if args.command == "fit" else "interrupted",
+        print(f"interrupted: rerun the same command{resume} to resume" if args.command in ("fit", "adapt")
+              else "interrupted",
               file=sys.stderr)
         return 130
     except (ValueError, OSError) as exc:  # settings, manifests, artifacts, unreadable images, this machine

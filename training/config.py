@@ -126,6 +126,8 @@ class TrainConfig:
             raise ValueError(f"learning rates must be > 0, got lr={self.lr}, rho_lr={self.rho_lr}.")
         if not 0 < self.kl_weight <= 1:
             raise ValueError(f"kl_weight must be in (0, 1] (1 = the full ELBO), got {self.kl_weight}.")
+        if (self.prior or {}).get("kind") == "parent_posterior" and not self.init_from:
+            raise ValueError("the parent_posterior prior is the posterior of --init-from's artifact; give one.")
         if self.lr_warmup_steps < 0:
             raise ValueError(f"lr_warmup_steps must be >= 0, got {self.lr_warmup_steps}.")
         if (self.checkpoint_every is not None and self.checkpoint_every < 1) or (

@@ -50,7 +50,7 @@ from models.cpu import CpuCapability
 from models.cuda import use_deterministic_cudnn, use_ieee_fp32
 from models.kl import bayesian_layers, kl_divergence
 from models.preprocessing import FOV_LOCAL_MEAN
-from models.priors import Prior, prior_from_config
+from models.priors import PosteriorPrior, Prior, is_parent_posterior, prior_from_config
 from models.registry import create_model
 from models.sampling import sampling_generator, stochastic_layers, use_means
 from models.vgg import mc_logits
@@ -227,6 +227,8 @@ class Trainer:
             source = load_into(model, cfg.init_from, preprocessing=cfg.preprocessing)
             check_same_source(self.run_dir, source)
             self.rho_origin = rho_reference(model)
+            if is_parent_posterior(cfg.prior):  # frozen here, before a checkpoint moves the posterior on
+                prior = PosteriorPrior.from_model(model)
         if ckpt is not None:
             state = restore(ckpt, model=model, optimizer=optimizer, generators=gens)
             log.info("resuming %s at epoch %d step %d", self.run_dir, state.epoch, state.step_in_epoch)

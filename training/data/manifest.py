@@ -62,11 +62,13 @@ class ManifestRow:
     category: str | None = None  # the data set's own category (ODIR: normal_fundus, dr_keyword, other_non_dr)
     source: str | None = None  # the programme the eye comes from (multi-source manifests: "odir", "eyepacs")
     copy: str | None = None  # which copy of that source's images (EyePACS: "natural-1024", "stretched-256")
+    # the label where a programme states it (a "referable" column, which may carry macular oedema); None: the grade's
+    referable_label: bool | None = None
 
     @property
     def referable(self) -> bool:
-        """The binary target: referable DR is grade >= 2."""
-        return self.grade >= 2
+        """The binary target: the stated label where there is one, else referable DR is grade >= 2."""
+        return self.grade >= 2 if self.referable_label is None else self.referable_label
 
 
 @dataclass(frozen=True)

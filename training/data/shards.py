@@ -243,12 +243,11 @@ def read_shards(root: Path, *, size: int, preprocessing: str, gradable_only: boo
     if any(d.shape != (size, size, 3) for d in decoded):
         raise ShardError(f"{folder}: an image decodes to another shape than the index's {size} px")
     pixels = np.stack(decoded) if decoded else np.zeros((0, size, size, 3), np.uint8)
-    has_source = "source" in ManifestRow.__dataclass_fields__  # manifests that name each row's source
     rows = [ManifestRow(path=Path(str(col["name"][i])), grade=int(col["grade"][i]),
                         patient_id=str(col["patient_id"][i]), eye=str(col["eye"][i]) or None,
                         row_no=int(col["row_no"][i]), gradable=bool(col["gradable"][i]),
                         category=str(col["category"][i]) or None,
-                        **({"source": str(col["source"][i])} if has_source else {}),
+                        source=str(col["source"][i]) if "source" in col else None,
                         copy=str(col["copy"][i]) or None if "copy" in col else None) for i in keep]
     sides = np.asarray([int(col["side"][i]) for i in keep], dtype=np.int64) if "side" in col else None
     return Packed(Manifest(rows, source=folder / INDEX), pixels, info, sides)
