@@ -1,6 +1,6 @@
 """Could a perceptual hash tell "the same photograph as both eyes" from a real pair of eyes? The evidence.
 
-The exam identity rule (``service.exam_identity``, rule 5) compares exact pixel digests
+The exam identity rule (``service.screening.identity``, rule 5) compares exact pixel digests
 (``service.inference.prepare.pixel_digest``): no false matches, but a re-encoded copy escapes it. This measures
 what a 64-bit DCT perceptual hash (grey 32 x 32 Lanczos thumbnail of the decoded frame, the 8 x 8 lowest DCT
 coefficients but DC, each against their median) would do, per data set, on the real left/right pairs of the same

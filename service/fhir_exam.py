@@ -19,10 +19,11 @@ single-image rendering in :mod:`service.fhir`):
   *graded* photograph in %.
 - ``Device`` — the model, as for one image.
 
-For a body from outside, the exam outcome it states is checked against the rule (each photograph's outcome
-is first checked against its own numbers by :func:`service.payload.checked_outcome`, then the exam rule is
-applied): a contradicting body raises ``ValueError`` and is never rendered into a clinical document. An exam
-just scored by the service passes its own outcome instead.
+For a body from outside, the exam it states is re-derived by the rule (each photograph's outcome is first
+checked against its own numbers by :func:`service.payload.checked_outcome`, then the exam rule is applied,
+:func:`service.screening.exam.exam_result`): a body whose stated outcome contradicts it raises ``ValueError`` and
+is never rendered into a clinical document. An exam just graded by the service passes its typed
+:class:`~service.screening.exam.ExamResult` instead, and the eyes are rendered from that value.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from datetime import datetime
 from typing import Any
 
 from models.decision import EXAM_OUTCOME_TEXT, OUTCOME_TEXT, Eye, ScreeningOutcome
-from service.exams import decide
 from service.fhir import (
     NOT_FOR_CLINICAL_USE,
     REQUEST_ID_SYSTEM,
@@ -47,6 +47,7 @@ from service.fhir import (
     stamp_of,
 )
 from service.payload import checked_outcome
+from service.screening.exam import ExamResult, EyeResult, exam_result
 
 EXAM_ID_SYSTEM = "urn:radial-screen:exam-id"
 PATIENT_REF_SYSTEM = "urn:radial-screen:patient-ref"
@@ -57,21 +58,20 @@ LATERALITY: dict[Eye, tuple[str, str]] = {  # SNOMED CT laterality qualifier val
 }
 
 
-def checked_exam_outcome(body: dict[str, Any]) -> ScreeningOutcome:
-    """The exam's outcome, re-derived from its photographs; ``ValueError`` if the body states another."""
+def checked_exam(body: dict[str, Any]) -> ExamResult:
+    """The exam re-derived from its photographs; ``ValueError`` if the body states another outcome."""
     images = body.get("images")
     if not isinstance(images, list):
         raise ValueError("exam response lacks 'images'; expected the /v1/exams JSON")
-    decision = decide((Eye(im["eye"]), checked_outcome(im["result"])) for im in images)
+    exam = exam_result((Eye(im["eye"]), checked_outcome(im["result"])) for im in images)
     stated = body.get("outcome")
-    if stated != decision.outcome.value:
-        raise ValueError(f"exam outcome {stated!r} contradicts its photographs, which give {decision.outcome.value!r}")
-    return decision.outcome
+    if stated != exam.outcome.value:
+        raise ValueError(f"exam outcome {stated!r} contradicts its photographs, which give {exam.outcome.value!r}")
+    return exam
 
 
-def _eye_observation(eye: Eye, body: dict[str, Any], device_ref: str, issued: str) -> dict[str, Any]:
-    entry = body["eyes"][eye.value]
-    outcome = ScreeningOutcome(entry["outcome"])
+def _eye_observation(entry: EyeResult, body: dict[str, Any], device_ref: str, issued: str) -> dict[str, Any]:
+    eye = entry.eye
     code, display = LATERALITY[eye]
     components: list[dict[str, Any]] = [
         {
@@ -81,7 +81,7 @@ def _eye_observation(eye: Eye, body: dict[str, Any], device_ref: str, issued: st
         },
         {
             "code": _code("photographs", "Photographs of this eye in the exam"),
-            "valueQuantity": {"value": int(entry["photographs"]), "unit": "1", "system": UCUM, "code": "1"},
+            "valueQuantity": {"value": entry.photographs, "unit": "1", "system": UCUM, "code": "1"},
         },
     ]
     for image in body["images"]:
@@ -102,26 +102,27 @@ def _eye_observation(eye: Eye, body: dict[str, Any], device_ref: str, issued: st
         device_ref,
         issued,
         bodySite=_code(f"{eye.value}-eye", f"{eye.value.capitalize()} eye"),
-        valueCodeableConcept=_code(outcome.value, str(entry["outcome_reason"])),
+        valueCodeableConcept=_code(entry.outcome.value, entry.reason),
         component=components,
     )
 
 
-def to_fhir_exam_bundle(body: dict[str, Any], *, outcome: ScreeningOutcome | None = None,
+def to_fhir_exam_bundle(body: dict[str, Any], *, exam: ExamResult | None = None,
                         issued: datetime | None = None) -> dict[str, Any]:
     """Render one ``/v1/exams`` response dict as a FHIR R4 ``Bundle`` (module docstring).
 
-    ``outcome``: the exam outcome just decided in this process; ``None`` (a body from outside) checks the
-    body's stated outcome first (:func:`checked_exam_outcome`, ``ValueError`` on a contradiction).
+    ``exam``: the exam just graded in this process; ``None`` (a body from outside) re-derives it from the body's
+    photographs and checks the stated outcome (:func:`checked_exam`, ``ValueError`` on a contradiction).
     """
     request_id = str(body.get("request_id") or uuid.uuid4())
     stamp = stamp_of(issued)
-    outcome = checked_exam_outcome(body) if outcome is None else outcome
+    exam = checked_exam(body) if exam is None else exam
+    outcome = exam.outcome
     device_ref = _urn(request_id, "device")
-    observations = {f"eye-{eye.value}": _eye_observation(eye, body, device_ref, stamp) for eye in Eye}
+    observations = {f"eye-{eye.value}": _eye_observation(exam.eyes[eye], body, device_ref, stamp) for eye in Eye}
     model = body.get("model") or {}
     conclusion = (
-        f"{body['outcome_reason']} Model {model.get('name', '?')} {model.get('version', '?')} "
+        f"{exam.reason} Model {model.get('name', '?')} {model.get('version', '?')} "
         f"(sha256 {str(model.get('sha256', ''))[:12]}), trained on {model.get('training_data', 'unstated')} data. "
         f"{NOT_FOR_CLINICAL_USE}"
     )

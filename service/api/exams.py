@@ -4,13 +4,15 @@ Multipart parts ``right`` and ``left`` (repeatable: several photographs per eye)
 files that carry their laterality (ImageLaterality / Laterality); optional text fields ``exam_id`` and
 ``patient_ref`` (opaque ids: ``service.identifiers``), echoed back and never logged. A DICOM file sent as
 ``right``/``left`` must not contradict its own laterality, and the parts must pass the exam identity rules
-(``service.exam_identity``: one StudyInstanceUID, one PatientID, no plain photograph joining a DICOM study, no
+(``service.screening.identity``: one StudyInstanceUID, one PatientID, no plain photograph joining a DICOM study, no
 photograph as both eyes, by identical bytes or identical decoded pixels).
 
 Every photograph goes through the same path as ``/v1/predict`` (decode, quality gate, batched K-draw
-forward); the exam outcome comes from the one rule in ``models.decision``. A photograph the service refuses
-fails the whole exam with that photograph's problem (status and type as on ``/v1/predict``), its detail
-naming the eye and part: an exam is never answered from some of its photographs silently.
+forward) by the one exam assembly the PACS worker also calls (:func:`service.screening.grading.grade_exam`);
+the exam is its typed :class:`~service.screening.exam.ExamResult`, rendered here as JSON or FHIR. A photograph
+the service refuses fails the whole exam with that photograph's problem (status and type as on
+``/v1/predict``), its detail naming the eye and part: an exam is never answered from some of its photographs
+silently.
 
 Admission before work: the form is parsed (parts above 1 MiB spool to disk) and its fields checked, then the
 exam is admitted as a whole (``ModelHost.admit``) before any part is read into memory or any DICOM header is
@@ -23,17 +25,16 @@ parts of one photograph as both eyes are a 422 however their headers or metadata
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.datastructures import FormData, UploadFile
 
-from models.decision import Eye, ScreeningOutcome
-from service.api.predict import FHIR_MEDIA_TYPE, FormatQuery, _result, _wants_fhir
+from models.decision import Eye
+from service.api.responses import FHIR_MEDIA_TYPE, FormatQuery, fhir_response, image_result, wants_fhir
 from service.api.uploads import (
     PHOTO_SCHEMA,
     _field_error,
@@ -45,12 +46,13 @@ from service.api.uploads import (
 )
 from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
 from service.errors import ServiceProblem, request_id_of
-from service.exam_identity import ExamIdentityError, PartIdentity, check_exam_identity, content_hash
-from service.exams import exam_fields
 from service.identifiers import OPAQUE_ID_MAX, OPAQUE_ID_PATTERN, normalised_uid
 from service.inference.imaging import ImageRejected
 from service.inference.prepare import PreparedImage
 from service.schemas import ExamResponse, problem_responses
+from service.screening.exam import ExamResult
+from service.screening.grading import grade_exam
+from service.screening.identity import ExamIdentityError, PartIdentity, check_exam_identity, content_hash
 
 router = APIRouter(tags=["exams"], dependencies=[ApiKeyDep])
 
@@ -137,7 +139,7 @@ async def read_exam(request: Request, max_images: int, max_bytes: int
 def exam_photographs(parts: Sequence[ExamPart], prepared: Sequence[PreparedImage | ImageRejected]
                      ) -> tuple[list[Photograph], str | None]:
     """Each part's eye (its field, or its DICOM laterality), then the exam identity rules
-    (``service.exam_identity``: one study, one patient, no photograph outside the DICOM study, no photograph as
+    (``service.screening.identity``: one study, one patient, no photograph outside the DICOM study, no photograph as
     both eyes by its bytes or its decoded pixels; a breach is a 422 naming the parts); returns the photographs
     and the exam's DICOM study UID (if any). A refused photograph fails the exam, naming its part."""
     photographs: list[Photograph] = []
@@ -170,6 +172,20 @@ def exam_photographs(parts: Sequence[ExamPart], prepared: Sequence[PreparedImage
     return photographs, study_uid
 
 
+@dataclass
+class ExamForm:
+    """An exam form's parts; once decoded, its photographs and DICOM study (:meth:`eyes_of`)."""
+
+    parts: list[ExamPart]
+    photographs: list[Photograph] = field(default_factory=list)
+    study_uid: str | None = None
+
+    def eyes_of(self, prepared: Sequence[PreparedImage | ImageRejected]) -> list[Eye]:
+        """The eye and identity rules (:func:`exam_photographs`): each part's eye, or the exam's 422."""
+        self.photographs, self.study_uid = exam_photographs(self.parts, prepared)
+        return [photo.eye for photo in self.photographs]
+
+
 @router.post(
     "/v1/exams",
     response_model=ExamResponse,
@@ -186,37 +202,34 @@ def exam_photographs(parts: Sequence[ExamPart], prepared: Sequence[PreparedImage
     openapi_extra=_EXAM_BODY,
 )
 async def score_exam(request: Request, host: ModelHostDep, settings: SettingsDep, format: FormatQuery = None) -> Any:
-    scorer = host.require_ready()
+    host.require_ready()
     parts, fields = await read_exam(request, settings.max_exam_images, settings.max_upload_bytes)
-    with host.admit(len(parts)):  # nothing of a part is read, parsed or decoded before this
-        prepared = await host.prepare_many([part.read for part in parts])
-        photographs, study_uid = exam_photographs(parts, prepared)
-        predictions = await host.score_prepared(prepared)
+    form = ExamForm(parts)
+    visit = await grade_exam(host, [part.read for part in parts], form.eyes_of)
     images: list[dict[str, Any]] = []
-    for photo, pred in zip(photographs, predictions, strict=True):
-        assert not isinstance(pred, ImageRejected)  # exam_photographs raised for every refused part
+    for photo, scored in zip(form.photographs, visit.photographs, strict=True):
+        assert not isinstance(scored.scored, ImageRejected)  # exam_photographs raised for every refused part
         images.append({"index": photo.index, "eye": photo.eye.value, "filename": photo.filename,
-                       "format": "dicom" if photo.dicom else "image", "result": _result(pred, scorer, None)})
-    exam = exam_fields([(Eye(im["eye"]), ScreeningOutcome(im["result"]["outcome"])) for im in images])
-    host.metrics.observe_exam(ScreeningOutcome(exam["outcome"]), len(images))
+                       "format": "dicom" if photo.dicom else "image",
+                       "result": image_result(scored.scored, visit.scorer, None)})
     body = {
         "request_id": request_id_of(request),
-        "exam_id": fields["exam_id"] or study_uid,
+        "exam_id": fields["exam_id"] or form.study_uid,
         "patient_ref": fields["patient_ref"],
-        "model": scorer.model_identity.to_dict(),
-        **exam,
+        "model": visit.scorer.model_identity.to_dict(),
+        **visit.result.to_fields(),
         "images": images,
-        "disclaimer": scorer.disclaimer,
+        "disclaimer": visit.scorer.disclaimer,
     }
-    if _wants_fhir(request, format):
-        return _fhir({**body, "study_uid": study_uid}, ScreeningOutcome(exam["outcome"]))
+    if wants_fhir(request, format):
+        return _fhir({**body, "study_uid": form.study_uid}, visit.result)
     return ExamResponse(**body)
 
 
-def _fhir(body: dict[str, Any], outcome: ScreeningOutcome) -> Response:
-    try:
+def _fhir(body: dict[str, Any], exam: ExamResult) -> Response:
+    def render() -> dict[str, Any]:
         from service.fhir_exam import to_fhir_exam_bundle
-    except ImportError as exc:
-        raise ServiceProblem("not-acceptable", 406, "FHIR output is not available in this build.") from exc
-    bundle = to_fhir_exam_bundle(body, outcome=outcome)
-    return Response(json.dumps(bundle, ensure_ascii=False, allow_nan=False).encode("utf-8"), media_type=FHIR_MEDIA_TYPE)
+
+        return to_fhir_exam_bundle(body, exam=exam)
+
+    return fhir_response(render)

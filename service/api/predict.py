@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from models.decision import ScreeningOutcome
 from service.api.fhir_body import parse_prediction
+from service.api.responses import FHIR_MEDIA_TYPE, FormatQuery, fhir_response, image_result, wants_fhir
 from service.api.uploads import (
     PHOTO_SCHEMA,
     STUDY_ID_MAX,
@@ -22,9 +22,6 @@ from service.api.uploads import (
 from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
 from service.errors import ServiceProblem, image_problem, request_id_of
 from service.inference.imaging import ImageRejected
-from service.inference.scoring import Scorer
-from service.model_host import Prediction
-from service.payload import score_payload
 from service.schemas import (
     EXAMPLE_PREDICTION,
     BatchItem,
@@ -35,7 +32,6 @@ from service.schemas import (
 
 router = APIRouter(tags=["predict"], dependencies=[ApiKeyDep])
 
-FHIR_MEDIA_TYPE = "application/fhir+json"
 StudyIdQuery = Annotated[
     str | None,
     Query(
@@ -44,12 +40,6 @@ StudyIdQuery = Annotated[
         description="Opaque id echoed back (never logged); also accepted as a form field.",
     ),
 ]
-FormatQuery = Annotated[
-    Literal["json", "fhir"] | None,
-    Query(description="'fhir' returns a FHIR R4 Bundle (same as Accept: application/fhir+json); 'json' returns "
-                      "the JSON answer whatever the Accept header says."),
-]
-
 _SINGLE_BODY = request_body({"image": PHOTO_SCHEMA, "study_id": {"type": "string", "maxLength": STUDY_ID_MAX}},
                             required=("image",), raw_types=("image/jpeg", "image/png", "image/tiff"))
 _BATCH_BODY = request_body({"image": {"type": "array", "items": PHOTO_SCHEMA},
@@ -57,33 +47,14 @@ _BATCH_BODY = request_body({"image": {"type": "array", "items": PHOTO_SCHEMA},
 _FHIR_CONTENT = {FHIR_MEDIA_TYPE: {"schema": {"type": "object", "description": "FHIR R4 Bundle"}}}
 
 
-def _wants_fhir(request: Request, fmt: str | None) -> bool:
-    """FHIR when ``?format=fhir``, or with no ``format`` when the Accept header names FHIR: an explicit
-    ``?format=json`` wins over the header."""
-    if fmt is not None:
-        return fmt == "fhir"
-    return FHIR_MEDIA_TYPE in request.headers.get("accept", "")
-
-
-def _result(pred: Prediction, scorer: Scorer, study_id: str | None) -> dict[str, Any]:
-    body = score_payload(pred.scored.score, scorer)
-    body["study_id"] = study_id
-    body["timing_ms"] = {
-        "decode": round(pred.decode_ms, 3),
-        "queue": round(pred.scored.queue_ms, 3),
-        "inference": round(pred.scored.inference_ms, 3),
-    }
-    return body
-
-
 def _fhir(body: dict[str, Any], outcome: ScreeningOutcome | None = None) -> Response:
-    try:
+    def render() -> dict[str, Any]:
         from service.fhir import to_fhir_bundle
-    except ImportError as exc:
-        raise ServiceProblem("not-acceptable", 406, "FHIR output is not available in this build.") from exc
+
+        return to_fhir_bundle(body, outcome=outcome)
+
     try:
-        bundle = to_fhir_bundle(body, outcome=outcome)
-        content = json.dumps(bundle, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        return fhir_response(render)
     except UnicodeEncodeError as exc:  # render endpoint only: a lone surrogate (\ud800) in a text field
         raise ServiceProblem(
             "validation-error", 422, "The body holds text that is not valid Unicode (a lone surrogate escape)."
@@ -91,7 +62,6 @@ def _fhir(body: dict[str, Any], outcome: ScreeningOutcome | None = None) -> Resp
     except ValueError as exc:  # render endpoint only: a contradicting outcome, or a number out of range
         detail = str(exc) if "contradicts" in str(exc) else "The body holds a number too large to render."
         raise ServiceProblem("validation-error", 422, detail) from exc
-    return Response(content, media_type=FHIR_MEDIA_TYPE)
 
 
 @router.post(
@@ -120,8 +90,8 @@ async def predict(
     uploads, form_ids = await read_uploads(request, max_files=1, max_bytes=settings.max_upload_bytes)
     sid = check_study_id(form_ids[0] if form_ids else study_id)
     pred = await host.predict(uploads[0].read)  # admitted before the worker reads the bytes
-    body = _result(pred, scorer, sid)
-    if _wants_fhir(request, format):
+    body = image_result(pred, scorer, sid)
+    if wants_fhir(request, format):
         return _fhir({"request_id": request_id_of(request), **body}, pred.scored.score.outcome)
     return PredictionResponse(request_id=request_id_of(request), **body)
 
@@ -168,7 +138,7 @@ async def predict_batch(request: Request, host: ModelHostDep, settings: Settings
             problem = image_problem(outcome, rid)
             items.append(BatchItem(index=i, filename=upload.filename, problem=problem))  # type: ignore[arg-type]
         else:
-            items.append(BatchItem(index=i, filename=upload.filename, result=_result(outcome, scorer, sid)))  # type: ignore[arg-type]
+            items.append(BatchItem(index=i, filename=upload.filename, result=image_result(outcome, scorer, sid)))  # type: ignore[arg-type]
     return BatchResponse(request_id=rid, count=len(items), items=items)
 
 

@@ -10,7 +10,7 @@ Which photographs form one exam, and which eye each shows, comes from one of thr
 - ``study``: DICOM files, grouped by StudyInstanceUID (the visit), the eye from ImageLaterality/Laterality; a
   StudyInstanceUID outside the DICOM UID grammar makes the file ``ungrouped`` (``service.identifiers``).
 
-An exam must also pass the identity rules of ``service.exam_identity``: a study whose files carry two PatientIDs
+An exam must also pass the identity rules of ``service.screening.identity``: a study whose files carry two PatientIDs
 is a ``mixed-patients`` error row (never one exam of two patients), and the same photograph as both eyes a
 ``same-photograph-both-eyes`` error row: identical decoded pixels (``service.inference.prepare.pixel_digest``),
 whatever the files' names, headers or metadata say (a DICOM file copied with another laterality, a JPEG with other
@@ -45,9 +45,9 @@ from models.decision import EXAM_PRECEDENCE, Eye, ScreeningOutcome
 from service.batch.inputs import InputError, InputItem, InputSource, RowError
 from service.batch.manifest import read_manifest
 from service.batch.rows import Row, error_kind
-from service.exam_identity import cross_eye_duplicate, distinct
-from service.exams import exam_fields
 from service.identifiers import UID_RULE, is_dicom_uid, normalised_uid
+from service.screening.exam import ExamResult, exam_result
+from service.screening.identity import cross_eye_duplicate, distinct
 
 if TYPE_CHECKING:
     from service.inference.imaging import ImagePipeline
@@ -213,7 +213,7 @@ def _failed_exam(exam: _Exam, failed: list[Row], sha: str) -> Row:
 
 
 def _identity_error(exam: _Exam, hashes: Mapping[int, str]) -> str | None:
-    """Why the exam's photographs cannot be one patient's visit (``service.exam_identity``), or ``None``."""
+    """Why the exam's photographs cannot be one patient's visit (``service.screening.identity``), or ``None``."""
     patients = distinct(exam.patients)
     if len(patients) > 1:
         return (f"{MIXED_PATIENTS}: the study's DICOM files carry {len(patients)} different PatientIDs (an absent "
@@ -304,16 +304,32 @@ def exam_rows(rows: Iterable[Row], items: Sequence[InputItem], groups: Mapping[i
         if problem is not None:
             out.append(_undecided(exam, 0, sha, problem))
             continue
-        fields = exam_fields([(eye, ScreeningOutcome(str(r["outcome"]))) for eye, r in exam.photographs])
-        right, left = fields["eyes"]["right"], fields["eyes"]["left"]
-        out.append({
-            "exam_id": exam.exam_id, "outcome": fields["outcome"], "outcome_reason": fields["outcome_reason"],
-            "right_outcome": right["outcome"], "left_outcome": left["outcome"],
-            "right_images": right["photographs"], "left_images": left["photographs"],
-            "images": len(exam.photographs), "failed_images": 0,
-            "image_ids": [str(r["id"]) for _, r in exam.photographs], "model_sha256": sha, "error": "",
-        })
+        result = exam_result((eye, ScreeningOutcome(str(r["outcome"]))) for eye, r in exam.photographs)
+        out.append(exam_row(exam, result, sha))
     return out + ungrouped
+
+
+def exam_row(exam: _Exam, result: ExamResult, sha: str) -> Row:
+    """The CSV row of a decided exam: the typed result's outcome, reason and eyes, and its photographs."""
+    right, left = result.eyes[Eye.RIGHT], result.eyes[Eye.LEFT]
+    return {
+        "exam_id": exam.exam_id, "outcome": result.outcome.value, "outcome_reason": result.reason,
+        "right_outcome": right.outcome.value, "left_outcome": left.outcome.value,
+        "right_images": right.photographs, "left_images": left.photographs,
+        "images": len(exam.photographs), "failed_images": 0,
+        "image_ids": [str(r["id"]) for _, r in exam.photographs], "model_sha256": sha, "error": "",
+    }
+
+
+def exam_of_row(row: Row) -> ExamResult:
+    """The typed result a decided exam row states (the CSV read back); ``ValueError`` for an undecided row."""
+    if not row.get("outcome"):
+        raise ValueError(f"exam {row.get('exam_id')!r} is not decided: {row.get('error')}")
+    return ExamResult.from_fields({
+        "outcome": row["outcome"], "outcome_reason": row["outcome_reason"],
+        "eyes": {eye.value: {"outcome": row[f"{eye.value}_outcome"], "photographs": row[f"{eye.value}_images"]}
+                 for eye in Eye},
+    })
 
 
 def exams_path_for(output: Path) -> Path:

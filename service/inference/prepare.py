@@ -7,7 +7,7 @@ the same file (tests/training/test_one_image_path.py). Scoring (``service.infere
 here; nothing in this module knows the network.
 
 Each prepared image also carries the digest of its decoded pixels (:func:`pixel_digest`), which the exam
-identity rules (``service.exam_identity``, rule 5) compare: two files that differ only in their metadata
+identity rules (``service.screening.identity``, rule 5) compare: two files that differ only in their metadata
 (DICOM laterality or SOPInstanceUID, a JPEG's EXIF) decode to the same pixels and are the same photograph.
 
 Example::

@@ -1,14 +1,12 @@
-"""A spooled study -> its graded exam: the same scoring, exam rule and FHIR rendering as ``POST /v1/exams``.
+"""A spooled study -> its graded exam: the one exam assembly of ``POST /v1/exams`` (``service.screening``).
 
-The photographs go through the service's model host (:meth:`service.model_host.ModelHost.prepare_many`, then
-:meth:`~service.model_host.ModelHost.score_prepared`, admitted as a whole, as ``POST /v1/exams`` does: the same
-decoder, quality gate, micro-batcher and draws as every HTTP answer), each becomes its ``/v1/predict``
-result (:func:`service.payload.score_payload`), and the exam rule (:func:`service.exams.exam_fields`) combines
-them per eye and per visit, after the same exam identity rules: on the headers and file bytes before anything is
-decoded, and "one photograph, one eye" again on the decoded pixels before anything is scored (two instances of
-one photograph that differ only in laterality or SOPInstanceUID). A photograph the decoder refuses (corrupt pixel
-data, a frame beyond the pixel limit) cannot be graded: it is answered ``retake_ungradable`` with the decoder's
-reason, never dropped (it has no pixel digest and is compared by its bytes only).
+The study's instances go through :func:`service.screening.grading.grade_exam` in the reserved lane: admitted as a
+whole, then the same decoder, quality gate, micro-batcher and draws as every HTTP answer, and the exam rule's typed
+:class:`~service.screening.exam.ExamResult`. The exam identity rules run on the headers and file bytes before
+anything is decoded, and "one photograph, one eye" again on the decoded pixels before anything is scored (two
+instances of one photograph that differ only in laterality or SOPInstanceUID). A photograph the decoder refuses
+(corrupt pixel data, a frame beyond the pixel limit) cannot be graded: it is answered ``retake_ungradable`` with
+the decoder's reason, never dropped (it has no pixel digest and is compared by its bytes only).
 
 :func:`exam_record` is what the spool keeps beside the SR: the exam without any identifier, and its FHIR
 DiagnosticReport, which names the same study (``imagingStudy`` by Study Instance UID).
@@ -17,34 +15,29 @@ DiagnosticReport, which names the same study (``imagingStudy`` by Study Instance
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 import pydicom
 
-from models.decision import OUTCOME_TEXT, Eye, ScreeningOutcome
-from service.exam_identity import PartIdentity, check_exam_identity, check_one_photograph_per_eye, content_hash
-from service.exams import exam_fields
+from models.decision import Eye
 from service.inference.imaging import ImageRejected
+from service.inference.prepare import PreparedImage
 from service.model_host import ModelHost
 from service.pacs.intake import Accepted, check_instance
 from service.pacs.sr import GradedExam, GradedImage
 from service.pacs.store import StudyFolder
-from service.payload import score_payload
-
-
-def _rejected(exc: ImageRejected) -> dict[str, Any]:
-    outcome = ScreeningOutcome.RETAKE_UNGRADABLE
-    return {"outcome": outcome.value, "outcome_reason": f"{OUTCOME_TEXT[outcome]} ({exc.detail})",
-            "rejected": exc.problem_type}
+from service.screening.grading import grade_exam
+from service.screening.identity import PartIdentity, check_exam_identity, check_one_photograph_per_eye, content_hash
 
 
 async def grade_study(host: ModelHost, study: StudyFolder) -> GradedExam | None:
     """Score every instance of ``study`` and apply the exam rule; None when no instance is usable any more.
 
-    The instances must pass the exam identity rules of ``POST /v1/exams`` (:mod:`service.exam_identity`: one
+    The instances must pass the exam identity rules of ``POST /v1/exams`` (:mod:`service.screening.identity`: one
     study, one PatientID, no photograph as both eyes, by its bytes or its decoded pixels), else
-    :class:`~service.exam_identity.ExamIdentityError` (its message names instances by number, never an
+    :class:`~service.screening.identity.ExamIdentityError` (its message names instances by number, never an
     identifier) and nothing is scored. The study is admitted as a whole (``ModelHost.admit``) before decoding."""
     headers: list[Any] = []
     eyes: list[Eye] = []
@@ -63,22 +56,18 @@ async def grade_study(host: ModelHost, study: StudyFolder) -> GradedExam | None:
     if not payloads:
         return None
     check_exam_identity(identities)  # headers and bytes: nothing is decoded for a study that breaks them
-    with host.admit(len(payloads), reserved=True):  # the reserved lane (service.admission)
-        prepared = await host.prepare_many(payloads)
+
+    def eyes_of(prepared: Sequence[PreparedImage | ImageRejected]) -> list[Eye]:
         check_one_photograph_per_eye([
             replace(part, pixel_sha256=None if isinstance(image, ImageRejected) else image.pixel_sha256)
             for part, image in zip(identities, prepared, strict=True)])
-        predictions = await host.score_prepared(prepared, reserved=True)
-    scorer = host.require_ready()
-    images = [
-        GradedImage(header, eye, _rejected(pred) if isinstance(pred, ImageRejected)
-                    else score_payload(pred.scored.score, scorer))
-        for header, eye, pred in zip(headers, eyes, predictions, strict=True)
-    ]
-    exam = exam_fields([(im.eye, ScreeningOutcome(im.result["outcome"])) for im in images])
-    host.metrics.observe_exam(ScreeningOutcome(exam["outcome"]), len(images))
-    cal = scorer.calibration
-    return GradedExam(images, exam, scorer.model_identity.to_dict(), scorer.disclaimer,
+        return eyes
+
+    visit = await grade_exam(host, payloads, eyes_of, reserved=True)  # the reserved lane (service.admission)
+    cal = visit.scorer.calibration
+    images = [GradedImage(header, photo.eye, photo.outcome, photo.answer(visit.scorer))
+              for header, photo in zip(headers, visit.photographs, strict=True)]
+    return GradedExam(images, visit.result, visit.scorer.model_identity.to_dict(), visit.scorer.disclaimer,
                       thresholds=(cal.decision_threshold, cal.referral_threshold_mi))
 
 
@@ -92,10 +81,10 @@ def exam_record(graded: GradedExam, result_key: str) -> dict[str, Any]:
         "exam_id": None,
         "patient_ref": None,
         "model": graded.model,
-        **graded.exam,
+        **graded.result.to_fields(),
         "images": [{"index": i, "eye": im.eye.value, "format": "dicom", "result": im.result}
                    for i, im in enumerate(graded.images)],
         "disclaimer": graded.disclaimer,
     }
-    fhir = to_fhir_exam_bundle({**body, "study_uid": study_uid}, outcome=ScreeningOutcome(graded.exam["outcome"]))
+    fhir = to_fhir_exam_bundle({**body, "study_uid": study_uid}, exam=graded.result)
     return {"exam": body, "fhir": fhir, "sr_sop_instance_uid": graded.uids[0]}

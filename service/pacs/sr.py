@@ -49,6 +49,7 @@ from pydicom.sr.codedict import codes
 
 from models.decision import Eye, ScreeningOutcome
 from service.pacs import sr_header
+from service.screening.exam import ExamResult
 
 SCHEME = "99RADSCR"
 MANUFACTURER = "Radial Screen (research prototype)"
@@ -125,19 +126,21 @@ def result_uids(instance_uids: Iterable[str], model_sha256: str) -> tuple[str, s
 
 @dataclass(frozen=True)
 class GradedImage:
-    """One source photograph: its DICOM header (pixels not needed), its eye and its ``/v1/predict`` result."""
+    """One source photograph: its DICOM header (pixels not needed), its eye, its outcome and its ``/v1/predict``
+    result (``service.screening.grading.ScoredPhotograph.answer``: the numbers and words it renders)."""
 
     header: Dataset
     eye: Eye
-    result: dict[str, Any]  # service.payload.score_payload
+    outcome: ScreeningOutcome
+    result: dict[str, Any]
 
 
 @dataclass(frozen=True)
 class GradedExam:
-    """A study's photographs with the exam fields of ``service.exams.exam_fields`` and the model identity."""
+    """A study's photographs with their typed exam result (``service.screening.exam``) and the model identity."""
 
     images: Sequence[GradedImage]
-    exam: dict[str, Any]
+    result: ExamResult
     model: dict[str, Any]  # ScorerIdentity.to_dict()
     disclaimer: str
     # (referral threshold, grader-review MI threshold) of the model that graded it; None: read from the results
@@ -166,7 +169,7 @@ def _eye_group(exam: GradedExam, eye: Eye, sr_uid: str) -> hd.sr.MeasurementsAnd
     sources: list[hd.sr.SourceImageForMeasurementGroup] = []
     for image in (im for im in exam.images if im.eye is eye):
         sources.append(hd.sr.SourceImageForMeasurementGroup(*_source(image.header)))
-        if ScreeningOutcome(image.result["outcome"]) is ScreeningOutcome.RETAKE_UNGRADABLE:
+        if image.outcome is ScreeningOutcome.RETAKE_UNGRADABLE:
             continue  # an ungradable photograph's probability is no finding
         reference = [hd.sr.SourceImageForMeasurement(*_source(image.header))]
         for name, value, unit in (
@@ -176,7 +179,7 @@ def _eye_group(exam: GradedExam, eye: Eye, sr_uid: str) -> hd.sr.MeasurementsAnd
             measurements.append(hd.sr.Measurement(
                 name=name, value=value, unit=unit, algorithm_id=algorithm, referenced_images=reference,
             ))
-    outcome = ScreeningOutcome(exam.exam["eyes"][eye.value]["outcome"])
+    outcome = exam.result.eyes[eye].outcome
     return hd.sr.MeasurementsAndQualitativeEvaluations(
         tracking_identifier=hd.sr.TrackingIdentifier(uid=derived_uid("track", sr_uid, eye.value),
                                                      identifier=f"{eye.value} eye"),
@@ -190,7 +193,7 @@ def _eye_group(exam: GradedExam, eye: Eye, sr_uid: str) -> hd.sr.MeasurementsAnd
 
 
 def _exam_group(exam: GradedExam, sr_uid: str) -> hd.sr.MeasurementsAndQualitativeEvaluations:
-    outcome = ScreeningOutcome(exam.exam["outcome"])
+    outcome = exam.result.outcome
     algorithm = _algorithm(exam.model)
     return hd.sr.MeasurementsAndQualitativeEvaluations(
         tracking_identifier=hd.sr.TrackingIdentifier(uid=derived_uid("track", sr_uid, "exam"), identifier="exam"),
@@ -221,13 +224,13 @@ def _thresholds(exam: GradedExam, algorithm: hd.sr.AlgorithmIdentification) -> l
     ]
 
 
-def _photograph_words(result: dict[str, Any]) -> str:
+def _photograph_words(image: GradedImage) -> str:
     """A photograph's words: its outcome, probability beside the referral threshold and uncertainty beside the
     grader-review threshold (``service.payload``'s ``words``); a refused photograph's reason as it stands."""
-    words = result.get("words")
+    words = image.result.get("words")
     if not words:
-        return str(result["outcome_reason"])
-    if ScreeningOutcome(result["outcome"]) is ScreeningOutcome.RETAKE_UNGRADABLE:
+        return str(image.result["outcome_reason"])
+    if image.outcome is ScreeningOutcome.RETAKE_UNGRADABLE:
         return f"{words['outcome']}."
     return f"{words['outcome']}; probability {words['probability']}; uncertainty {words['uncertainty']}."
 
@@ -235,13 +238,13 @@ def _photograph_words(result: dict[str, Any]) -> str:
 def _eye_text(exam: GradedExam, eye: Eye) -> str:
     """The eye's outcome line, then each of its photographs' words (``outcome_reason``), numbered."""
     photographs = [im for im in exam.images if im.eye is eye]
-    words = [f"Photograph {i}: {_photograph_words(im.result)}"
+    words = [f"Photograph {i}: {_photograph_words(im)}"
              for i, im in enumerate(photographs, start=1) if im.result.get("outcome_reason")]
-    return " ".join([f"{str(exam.exam['eyes'][eye.value]['outcome_reason']).rstrip('.')}.", *words])
+    return " ".join([f"{exam.result.eyes[eye].reason.rstrip('.')}.", *words])
 
 
 def _texts(exam: GradedExam) -> list[hd.sr.TextContentItem]:
-    lines = [(EXAM_REASON, str(exam.exam["outcome_reason"]))]
+    lines = [(EXAM_REASON, exam.result.reason)]
     for eye in Eye:
         lines.append((code(f"{eye.value}-eye-reason", f"{eye.value.capitalize()} eye outcome reason"),
                       _eye_text(exam, eye)))

@@ -50,7 +50,6 @@ from collections.abc import Awaitable, Callable
 from pydicom.dataset import Dataset
 
 from service.batcher import RetryLater
-from service.exam_identity import ExamIdentityError
 from service.metrics import ServiceMetrics
 from service.model_host import ModelHost
 from service.pacs.delivery import Archive, Backoff, DeliveryFailed
@@ -58,6 +57,7 @@ from service.pacs.grading import exam_record, grade_study
 from service.pacs.settings import PacsSettings
 from service.pacs.sr import GradedExam, build_sr
 from service.pacs.store import Spool, StudyFolder, key_of
+from service.screening.identity import ExamIdentityError
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class PacsWorker:
                 return None
             self.spool.put_result(sr_uid, sr_bytes, exam_record(graded, key))
             self.metrics.pacs_results.labels(event="built").inc()
-            logger.info("exam graded: %s, %d photographs", graded.exam["outcome"], len(graded.images))
+            logger.info("exam graded: %s, %d photographs", graded.result.outcome.value, len(graded.images))
         self.spool.mark_graded(study, key)
         self.spool.finish_grading(study)
         return key

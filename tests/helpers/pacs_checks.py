@@ -16,11 +16,11 @@ from pydicom.sr.codedict import codes
 
 from models.decision import Eye, ScreeningOutcome
 from models.wording import result_words
-from service.exams import exam_fields
 from service.inference.prepare import prepare_image
 from service.inference.scoring import Scorer
 from service.pacs.sr import result_uids
 from service.payload import score_payload
+from service.screening.exam import ExamResult, exam_result
 from tests.helpers import orthanc as orthanc_helper
 
 SR_DECISION_THRESHOLD, SR_MI_THRESHOLD = 0.0558, 0.0028  # the thresholds of a result built without a model
@@ -56,7 +56,7 @@ class Expected:
 
     sr_uid: str
     series_uid: str
-    exam: dict[str, Any]
+    exam: ExamResult
     results: dict[str, dict[str, Any]]  # SOP Instance UID -> /v1/predict result
     model: dict[str, Any]
 
@@ -73,7 +73,7 @@ def expected_for(scorer: Scorer, instances: list[bytes]) -> Expected:
         pairs.append((Eye.RIGHT if header.ImageLaterality == "R" else Eye.LEFT, ScreeningOutcome(result["outcome"])))
     model = scorer.model_identity.to_dict()
     sr_uid, series_uid = result_uids(results, model["sha256"])
-    return Expected(sr_uid, series_uid, exam_fields(pairs), results, model)
+    return Expected(sr_uid, series_uid, exam_result(pairs), results, model)
 
 
 def sr_summary(data: bytes) -> dict[str, Any]:
@@ -128,7 +128,7 @@ def check_sr_against(summary: dict[str, Any], expected: Expected, eyes: dict[str
     assert ds.SOPInstanceUID == expected.sr_uid and ds.SeriesInstanceUID == expected.series_uid
     assert ds.SOPClassUID == "1.2.840.10008.5.1.4.1.1.88.33"  # Comprehensive SR
     assert ds.CompletionFlag == "COMPLETE" and ds.VerificationFlag == "UNVERIFIED"
-    assert summary["exam_outcome"] == expected.exam["outcome"]
+    assert summary["exam_outcome"] == expected.exam.outcome.value
     assert summary["exam_sources"] == set(eyes)
     algorithm = summary["algorithm"]
     assert (codes.DCM.AlgorithmName.value, expected.model["name"]) in algorithm
@@ -138,7 +138,7 @@ def check_sr_against(summary: dict[str, Any], expected: Expected, eyes: dict[str
     laterality = {"right": "24028007", "left": "7771000"}
     for eye in ("right", "left"):
         got = summary["eyes"][eye]
-        assert got["outcome"] == expected.exam["eyes"][eye]["outcome"]
+        assert got["outcome"] == expected.exam.eyes[Eye(eye)].outcome.value
         assert got["laterality"] == laterality[eye]
         assert got["sources"] == {uid for uid, e in eyes.items() if e == eye}
         graded = {uid for uid in got["sources"] if expected.results[uid]["outcome"] != "retake_ungradable"}

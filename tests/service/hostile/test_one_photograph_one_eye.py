@@ -23,7 +23,6 @@ import pytest
 from PIL import Image
 
 from service.batch.job import BatchJobConfig, run_job
-from service.exam_identity import ExamIdentityError
 from service.inference.loading import load_scorer
 from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
@@ -32,6 +31,7 @@ from service.model_host import ModelHost
 from service.pacs.grading import grade_study
 from service.pacs.intake import Accepted, check_instance
 from service.pacs.store import Spool
+from service.screening.identity import ExamIdentityError
 from support.images import encode, fundus_like
 from support.live_server import live_server, settings_for
 from tests.helpers.dicom_files import JPEG_BASELINE, op_dicom
@@ -190,7 +190,7 @@ def test_grade_study_grades_two_photographs_of_two_eyes(
     study = spooled(tmp_path, *dicom_pair(fundus_like(49, size=96), fundus_like(50, size=96)))
     graded = loop.run_until_complete(grade_study(model_host, study))
     assert graded is not None and sorted(im.eye.value for im in graded.images) == ["left", "right"]
-    assert graded.exam["outcome"]
+    assert graded.result.outcome
 
 
 # -- the batch job's exam rows -------------------------------------------------------------------------------

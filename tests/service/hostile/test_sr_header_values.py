@@ -25,10 +25,10 @@ from pydicom.uid import generate_uid
 from pydicom.valuerep import validate_value
 
 from models.decision import Eye, ScreeningOutcome
-from service.exams import exam_fields
 from service.pacs.intake import Accepted, check_instance
 from service.pacs.sr import GradedExam, GradedImage, build_sr
 from service.pacs.sr_header import CARRIED, EQUIPMENT, NOT_CARRIED, TYPE2, EvidenceUidInvalid, emptied, invalid_uids
+from service.screening.exam import exam_result
 from support.images import fundus_like
 from tests.helpers.dicom_files import op_dicom
 from tests.helpers.pacs_checks import graded_result
@@ -66,8 +66,9 @@ def _header(**fields: Any) -> Dataset:
 
 def _sr(header: Dataset) -> Dataset:
     """The SR as the worker builds it, written as a Part-10 file and read back."""
-    image = GradedImage(header, Eye.RIGHT, graded_result(ScreeningOutcome.NO_REFERABLE_DR, 0.01, 0.0001))
-    exam = GradedExam([image], exam_fields([(Eye.RIGHT, ScreeningOutcome.NO_REFERABLE_DR)]), MODEL, "Tests.")
+    clear = ScreeningOutcome.NO_REFERABLE_DR
+    image = GradedImage(header, Eye.RIGHT, clear, graded_result(clear, 0.01, 0.0001))
+    exam = GradedExam([image], exam_result([(Eye.RIGHT, clear)]), MODEL, "Tests.")
     out = io.BytesIO()
     build_sr(exam).save_as(out, enforce_file_format=True)
     return pydicom.dcmread(io.BytesIO(out.getvalue()))

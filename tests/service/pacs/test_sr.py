@@ -13,9 +13,9 @@ import pytest
 from pydicom.uid import generate_uid
 
 from models.decision import Eye, ScreeningOutcome
-from service.exams import exam_fields
 from service.pacs.grading import exam_record
 from service.pacs.sr import GradedExam, GradedImage, build_sr
+from service.screening.exam import exam_result
 from support.images import fundus_like
 from tests.helpers.dicom_files import op_dicom
 from tests.helpers.pacs_checks import graded_result, sr_summary
@@ -34,9 +34,10 @@ def _result(outcome: ScreeningOutcome, p: float, mi: float, issues: tuple[str, .
 def _exam(study_uid: str) -> GradedExam:
     headers = [pydicom.dcmread(io.BytesIO(op_dicom(fundus_like(i, 32), laterality="R", study_uid=study_uid,
                                                    PatientID="P1")), stop_before_pixels=True) for i in (1, 2)]
-    images = [GradedImage(headers[0], Eye.RIGHT, _result(ScreeningOutcome.REFER_REFERABLE_DR, 0.93, 0.0004)),
-              GradedImage(headers[1], Eye.RIGHT, _result(ScreeningOutcome.RETAKE_UNGRADABLE, 0.2, 0.1, ("too_dark",)))]
-    exam = exam_fields([(im.eye, ScreeningOutcome(im.result["outcome"])) for im in images])
+    refer, retake = ScreeningOutcome.REFER_REFERABLE_DR, ScreeningOutcome.RETAKE_UNGRADABLE
+    images = [GradedImage(headers[0], Eye.RIGHT, refer, _result(refer, 0.93, 0.0004)),
+              GradedImage(headers[1], Eye.RIGHT, retake, _result(retake, 0.2, 0.1, ("too_dark",)))]
+    exam = exam_result((im.eye, im.outcome) for im in images)
     return GradedExam(images, exam, MODEL, "Decision support only.")
 
 
@@ -55,7 +56,7 @@ def test_missing_eye_and_ungradable_photograph() -> None:
     assert right["outcome"] == "refer_referable_dr"
     assert right["sources"] == {graded, ungradable}
     assert right["measures"] == {graded: {"p-referable-dr-percent": 93.0, "mutual-info-nat": 0.0004}}
-    assert left["outcome"] == exam.exam["eyes"]["left"]["outcome"] and left["laterality"] == "7771000"
+    assert left["outcome"] == exam.result.eyes[Eye.LEFT].outcome.value and left["laterality"] == "7771000"
     assert left["sources"] == set() and left["measures"] == {} and left["finding"].startswith("Not graded")
     assert summary["exam_outcome"] == "refer_referable_dr"  # one referable eye refers the patient
     assert "No photograph of this eye" in summary["texts"]["Left eye outcome reason"]
@@ -87,9 +88,9 @@ def _two_eyes(right: tuple[ScreeningOutcome, float, float], left: tuple[Screenin
     study_uid = generate_uid()
     images = [GradedImage(pydicom.dcmread(io.BytesIO(op_dicom(fundus_like(i, 32), laterality=lat[0].upper(),
                                                              study_uid=study_uid, PatientID="P1")),
-                                          stop_before_pixels=True), eye, _result(*answer))
+                                          stop_before_pixels=True), eye, answer[0], _result(*answer))
               for i, (eye, lat, answer) in enumerate(((Eye.RIGHT, "r", right), (Eye.LEFT, "l", left)), start=1)]
-    exam = exam_fields([(im.eye, ScreeningOutcome(im.result["outcome"])) for im in images])
+    exam = exam_result((im.eye, im.outcome) for im in images)
     return GradedExam(images, exam, MODEL, "Decision support only.")
 
 
