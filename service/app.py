@@ -48,13 +48,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     tasks = [asyncio.create_task(host.load(), name="radscreen-load")]
     spool: Spool | None = app.state.pacs_spool
     if spool is not None:  # DICOMweb on: grade what STOW-RS stores and deliver the SRs (service.pacs.worker)
-        from service.pacs.delivery import archive_from
-        from service.pacs.worker import PacsWorker
+        from service.pacs.worker import start_worker
 
-        spool.clean_temporaries()  # before the first request: a partial file of a killed writer is no instance
-        pacs: PacsSettings = app.state.pacs_settings
-        worker = PacsWorker(spool, host, archive_from(pacs), pacs, app.state.metrics)
-        tasks.append(asyncio.create_task(worker.run(), name="radscreen-pacs"))
+        tasks.append(start_worker(spool, host, app.state.pacs_settings, app.state.metrics))  # before any request
     try:
         yield
     finally:

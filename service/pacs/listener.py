@@ -339,17 +339,12 @@ class StoreSCP:
 async def serve_listener(service_settings: Any, settings: PacsSettings) -> None:
     """Receive, grade and deliver until SIGTERM/SIGINT: the body of ``radscreen dicom-listen``."""
     from service.model_host import ModelHost
-    from service.pacs.delivery import archive_from
-    from service.pacs.worker import PacsWorker
+    from service.pacs.worker import start_worker
 
     assert settings.spool_dir is not None
     metrics = ServiceMetrics()
     spool = Spool(settings.spool_dir)
     host = ModelHost(service_settings, metrics)
-    archive = archive_from(settings)
-    if archive is None:
-        logger.warning("no archive configured (RADSCREEN_PACS_ARCHIVE_URL / _ARCHIVE_HOST): results stay in the spool")
-    worker = PacsWorker(spool, host, archive, settings, metrics)
     scp = StoreSCP(settings, spool, metrics, max_bytes=service_settings.max_upload_bytes,
                    max_instances=service_settings.max_exam_images)
     if settings.metrics_port is not None:
@@ -360,11 +355,10 @@ async def serve_listener(service_settings: Any, settings: PacsSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    spool.clean_temporaries()  # before the first write: a partial file of a killed writer is no instance
-    scp.start()  # instances are received (and kept) while the model still loads; OSError if the port is taken
     tasks = [asyncio.create_task(host.load(), name="radscreen-load"),
-             asyncio.create_task(worker.run(), name="radscreen-pacs")]
+             start_worker(spool, host, settings, metrics)]  # cleans the spool: before the first write
     try:
+        scp.start()  # instances are received (and kept) while the model still loads; OSError if the port is taken
         await stop.wait()
     finally:
         scp.stop()

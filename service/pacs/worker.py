@@ -52,7 +52,7 @@ from pydicom.dataset import Dataset
 from service.batcher import RetryLater
 from service.metrics import ServiceMetrics
 from service.model_host import ModelHost
-from service.pacs.delivery import Archive, Backoff, DeliveryFailed
+from service.pacs.delivery import Archive, Backoff, DeliveryFailed, archive_from
 from service.pacs.grading import exam_record, grade_study
 from service.pacs.settings import PacsSettings
 from service.pacs.sr import GradedExam, build_sr
@@ -270,6 +270,19 @@ class PacsWorker:
             except Exception as exc:  # keep serving; the type only: a message could quote a header
                 logger.error("PACS %s pass failed (%s); retrying", name, type(exc).__name__)
             await asyncio.sleep(self.settings.poll_s)
+
+
+def start_worker(spool: Spool, host: ModelHost, settings: PacsSettings, metrics: ServiceMetrics
+                 ) -> asyncio.Task[None]:
+    """The PACS side's start, one for ``radscreen serve`` (STOW-RS) and ``radscreen dicom-listen`` (C-STORE):
+    the spool cleaned of any partial file a killed writer left (call it before the first instance is written),
+    the configured archive (a warning when none is: results then stay in the spool), and the worker's task."""
+    spool.clean_temporaries()
+    archive = archive_from(settings)
+    if archive is None:
+        logger.warning("no archive configured (RADSCREEN_PACS_ARCHIVE_URL / _ARCHIVE_HOST): results stay in the spool")
+    worker = PacsWorker(spool, host, archive, settings, metrics)
+    return asyncio.create_task(worker.run(), name="radscreen-pacs")
 
 
 def _spool_full(exc: OSError) -> bool:
