@@ -1,6 +1,6 @@
 """Write the documented example responses from a REAL response of the embedded default model.
 
-The OpenAPI example (``service/openapi_example.json``, shown at ``/docs``) and the example block of
+The OpenAPI example (``service/http/openapi_example.json``, shown at ``/docs``) and the example block of
 ``docs/integration.md`` (between the ``example:predict-response`` markers) are both produced here, from
 scoring one deterministic synthetic fundus photograph (``training.synthetic``, seed 7, grade 3, 512 px) with
 the embedded artifact through the same ``service.inference.scoring`` path the API uses. Only ``request_id``,
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-OPENAPI_EXAMPLE = ROOT / "service" / "openapi_example.json"
+OPENAPI_EXAMPLE = ROOT / "service" / "http" / "openapi_example.json"
 INTEGRATION_DOC = ROOT / "docs" / "integration.md"
 BEGIN, END = "<!-- example:predict-response:begin -->", "<!-- example:predict-response:end -->"
 EXAM_BEGIN, EXAM_END = "<!-- example:exam-response:begin -->", "<!-- example:exam-response:end -->"
@@ -70,7 +70,7 @@ def example_scorer() -> Any:
 def real_response(scorer: Any = None) -> dict[str, Any]:
     """Score :func:`example_image` with the embedded model; the ``POST /v1/predict`` body with placeholders."""
     from service.inference.prepare import prepare_image
-    from service.payload import score_payload
+    from service.screening.payload import score_payload
 
     scorer = scorer if scorer is not None else example_scorer()
     prepared = prepare_image(example_image(), scorer.pipeline)

@@ -21,10 +21,10 @@ from fastapi.staticfiles import StaticFiles
 from service.api import dicomweb, exams, health, model, pages, predict
 from service.api.docs import install_offline_docs
 from service.api.pages import STATIC_DIR
-from service.cors import ProblemCORSMiddleware
-from service.errors import install_error_handlers
+from service.http.cors import ProblemCORSMiddleware
+from service.http.errors import install_error_handlers
+from service.http.middleware import RequestContextMiddleware
 from service.metrics import ServiceMetrics
-from service.middleware import RequestContextMiddleware
 from service.model_host import ModelHost, ScorerFactory
 from service.pacs.settings import PacsSettings
 from service.pacs.store import Spool

@@ -79,7 +79,7 @@ def serve(host: str, port: int, model_dir: Path | None, workers: int = 1) -> int
     logger.info("serving", extra={"model": artifact.config.name, "sha256": artifact.sha256, "port": port})
     import os
 
-    from service.header_timeout import HEADER_TIMEOUT_ENV, HeaderTimeoutH11Protocol
+    from service.http.header_timeout import HEADER_TIMEOUT_ENV, HeaderTimeoutH11Protocol
 
     os.environ[HEADER_TIMEOUT_ENV] = str(settings.header_timeout_s)  # read by each connection, any worker
     if workers > 1:

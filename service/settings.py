@@ -5,7 +5,7 @@ strategy, K draws, threads, input limits): the fields of :class:`~service.infere
 with the defaults, bounds and descriptions written there, turned back into the spec by ``scorer_spec()``.
 ``Settings`` adds the HTTP service's knobs. The service builds ``Settings`` once in the app factory
 (``create_app(settings)``) and hands it to request handlers through a FastAPI dependency
-(``service.deps.SettingsDep``); the batch job builds
+(``service.http.deps.SettingsDep``); the batch job builds
 ``ScorerSettings`` with its command-line flags over the same variables (service/batch/cli.py), so
 ``RADSCREEN_BACKEND=torch`` means the same to both. Nothing reads the environment at import time.
 

@@ -26,12 +26,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from service.deps import ApiKeyDep, MetricsDep, SettingsDep
-from service.errors import ServiceProblem
+from service.http.deps import ApiKeyDep, MetricsDep, SettingsDep
+from service.http.errors import ServiceProblem
+from service.http.schemas import problem_responses
 from service.pacs.settings import PacsSettings
 from service.pacs.store import Spool
 from service.pacs.stow import DICOM_JSON_MEDIA_TYPE, StowBody, StowRefused, store_all
-from service.schemas import problem_responses
 from service.settings import Settings
 
 router = APIRouter(tags=["dicomweb"], dependencies=[ApiKeyDep])

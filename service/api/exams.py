@@ -2,7 +2,7 @@
 
 Multipart parts ``right`` and ``left`` (repeatable: several photographs per eye), and ``image`` for DICOM
 files that carry their laterality (ImageLaterality / Laterality); optional text fields ``exam_id`` and
-``patient_ref`` (opaque ids: ``service.identifiers``), echoed back and never logged. A DICOM file sent as
+``patient_ref`` (opaque ids: ``service.screening.identifiers``), echoed back and never logged. A DICOM file sent as
 ``right``/``left`` must not contradict its own laterality, and the parts must pass the exam identity rules
 (``service.screening.identity``: one StudyInstanceUID, one PatientID, no plain photograph joining a DICOM study, no
 photograph as both eyes, by identical bytes or identical decoded pixels).
@@ -44,14 +44,14 @@ from service.api.uploads import (
     read_spooled,
     request_body,
 )
-from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
-from service.errors import ServiceProblem, request_id_of
-from service.identifiers import OPAQUE_ID_MAX, OPAQUE_ID_PATTERN, normalised_uid
+from service.http.deps import ApiKeyDep, ModelHostDep, SettingsDep
+from service.http.errors import ServiceProblem, request_id_of
+from service.http.schemas import ExamResponse, problem_responses
 from service.inference.imaging import ImageRejected
 from service.inference.prepare import PreparedImage
-from service.schemas import ExamResponse, problem_responses
 from service.screening.exam import ExamResult
 from service.screening.grading import grade_exam
+from service.screening.identifiers import OPAQUE_ID_MAX, OPAQUE_ID_PATTERN, normalised_uid
 from service.screening.identity import ExamIdentityError, PartIdentity, check_exam_identity, content_hash
 
 router = APIRouter(tags=["exams"], dependencies=[ApiKeyDep])
@@ -228,7 +228,7 @@ async def score_exam(request: Request, host: ModelHostDep, settings: SettingsDep
 
 def _fhir(body: dict[str, Any], exam: ExamResult) -> Response:
     def render() -> dict[str, Any]:
-        from service.fhir_exam import to_fhir_exam_bundle
+        from service.interop.fhir_exam import to_fhir_exam_bundle
 
         return to_fhir_exam_bundle(body, exam=exam)
 

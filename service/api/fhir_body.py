@@ -12,7 +12,7 @@ this service has loaded: every field of its ``model`` and both thresholds (``dia
 ``uncertainty.referral_threshold_mi``) must equal the loaded model's exactly (JSON carries Python floats
 exactly). A document of another model, or with forged thresholds, is refused with 422 naming the fields that
 differ, never rendered as though this model had made it; the outcome is then re-derived with the loaded
-model's thresholds (``service.payload.checked_outcome``).
+model's thresholds (``service.screening.payload.checked_outcome``).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from service.api.uploads import check_study_id
-from service.errors import ServiceProblem, validation_problem
-from service.payload import MI_THRESHOLD_FIELD
-from service.schemas import PredictionResponse
+from service.http.errors import ServiceProblem, validation_problem
+from service.http.schemas import PredictionResponse
+from service.screening.payload import MI_THRESHOLD_FIELD
 
 if TYPE_CHECKING:
     from service.inference.scoring import Scorer

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
-from service.deps import MetricsDep, ModelHostDep
+from service.http.deps import MetricsDep, ModelHostDep
+from service.http.schemas import Health, Readiness
 from service.metrics import CONTENT_TYPE_LATEST
-from service.schemas import Health, Readiness
 
 router = APIRouter(tags=["operations"])
 

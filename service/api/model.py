@@ -7,8 +7,8 @@ from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
 from models.wording import training_summary
-from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
-from service.schemas import ModelResponse, problem_responses
+from service.http.deps import ApiKeyDep, ModelHostDep, SettingsDep
+from service.http.schemas import ModelResponse, problem_responses
 
 # how the machine shaped the run (service.inference.platform): chosen backend/precision/strategy, why, and the CPU
 RUNTIME_KEYS = ("backend_requested", "backend_reason", "precision_requested", "precision_reason", "strategy",

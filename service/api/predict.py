@@ -19,16 +19,16 @@ from service.api.uploads import (
     read_uploads,
     request_body,
 )
-from service.deps import ApiKeyDep, ModelHostDep, SettingsDep
-from service.errors import ServiceProblem, image_problem, request_id_of
-from service.inference.imaging import ImageRejected
-from service.schemas import (
+from service.http.deps import ApiKeyDep, ModelHostDep, SettingsDep
+from service.http.errors import ServiceProblem, image_problem, request_id_of
+from service.http.schemas import (
     EXAMPLE_PREDICTION,
     BatchItem,
     BatchResponse,
     PredictionResponse,
     problem_responses,
 )
+from service.inference.imaging import ImageRejected
 
 router = APIRouter(tags=["predict"], dependencies=[ApiKeyDep])
 
@@ -49,7 +49,7 @@ _FHIR_CONTENT = {FHIR_MEDIA_TYPE: {"schema": {"type": "object", "description": "
 
 def _fhir(body: dict[str, Any], outcome: ScreeningOutcome | None = None) -> Response:
     def render() -> dict[str, Any]:
-        from service.fhir import to_fhir_bundle
+        from service.interop.fhir import to_fhir_bundle
 
         return to_fhir_bundle(body, outcome=outcome)
 

@@ -14,10 +14,10 @@ from typing import Annotated, Any, Literal
 from fastapi import Query, Request
 from fastapi.responses import Response
 
-from service.errors import ServiceProblem
+from service.http.errors import ServiceProblem
 from service.inference.scoring import Scorer
 from service.model_host import Prediction
-from service.payload import score_payload
+from service.screening.payload import score_payload
 
 FHIR_MEDIA_TYPE = "application/fhir+json"
 FormatQuery = Annotated[
@@ -36,7 +36,8 @@ def wants_fhir(request: Request, fmt: str | None) -> bool:
 
 
 def image_result(pred: Prediction, scorer: Scorer, study_id: str | None) -> dict[str, Any]:
-    """One scored photograph's ``/v1/predict`` result (``service.payload``) with its ``study_id`` and timings."""
+    """One scored photograph's ``/v1/predict`` result (``service.screening.payload``) with its ``study_id``
+    and timings."""
     body = score_payload(pred.scored.score, scorer)
     body["study_id"] = study_id
     body["timing_ms"] = {

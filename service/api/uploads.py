@@ -6,7 +6,7 @@ Too many parts: the multipart parser stops at the per-request part limit plus ``
 batch of 17 images against a limit of 16 is told "17 images; at most 16 (RADSCREEN_MAX_BATCH_ITEMS)"
 with 413, and a body of thousands of parts is refused as soon as the slack is passed (the whole body
 is also capped in bytes by the middleware). A client that disconnects mid-body makes Starlette raise
-``ClientDisconnect`` here; ``service.errors`` maps it quietly (see ``service.middleware``).
+``ClientDisconnect`` here; ``service.http.errors`` maps it quietly (see ``service.http.middleware``).
 
 Nothing is held in memory before admission: a multipart part above 1 MiB spools to disk (Starlette), a raw
 body is spooled the same way (:func:`_spool_body`), and each :class:`Upload` is read by the decode worker
@@ -24,13 +24,13 @@ from fastapi import Request
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.errors import ServiceProblem
-from service.identifiers import OPAQUE_ID_MAX, OPAQUE_ID_PATTERN, OPAQUE_ID_RULE, is_opaque_id
+from service.http.errors import ServiceProblem
 from service.inference.imaging import ImageRejected
+from service.screening.identifiers import OPAQUE_ID_MAX, OPAQUE_ID_PATTERN, OPAQUE_ID_RULE, is_opaque_id
 
 COUNT_SLACK = 48  # extra parts parsed beyond the limit, to say how many were sent
 STUDY_ID_MAX = OPAQUE_ID_MAX
-STUDY_ID_PATTERN = OPAQUE_ID_PATTERN  # service.identifiers: the one rule for every opaque id echoed back
+STUDY_ID_PATTERN = OPAQUE_ID_PATTERN  # service.screening.identifiers: the one rule for every opaque id echoed back
 BATCH_LIMIT = "RADSCREEN_MAX_BATCH_ITEMS"
 RAW_TYPES = ("image/", "application/octet-stream", "application/dicom")
 PHOTO_SCHEMA = {"type": "string", "format": "binary", "description": "JPEG, PNG, TIFF, WebP, BMP or DICOM."}
@@ -85,7 +85,8 @@ def _field_error(field: str, msg: str) -> ServiceProblem:
 
 
 def check_opaque_id(field: str, value: str | None) -> str | None:
-    """``value`` when it obeys the opaque-id rule (``service.identifiers``), else 422 naming ``field``; None passes."""
+    """``value`` when it obeys the opaque-id rule (``service.screening.identifiers``), else 422 naming
+    ``field``; None passes."""
     if value is None:
         return None
     if not is_opaque_id(value):

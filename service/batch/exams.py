@@ -8,7 +8,7 @@ Which photographs form one exam, and which eye each shows, comes from one of thr
   e.g. ``10_left.jpeg``), optionally followed by ``_<n>`` for several photographs of an eye; the exam is the
   file's folder and that patient (``siteA/10`` and ``siteB/10`` are two exams, whatever ``--id-column`` says);
 - ``study``: DICOM files, grouped by StudyInstanceUID (the visit), the eye from ImageLaterality/Laterality; a
-  StudyInstanceUID outside the DICOM UID grammar makes the file ``ungrouped`` (``service.identifiers``).
+  StudyInstanceUID outside the DICOM UID grammar makes the file ``ungrouped`` (``service.screening.identifiers``).
 
 An exam must also pass the identity rules of ``service.screening.identity``: a study whose files carry two PatientIDs
 is a ``mixed-patients`` error row (never one exam of two patients), and the same photograph as both eyes a
@@ -45,8 +45,8 @@ from models.decision import EXAM_PRECEDENCE, Eye, ScreeningOutcome
 from service.batch.inputs import InputError, InputItem, InputSource, RowError
 from service.batch.manifest import read_manifest
 from service.batch.rows import Row, error_kind
-from service.identifiers import UID_RULE, is_dicom_uid, normalised_uid
 from service.screening.exam import ExamResult, exam_result
+from service.screening.identifiers import UID_RULE, is_dicom_uid, normalised_uid
 from service.screening.identity import cross_eye_duplicate, distinct
 
 if TYPE_CHECKING:

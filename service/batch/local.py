@@ -95,7 +95,7 @@ def prepared_stream(items: Sequence[InputItem], pipeline: ImagePipeline, executo
 def score_window(window: list[tuple[InputItem, PreparedImage | RowError]], scorer: Scorer) -> list[Row]:
     """Rows for a window of prepared images/errors, in window order, using one batched forward."""
     from service.inference.prepare import PreparedImage
-    from service.payload import score_payload
+    from service.screening.payload import score_payload
 
     sha = scorer.model_identity.sha256
     merged = score_accepted([result for _, result in window], PreparedImage, RowError, scorer.score_batch)

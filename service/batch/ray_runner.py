@@ -114,7 +114,7 @@ class ScoreActor:
         JSON keeps every float exactly (shortest round-trip repr) and avoids pickles on the way back.
         """
         from service.inference.prepare import PreparedImage
-        from service.payload import score_payload
+        from service.screening.payload import score_payload
 
         results = [pickle.loads(blob) for blob in batch["result"]]  # our own task's output, not user data
         outcomes = [

@@ -1,6 +1,6 @@
 """The batch output row: its columns, how a scored image and an error become one, and cell encodings.
 
-A scored row is built from :func:`service.payload.score_payload` — the same body ``POST /predict``
+A scored row is built from :func:`service.screening.payload.score_payload` — the same body ``POST /predict``
 returns — so the batch job and the HTTP service report the same numbers, and the same words
 (``outcome_reason``, ``models.wording``), for the same image.
 """
@@ -28,7 +28,7 @@ COLUMNS: tuple[str, ...] = (
     "gradable",
     "quality_score",
     "quality_issues",
-    "quality_details",  # why each issue: "blurred: sharpness 1.21, needs >= 1.45" (service.schemas.QualityFinding)
+    "quality_details",  # why each issue: "blurred: sharpness 1.21, needs >= 1.45" (service.http.schemas.QualityFinding)
     "refer_to_expert",
     "referral_reasons",
     "model_sha256",

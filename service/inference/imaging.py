@@ -99,7 +99,7 @@ REJECTION_SLUGS = frozenset({
 class ImageRejected(Exception):  # noqa: N818 (contract name)
     """An image the core refuses: a problem slug (``REJECTION_SLUGS``) and a detail a person can act on.
 
-    It carries no HTTP status: ``service.errors.IMAGE_PROBLEM_STATUS`` maps each slug to one, and the
+    It carries no HTTP status: ``service.http.errors.IMAGE_PROBLEM_STATUS`` maps each slug to one, and the
     batch job writes the slug into its error rows.
     """
 

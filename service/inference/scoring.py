@@ -4,7 +4,7 @@ Plain Python/numpy/torch; no FastAPI. The HTTP service (through ``service.batche
 job (``service.batch``) both use exactly this module, so an image gets the same answer whichever
 way it is scored. Building the scorer is ``service.inference.loading.load_scorer``; the image path (bytes
 -> ``PreparedImage``) is ``service.inference.prepare``; the JSON shape of an answer is
-``service.payload.score_payload`` (the API layer).
+``service.screening.payload.score_payload`` (the API layer).
 
 Example::
 

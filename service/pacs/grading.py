@@ -73,7 +73,7 @@ async def grade_study(host: ModelHost, study: StudyFolder) -> GradedExam | None:
 
 def exam_record(graded: GradedExam, result_key: str) -> dict[str, Any]:
     """The exam JSON (``/v1/exams`` fields, no identifier) and its FHIR bundle, kept beside the SR."""
-    from service.fhir_exam import to_fhir_exam_bundle
+    from service.interop.fhir_exam import to_fhir_exam_bundle
 
     study_uid = str(graded.images[0].header.StudyInstanceUID)
     body = {

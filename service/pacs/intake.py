@@ -16,9 +16,10 @@ Failure Reason (PS3.18 §10.5.3) and the C-STORE SCP returns (PS3.4 Annex B.2.3)
 
 **Identity, exactly as received.** StudyInstanceUID, SeriesInstanceUID and SOPInstanceUID (the SR references all
 three) are read from the raw element value and must obey the DICOM UID grammar
-(:func:`service.identifiers.is_dicom_uid`: digits and dots, no component empty or with a leading zero, at most 64
-characters) as they are, a single trailing NUL (the UI padding) being the only padding allowed: a UID with
-a trailing or leading space would file the photograph under another study key than the same UID without it.
+(:func:`service.screening.identifiers.is_dicom_uid`: digits and dots, no component empty or with a leading
+zero, at most 64 characters) as they are, a single trailing NUL (the UI padding) being the only padding
+allowed: a UID with a trailing or leading space would file the photograph under another study key than the same
+UID without it.
 
 **Laterality.** Image Laterality (0020,0062) is Type 1 in the Ophthalmic Photography Image module, so its absence
 is a data set that does not match its class; the series' Laterality (0020,0060) is not read in its place (it does
@@ -52,10 +53,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.decision import Eye
-from service.identifiers import is_dicom_uid
 from service.inference.dicom import ACCEPTED_SYNTAXES
 from service.inference.dicom_header import DicomHeader, corrupt_is_rejected, pixel_value, read_header
 from service.inference.imaging import ImageRejected
+from service.screening.identifiers import is_dicom_uid
 
 OP_8BIT = "1.2.840.10008.5.1.4.1.1.77.1.5.1"
 OP_16BIT = "1.2.840.10008.5.1.4.1.1.77.1.5.2"

@@ -226,7 +226,7 @@ def _thresholds(exam: GradedExam, algorithm: hd.sr.AlgorithmIdentification) -> l
 
 def _photograph_words(image: GradedImage) -> str:
     """A photograph's words: its outcome, probability beside the referral threshold and uncertainty beside the
-    grader-review threshold (``service.payload``'s ``words``); a refused photograph's reason as it stands."""
+    grader-review threshold (``service.screening.payload``'s ``words``); a refused photograph's reason as it stands."""
     words = image.result.get("words")
     if not words:
         return str(image.result["outcome_reason"])

@@ -4,7 +4,7 @@ Plain Python (no FastAPI, no model): each photograph of a visit comes in tagged 
 outcome, goes through the one exam rule (:func:`models.decision.exam_decision`), and comes out as an
 :class:`ExamResult` of per-eye :class:`EyeResult` s holding :class:`~models.decision.ScreeningOutcome` s. Every
 surface renders that value and none re-derives it: the JSON answer of ``POST /v1/exams`` and the PACS exam record
-(:meth:`ExamResult.to_fields`), FHIR (``service.fhir_exam``), the DICOM SR (``service.pacs.sr``) and the batch
+(:meth:`ExamResult.to_fields`), FHIR (``service.interop.fhir_exam``), the DICOM SR (``service.pacs.sr``) and the batch
 job's exam CSV (``service.batch.exams``). :meth:`ExamResult.from_fields` reads the JSON back into the same value::
 
     exam = exam_result([(Eye.RIGHT, ScreeningOutcome.NO_REFERABLE_DR),

@@ -27,8 +27,8 @@ from service.inference.imaging import ImageRejected
 from service.inference.prepare import PreparedImage
 from service.inference.scoring import Scorer
 from service.model_host import ImageSource, ModelHost, Prediction
-from service.payload import score_payload
 from service.screening.exam import ExamResult, exam_result
+from service.screening.payload import score_payload
 
 EyesOf = Callable[[Sequence[PreparedImage | ImageRejected]], Sequence[Eye]]
 
@@ -48,7 +48,7 @@ class ScoredPhotograph:
         return self.scored.scored.score.outcome
 
     def answer(self, scorer: Scorer) -> dict[str, Any]:
-        """The photograph's ``/v1/predict`` body (``service.payload``), or a refused photograph's outcome, its
+        """The photograph's ``/v1/predict`` body (``service.screening.payload``), or a refused photograph's outcome, its
         reason and the refusal's problem type."""
         if isinstance(self.scored, ImageRejected):
             outcome = ScreeningOutcome.RETAKE_UNGRADABLE

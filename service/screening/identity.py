@@ -8,7 +8,7 @@ rows.
 
 The rules, checked in this order over the parts of one exam:
 
-1. A DICOM part's StudyInstanceUID must obey the DICOM UID grammar (:mod:`service.identifiers`), since it
+1. A DICOM part's StudyInstanceUID must obey the DICOM UID grammar (:mod:`service.screening.identifiers`), since it
    becomes the exam's id.
 2. **One study**: the DICOM parts carry at most one StudyInstanceUID.
 3. **One patient**: the DICOM parts carry at most one PatientID (an absent one counts as a value of its own
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from models.decision import Eye
-from service.identifiers import UID_RULE, is_dicom_uid
+from service.screening.identifiers import UID_RULE, is_dicom_uid
 
 T = TypeVar("T", bound=Hashable)
 
@@ -60,7 +60,7 @@ class PartIdentity:
     eye: Eye
     sha256: str
     dicom: bool
-    study_uid: str | None = None  # normalised (service.identifiers.normalised_uid)
+    study_uid: str | None = None  # normalised (service.screening.identifiers.normalised_uid)
     patient_id: str | None = None
     pixel_sha256: str | None = None  # PreparedImage.pixel_sha256 once decoded; None before, or when refused
 

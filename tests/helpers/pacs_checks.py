@@ -19,8 +19,8 @@ from models.wording import result_words
 from service.inference.prepare import prepare_image
 from service.inference.scoring import Scorer
 from service.pacs.sr import result_uids
-from service.payload import score_payload
 from service.screening.exam import ExamResult, exam_result
+from service.screening.payload import score_payload
 from tests.helpers import orthanc as orthanc_helper
 
 SR_DECISION_THRESHOLD, SR_MI_THRESHOLD = 0.0558, 0.0028  # the thresholds of a result built without a model
@@ -29,7 +29,7 @@ SR_DECISION_THRESHOLD, SR_MI_THRESHOLD = 0.0558, 0.0028  # the thresholds of a r
 def graded_result(outcome: ScreeningOutcome, p: float, mi: float, issues: tuple[str, ...] = (),
                   decision_threshold: float = SR_DECISION_THRESHOLD,
                   referral_threshold_mi: float = SR_MI_THRESHOLD) -> dict[str, Any]:
-    """The fields of a ``/v1/predict`` result that the SR reads, worded as ``service.payload`` words them (for
+    """The fields of a ``/v1/predict`` result that the SR reads, worded as ``service.screening.payload`` words them (for
     building a ``GradedExam`` without a model)."""
     words = result_words(outcome=outcome, probability=p, decision_threshold=decision_threshold,
                          mutual_information=mi, referral_threshold_mi=referral_threshold_mi, quality_issues=issues)

@@ -13,10 +13,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.http.schemas import ModelIdentity, PredictionResponse, Timing
 from service.inference.loading import load_scorer
 from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
-from service.schemas import ModelIdentity, PredictionResponse, Timing
 from support.images import encode, fundus_like
 from support.live_server import live_server, settings_for, wait_until_ready
 from tests.helpers.gated_scorer import GatedScorer
@@ -195,7 +195,7 @@ def test_model_health_and_metrics(server: str) -> None:
 
 
 def test_fhir_output_is_negotiated(server: str) -> None:
-    pytest.importorskip("service.fhir")
+    pytest.importorskip("service.interop.fhir")
     png = encode(fundus_like(4))
     r = httpx.post(f"{server}/v1/predict?format=fhir", content=png, headers={"Content-Type": "image/png"})
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/fhir+json")

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.decision import Eye
-from service.errors import IMAGE_PROBLEM_STATUS
+from service.http.errors import IMAGE_PROBLEM_STATUS
 from service.inference.dicom import decode_dicom_rgb, decode_photograph, is_dicom, read_dicom_tags
 from service.inference.imaging import ImageRejected, decode_rgb
 from service.inference.loading import load_scorer

@@ -81,11 +81,11 @@ def test_integration_doc_exam_example_is_a_live_answer(gen: ModuleType, scorer: 
 
 def test_openapi_example_is_the_same_real_response(gen: ModuleType, real: dict[str, Any]) -> None:
     from service.app import create_app
-    from service.schemas import EXAMPLE_PREDICTION
+    from service.http.schemas import EXAMPLE_PREDICTION
 
     stored = json.loads(gen.OPENAPI_EXAMPLE.read_text(encoding="utf-8"))
     assert stored == EXAMPLE_PREDICTION == gen.documented_example()
-    _assert_same(stored, real, "service/openapi_example.json")
+    _assert_same(stored, real, "service/http/openapi_example.json")
     schema = create_app().openapi()
     example = schema["components"]["schemas"]["PredictionResponse"]["examples"][0]
     assert example == stored
@@ -96,7 +96,7 @@ def test_openapi_example_is_the_same_real_response(gen: ModuleType, real: dict[s
 def test_documented_quality_issues_and_outcomes_match_the_schema() -> None:
     from typing import get_args
 
-    from service.schemas import Outcome, QualityIssue
+    from service.http.schemas import Outcome, QualityIssue
 
     text = (ROOT / "docs" / "integration.md").read_text(encoding="utf-8")
     for name in (*get_args(QualityIssue), *get_args(Outcome)):

@@ -241,7 +241,7 @@ def test_fhir_exam_report_validates_with_one_observation_per_eye(service: str, p
 def test_an_exam_body_that_contradicts_its_photographs_is_not_rendered(
     service: str, photos: dict[str, bytes]
 ) -> None:
-    from service.fhir_exam import to_fhir_exam_bundle
+    from service.interop.fhir_exam import to_fhir_exam_bundle
 
     body = exam(service, [("right", png("r.png", photos[CLEAR])), ("left", png("l.png", twin(photos[CLEAR])))]).json()
     assert body["outcome"] == CLEAR and to_fhir_exam_bundle(body)["type"] == "collection"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from service.fhir import (
+from service.interop.fhir import (
     CODE_SYSTEM,
     MODEL_SHA256_SYSTEM,
     NOT_FOR_CLINICAL_USE,

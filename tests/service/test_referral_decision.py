@@ -24,7 +24,7 @@ from service.inference.loading import load_scorer
 from service.inference.prepare import PreparedImage
 from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
-from service.payload import score_payload
+from service.screening.payload import score_payload
 
 H_09 = 0.3250830  # H(0.9) = H(0.1) nats
 H_06 = 0.6730117  # H(0.6) = H(0.4)

@@ -20,12 +20,12 @@ from models.quality import QualityReport
 from models.quality_rules import Finding
 from models.sampling import seeded
 from models.vgg import mc_logits
+from service.http.schemas import ImageResult, ModelIdentity
 from service.inference.loading import load_scorer
 from service.inference.prepare import PreparedImage, prepare_image
 from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
-from service.payload import score_payload
-from service.schemas import ImageResult, ModelIdentity
+from service.screening.payload import score_payload
 from support.images import encode, fundus_like
 
 FP32_TOL = 1e-4  # probability and MI, torch vs onnxruntime vs the reference K-pass loop

@@ -18,14 +18,14 @@ from models.artifact import ArtifactError, load_artifact
 from models.artifact.schema import GuardBand
 from models.compute import Runtime
 from models.uncertainty import binary_uncertainty
-from service.fhir import to_fhir_bundle
+from service.http.schemas import ModelIdentity
 from service.inference.backends import FlipViewsBackend, GuardedBackend
 from service.inference.loading import _draws_backend, load_scorer
 from service.inference.prepare import PreparedImage, prepare_image
 from service.inference.spec import BackendSetting, ScorerSpec
+from service.interop.fhir import to_fhir_bundle
 from service.pacs.sr import _algorithm
-from service.payload import score_payload
-from service.schemas import ModelIdentity
+from service.screening.payload import score_payload
 from support.artifacts import build_tiny_artifact, edit_config
 from support.images import encode, fundus_like
 

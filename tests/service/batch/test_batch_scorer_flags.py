@@ -18,7 +18,7 @@ from service.inference.loading import load_scorer
 from service.inference.prepare import prepare_image
 from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec
-from service.payload import score_payload
+from service.screening.payload import score_payload
 
 
 def test_flags_and_variables_shape_the_scorer_of_the_job(

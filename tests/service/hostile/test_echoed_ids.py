@@ -2,7 +2,7 @@
 
 The finding: a DICOM StudyInstanceUID came back as ``exam_id`` as it was (10 KB, NUL/ESC/CRLF, ``<script>``,
 mojibake; a CR that reaches an HL7 v2 interface is segment injection), and an ``exam_id`` of blanks was
-accepted. Now client ids obey one strict rule (``service.identifiers``: ASCII letters, digits and
+accepted. Now client ids obey one strict rule (``service.screening.identifiers``: ASCII letters, digits and
 ``. _ - : /``, 1-64 characters) on every route, and a StudyInstanceUID the DICOM UID grammar (digits and dots,
 at most 64 characters); neither is ever quoted in the refusal. Real uvicorn on 127.0.0.1.
 """
@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from service.batch.job import BatchJobConfig, run_job
-from service.identifiers import UID_RULE
 from service.inference.loading import load_scorer
 from service.inference.spec import ScorerSpec
+from service.screening.identifiers import UID_RULE
 from support.images import encode, fundus_like
 from support.live_server import live_server, settings_for
 from tests.helpers.dicom_files import op_dicom

@@ -1,4 +1,4 @@
-"""The ``/v1/predict`` JSON answer of one scored image (``service.schemas.ImageResult`` is its schema).
+"""The ``/v1/predict`` JSON answer of one scored image (``service.http.schemas.ImageResult`` is its schema).
 
 API layer: the inference core (``service.inference``) returns typed scores and never shapes JSON; the HTTP
 routes, the batch rows and the doc generators all build the body here, so every surface shows the same

@@ -12,7 +12,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader
 
-from service.errors import ServiceProblem
+from service.http.errors import ServiceProblem
 from service.metrics import ServiceMetrics
 from service.model_host import ModelHost
 from service.settings import Settings

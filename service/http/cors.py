@@ -14,7 +14,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from service.errors import PROBLEM_MEDIA_TYPE, problem_body
+from service.http.errors import PROBLEM_MEDIA_TYPE, problem_body
 
 
 class _ProblemPreflight(Response):

@@ -1,6 +1,6 @@
 """The response headers every answer carries, and the request framing refused before the app sees a request.
 
-**Headers** (added by ``service.middleware`` to every response, errors included):
+**Headers** (added by ``service.http.middleware`` to every response, errors included):
 
 - ``Content-Security-Policy``: the clinician pages and every API answer may load only this origin's own
   scripts, styles and images (photograph previews are ``blob:`` URLs), no plugin, no ``<base>``, and may be
@@ -18,7 +18,7 @@
 request smuggling begins when a proxy and the server disagree on which one frames the body. uvicorn's h11
 accepts it (and reads the body as chunked), so :func:`framing_problem` refuses it with 400 before the app
 runs, and the connection is closed. An obs-folded header line (a header continued on the next line after a
-space, RFC 9112 §5.2) is refused at the protocol (``service.header_timeout``), where the raw head is seen.
+space, RFC 9112 §5.2) is refused at the protocol (``service.http.header_timeout``), where the raw head is seen.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """FHIR R4 rendering of one screening exam (a patient visit): one DiagnosticReport, one Observation per eye.
 
 The ``POST /v1/exams`` JSON in, a ``Bundle`` of type ``collection`` out (the same shape choice as the
-single-image rendering in :mod:`service.fhir`):
+single-image rendering in :mod:`service.interop.fhir`):
 
 - ``DiagnosticReport`` — status ``preliminary``; ``conclusionCode`` = the exam outcome (our code system, as
   for one image), ``conclusion`` = the exam's reason in plain words plus the not-for-clinical-use note;
@@ -20,7 +20,7 @@ single-image rendering in :mod:`service.fhir`):
 - ``Device`` — the model, as for one image.
 
 For a body from outside, the exam it states is re-derived by the rule (each photograph's outcome is first
-checked against its own numbers by :func:`service.payload.checked_outcome`, then the exam rule is applied,
+checked against its own numbers by :func:`service.screening.payload.checked_outcome`, then the exam rule is applied,
 :func:`service.screening.exam.exam_result`): a body whose stated outcome contradicts it raises ``ValueError`` and
 is never rendered into a clinical document. An exam just graded by the service passes its typed
 :class:`~service.screening.exam.ExamResult` instead, and the eyes are rendered from that value.
@@ -33,7 +33,7 @@ from datetime import datetime
 from typing import Any
 
 from models.decision import EXAM_OUTCOME_TEXT, OUTCOME_TEXT, Eye, ScreeningOutcome
-from service.fhir import (
+from service.interop.fhir import (
     NOT_FOR_CLINICAL_USE,
     REQUEST_ID_SYSTEM,
     SNOMED,
@@ -46,8 +46,8 @@ from service.fhir import (
     screening_report,
     stamp_of,
 )
-from service.payload import checked_outcome
 from service.screening.exam import ExamResult, EyeResult, exam_result
+from service.screening.payload import checked_outcome
 
 EXAM_ID_SYSTEM = "urn:radial-screen:exam-id"
 PATIENT_REF_SYSTEM = "urn:radial-screen:patient-ref"

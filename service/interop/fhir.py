@@ -8,7 +8,7 @@ reference on its own, and the bundle is a single POSTable document. It holds:
   cleared for clinical use; a human must confirm it), ``conclusionCode`` = the screening outcome
   (``retake_ungradable`` / ``grader_review_uncertain`` / ``refer_referable_dr`` / ``no_referable_dr``,
   computed once in ``models.decision.screening_outcome``: the scorer's own for a fresh answer, else the
-  body's after ``service.payload.checked_outcome``), conclusion text stating that outcome, the probability
+  body's after ``service.screening.payload.checked_outcome``), conclusion text stating that outcome, the probability
   beside the referral threshold and the uncertainty beside the grader-review threshold in the words every
   surface shares (``models.wording.result_words``) and the not-for-clinical-use note, ``result``
   references to the observations, ``identifier`` for the request id and (if given) the caller's opaque ``study_id``;
@@ -37,7 +37,7 @@ response always renders to the same bundle (auditable; a retried upload is recog
 Validated in tests against ``fhir.resources.R4B`` (FHIR 4.3.0; the resources used here are unchanged
 from R4 4.0.1). Example::
 
-    from service.fhir import to_fhir_bundle
+    from service.interop.fhir import to_fhir_bundle
     bundle = to_fhir_bundle(response_json)   # dict, ready for json.dumps (the body's outcome is checked)
     bundle = to_fhir_bundle(body, outcome=score.outcome)   # an answer just scored: its outcome as is
 """
@@ -50,7 +50,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from models.decision import OUTCOME_TEXT, ScreeningOutcome, defers_by_uncertainty, is_uncertain
-from service.payload import MI_THRESHOLD_FIELD, checked_outcome, require_field, words_of
+from service.screening.payload import MI_THRESHOLD_FIELD, checked_outcome, require_field, words_of
 
 FHIR_MEDIA_TYPE = "application/fhir+json"
 CODE_SYSTEM = "urn:radial-screen:fhir:codes"
@@ -302,7 +302,7 @@ def to_fhir_bundle(body: dict[str, Any], *, outcome: ScreeningOutcome | None = N
     """Render one ``/v1/predict`` response dict as a FHIR R4 ``Bundle`` (type ``collection``).
 
     ``outcome``: the scorer's outcome of an answer just scored in this process; ``None`` (a body from
-    outside) takes the body's stated outcome once ``service.payload.checked_outcome`` has verified it.
+    outside) takes the body's stated outcome once ``service.screening.payload.checked_outcome`` has verified it.
     ``issued`` stamps the report and observations (default: now, UTC); pass it for reproducible output.
     Raises ``ValueError`` naming the missing field when ``body`` is not a prediction response, or when its
     stated outcome contradicts its numbers.

@@ -5,7 +5,7 @@ waits forever for the rest of its headers: a client sending one header byte ever
 connection (and a file descriptor) indefinitely ("slowloris"). :class:`HeaderTimeoutH11Protocol` starts
 a timer when a request's first bytes arrive (on a new connection, or after the previous answer) and
 cancels it when h11 has parsed the whole request head; if the timer fires first the client gets a
-``408`` problem and the connection is closed. The body has its own limits (``service.middleware``).
+``408`` problem and the connection is closed. The body has its own limits (``service.http.middleware``).
 Behind a reverse proxy the proxy's own header timeout (nginx ``client_header_timeout``) applies
 first; see docs/deploy.md.
 
@@ -28,8 +28,8 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from service.errors import PROBLEM_MEDIA_TYPE, problem_body
-from service.security_headers import response_headers
+from service.http.errors import PROBLEM_MEDIA_TYPE, problem_body
+from service.http.security_headers import response_headers
 
 HEADER_TIMEOUT_ENV = "RADSCREEN_HEADER_TIMEOUT_S"
 HEADER_TIMEOUT_S = 10.0  # its default

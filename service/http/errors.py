@@ -194,7 +194,7 @@ async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
 async def _on_client_disconnect(request: Request, exc: Exception) -> Response:
     """The client went away mid-body: nothing to answer and nothing to log as an error.
 
-    The access log (``service.middleware``) records it at info level with status 499 and counts it;
+    The access log (``service.http.middleware``) records it at info level with status 499 and counts it;
     this empty response is never sent (the connection is gone).
     """
     assert isinstance(exc, ClientDisconnect)

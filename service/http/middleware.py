@@ -1,6 +1,6 @@
 """ASGI middleware: request ids, access logs, request metrics, the request-body size and time limits,
 client disconnects, the security headers of every answer and the refusal of ambiguous framing
-(``service.security_headers``: a request with both Content-Length and Transfer-Encoding is answered 400).
+(``service.http.security_headers``: a request with both Content-Length and Transfer-Encoding is answered 400).
 
 Pure ASGI (not ``BaseHTTPMiddleware``) so the body is streamed, never buffered here.
 
@@ -16,7 +16,7 @@ previous one and the whole body within ``upload_timeout_s`` of the request start
 ``request-timeout``.
 
 Client disconnects: a client that goes away while its body is being read (stage ``upload``;
-Starlette raises ``ClientDisconnect`` in the route, mapped quietly in ``service.errors``) or after
+Starlette raises ``ClientDisconnect`` in the route, mapped quietly in ``service.http.errors``) or after
 sending it but before the answer (stage ``processing``: a watcher sees ``http.disconnect`` and
 cancels the request, so its queued images are skipped by the batcher) is counted in
 ``radscreen_client_disconnects_total{stage}`` and logged as the request's one info-level access
@@ -38,9 +38,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import PROBLEM_MEDIA_TYPE, ServiceProblem, problem_body
+from service.http.errors import PROBLEM_MEDIA_TYPE, ServiceProblem, problem_body
+from service.http.security_headers import framing_problem, response_headers
 from service.metrics import ServiceMetrics
-from service.security_headers import framing_problem, response_headers
 from service.settings import Settings
 
 logger = logging.getLogger("service.access")
