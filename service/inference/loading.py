@@ -19,7 +19,7 @@ import logging
 from dataclasses import asdict
 
 from models.artifact import Artifact, ArtifactError, load_artifact
-from models.artifact.schema import PASS_BUDGET
+from models.artifact.schema import PASS_BUDGET, ServingDraws
 from models.compute import Runtime, resolve
 from models.cpu import CpuCapability, detect_cpu
 from models.draws import DrawnNetwork
@@ -46,20 +46,7 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
     """
     artifact = _verified_artifact(spec)
     cfg, cal = artifact.config, artifact.calibration
-    draws = artifact.serving_draws(spec.mc_samples)
-    if draws.passes > cfg.pass_budget:
-        raise ArtifactError(
-            f"mc_samples={draws.mc_samples}: {draws.split_text()} is {draws.passes} forward passes per image, over "
-            f"the artifact's pass budget of {cfg.pass_budget}; use at most {cfg.pass_budget // draws.views} draws")
-    if cfg.pass_budget > PASS_BUDGET:
-        logger.warning("the artifact serves up to %d forward passes per image (%s), over the design's %d",
-                       cfg.pass_budget, draws.split_text(), PASS_BUDGET)
-    if draws.mc_samples != cfg.mc_samples:
-        logger.warning(
-            "mc_samples=%d differs from the artifact's %d, for which its MI referral threshold was set",
-            draws.mc_samples,
-            cfg.mc_samples,
-        )
+    draws = _checked_draws(artifact, spec)
     cpu = cpu if cpu is not None else detect_cpu(override=spec.native_bf16)
     runtime = resolve(device=spec.device, precision=spec.precision, strategy=spec.strategy, backend=spec.backend,
                       cpu=cpu, permits=cal.permits(), fix=SERVICE_FIX)
@@ -86,17 +73,10 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
         "threads": spec.threads,
         "guard_band": None if runtime.guard is None else asdict(runtime.guard),
     }
-    identity = ScorerIdentity(
-        name=cfg.name,
-        version=cfg.version,
-        sha256=artifact.sha256,
-        mc_samples=draws.mc_samples,
-        head_draws=draws.head_draws,
-        test_time_flip=draws.test_time_flip,
-        pass_budget=cfg.pass_budget,
-        training_data=cfg.training_data,
-        intended_use=cfg.intended_use,
-    )
+    identity = ScorerIdentity(name=cfg.name, version=cfg.version, sha256=artifact.sha256,
+                              mc_samples=draws.mc_samples, head_draws=draws.head_draws,
+                              test_time_flip=draws.test_time_flip, pass_budget=cfg.pass_budget,
+                              training_data=cfg.training_data, intended_use=cfg.intended_use)
     pipeline = ImagePipeline.of(artifact.image_transform(), max_pixels=spec.max_pixels,
                                 max_bytes=spec.max_upload_bytes, decode_timeout_s=spec.decode_timeout_s)
     logger.info(
@@ -125,6 +105,24 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
         precision=precision,
         runtime=report,
     )
+
+
+def _checked_draws(artifact: Artifact, spec: ScorerSpec) -> ServingDraws:
+    """The serving draws at ``spec.mc_samples`` (None: the artifact's), refused over the artifact's pass budget;
+    a budget over the design's, or a K other than the one the thresholds were set for, is logged."""
+    cfg = artifact.config
+    draws = artifact.serving_draws(spec.mc_samples)
+    if draws.passes > cfg.pass_budget:
+        raise ArtifactError(
+            f"mc_samples={draws.mc_samples}: {draws.split_text()} is {draws.passes} forward passes per image, over "
+            f"the artifact's pass budget of {cfg.pass_budget}; use at most {cfg.pass_budget // draws.views} draws")
+    if cfg.pass_budget > PASS_BUDGET:
+        logger.warning("the artifact serves up to %d forward passes per image (%s), over the design's %d",
+                       cfg.pass_budget, draws.split_text(), PASS_BUDGET)
+    if draws.mc_samples != cfg.mc_samples:
+        logger.warning("mc_samples=%d differs from the artifact's %d, for which its MI referral threshold was set",
+                       draws.mc_samples, cfg.mc_samples)
+    return draws
 
 
 def _verified_artifact(spec: ScorerSpec) -> Artifact:

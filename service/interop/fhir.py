@@ -166,17 +166,20 @@ def _nat(x: float) -> str:
 def _observations(body: dict[str, Any], outcome: ScreeningOutcome, device_ref: str,
                   issued: str) -> dict[str, dict[str, Any]]:
     """The Observations keyed by entry name (outcome, referral, probability, mi, quality)."""
-    diagnosis, unc, quality = body["diagnosis"], body["uncertainty"], body["quality"]
-    probability = float(diagnosis["referable_dr_probability"])
-    label = str(diagnosis["label"])
-    decision_threshold = float(diagnosis["decision_threshold"])
-    mi = float(unc["mutual_information"])
-    referral_threshold_mi = float(unc[MI_THRESHOLD_FIELD])
-    unit = str(unc.get("unit", "nat"))
-    graded = outcome is not ScreeningOutcome.RETAKE_UNGRADABLE
+    return {
+        "outcome": _outcome_observation(body, outcome, device_ref, issued),
+        "referral": _referral_observation(outcome, device_ref, issued),
+        "probability": _probability_observation(body["diagnosis"], outcome, device_ref, issued),
+        "mi": _uncertainty_observation(body["uncertainty"], device_ref, issued),
+        "quality": _quality_observation(body["quality"], device_ref, issued),
+    }
 
+
+def _outcome_observation(body: dict[str, Any], outcome: ScreeningOutcome, device_ref: str,
+                         issued: str) -> dict[str, Any]:
+    """The screening outcome, whether the model defers the image to a human, and why."""
     reasons = [str(r) for r in body.get("referral_reasons") or []]
-    outcome_obs = _observation(
+    return _observation(
         _code("screening-outcome", "Diabetic retinopathy screening outcome"),
         device_ref,
         issued,
@@ -195,8 +198,12 @@ def _observations(body: dict[str, Any], outcome: ScreeningOutcome, device_ref: s
             ),
         ],
     )
+
+
+def _referral_observation(outcome: ScreeningOutcome, device_ref: str, issued: str) -> dict[str, Any]:
+    """Whether a referral is recommended; when not, what the outcome asks for instead."""
     recommended = outcome is ScreeningOutcome.REFER_REFERABLE_DR
-    referral_obs = _observation(
+    return _observation(
         _code("referral-recommended", "Referral to an eye-care professional recommended"),
         device_ref,
         issued,
@@ -210,31 +217,46 @@ def _observations(body: dict[str, Any], outcome: ScreeningOutcome, device_ref: s
             }
         ),
     )
-    if graded:
-        prob_value: dict[str, Any] = {
-            "valueQuantity": _percent(probability),
+
+
+def _probability_observation(diagnosis: dict[str, Any], outcome: ScreeningOutcome, device_ref: str,
+                             issued: str) -> dict[str, Any]:
+    """The referable-DR probability beside its decision threshold; absent (not performed) for an ungradable
+    image, whose probability is no finding."""
+    label = str(diagnosis["label"])
+    if outcome is not ScreeningOutcome.RETAKE_UNGRADABLE:
+        value: dict[str, Any] = {
+            "valueQuantity": _percent(float(diagnosis["referable_dr_probability"])),
             "interpretation": [_code(label, label.replace("_", " ").capitalize())],
         }
     else:
-        prob_value = {
+        value = {
             "dataAbsentReason": {
                 "coding": [{"system": DATA_ABSENT, "code": "not-performed", "display": "Not Performed"}],
                 "text": "Not graded: the image is ungradable, so the model's probability is not a finding",
             }
         }
-    prob_obs = _observation(
+    return _observation(
         _code("referable-dr-probability", "Probability of referable diabetic retinopathy"),
         device_ref,
         issued,
-        **prob_value,
+        **value,
         referenceRange=[
             {
-                "high": _percent(decision_threshold),
+                "high": _percent(float(diagnosis["decision_threshold"])),
                 "text": "Decision threshold: at or above it the diagnosis label is 'referable'",
             }
         ],
     )
-    mi_obs = _observation(
+
+
+def _uncertainty_observation(unc: dict[str, Any], device_ref: str, issued: str) -> dict[str, Any]:
+    """The mutual information beside the grader-review threshold (or the statement that this model defers no
+    image for uncertainty)."""
+    mi = float(unc["mutual_information"])
+    referral_threshold_mi = float(unc[MI_THRESHOLD_FIELD])
+    unit = str(unc.get("unit", "nat"))
+    return _observation(
         _code("mutual-information", "Model uncertainty (mutual information, epistemic)"),
         device_ref,
         issued,
@@ -256,32 +278,27 @@ def _observations(body: dict[str, Any], outcome: ScreeningOutcome, device_ref: s
             }
         ],
     )
-    quality_components: list[dict[str, Any]] = []
+
+
+def _quality_observation(quality: dict[str, Any], device_ref: str, issued: str) -> dict[str, Any]:
+    """Whether the image is gradable, with its quality score and issues."""
+    components: list[dict[str, Any]] = []
     if quality.get("score") is not None:
-        quality_components.append(
+        components.append(
             {
                 "code": _code("image-quality-score", "Image quality score (0-1)"),
                 "valueQuantity": {"value": float(quality["score"]), "unit": "1", "system": UCUM, "code": "1"},
             }
         )
     for issue in quality.get("issues") or []:
-        quality_components.append(
-            {"code": _code("image-quality-issue", "Image quality issue"), "valueString": str(issue)}
-        )
-    quality_obs = _observation(
+        components.append({"code": _code("image-quality-issue", "Image quality issue"), "valueString": str(issue)})
+    return _observation(
         _code("image-gradable", "Fundus image gradable"),
         device_ref,
         issued,
         valueBoolean=bool(quality["gradable"]),
-        **({"component": quality_components} if quality_components else {}),
+        **({"component": components} if components else {}),
     )
-    return {
-        "outcome": outcome_obs,
-        "referral": referral_obs,
-        "probability": prob_obs,
-        "mi": mi_obs,
-        "quality": quality_obs,
-    }
 
 
 def _conclusion(body: dict[str, Any], outcome: ScreeningOutcome) -> str:
