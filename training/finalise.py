@@ -160,15 +160,7 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
     training); ``reserved_by``: the ``finalise`` command that re-served a finished run, named beside it."""
     run_dir = Path(config.out)
     data = data or prepare_data(config)
-    model = build_model(config)
-    model.load_state_dict(load_file(str(run_dir / BEST_WEIGHTS)))
-    model.to(compute.resolve_device(config.device)).eval()  # the serving draws are scored on the training device
-    rounding = rounding_to_sd(model, config.weights_dtype)
-    if config.weights_dtype != "fp32":  # calibrate the weights that will be served, after the storage cast
-        with torch.no_grad():
-            for p in model.parameters():
-                p.copy_(p.to(DTYPES[config.weights_dtype]).float())
-
+    model, rounding = _served_model(config, run_dir)
     bayesian = is_bayesian(model)  # baselines (MC dropout, deterministic) have no posterior to draw
     draws = config.serving_draws() if bayesian else replace(config.serving_draws(), head_draws=1)
 
@@ -200,15 +192,10 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         save_draws(run_dir / "eval_val" / DRAWS_FILENAME, val_probs, val_labels, image_ids(data.val.rows))
     else:
         val_probs, val_labels = score("val", draws)
-    operating: OperatingPoint | None = None
-    referral_threshold_mi: float | None = None
-    decision = config.decision_threshold
-    if config.max_missed_share is not None:  # the screening rule, sensitivity first (evaluation.operating_point)
-        unc = mc_uncertainty(val_probs)
-        operating = screening_operating_point(unc.probability, unc.mutual_information, val_labels,
-                                              max_missed_share=config.max_missed_share)
-        referral_threshold_mi, decision = operating.referral_threshold_mi, operating.decision_threshold
-    val = evaluate("val", val_probs, val_labels, referral_threshold_mi, decision)
+    operating = _operating_point(config, val_probs, val_labels)
+    decision = config.decision_threshold if operating is None else operating.decision_threshold
+    val = evaluate("val", val_probs, val_labels, None if operating is None else operating.referral_threshold_mi,
+                   decision)
     val_summary = val.calibration_summary()
     sources: dict[str, Any] = {"val": per_source("val", val_probs, val_labels, val)}
     test = None
@@ -217,32 +204,14 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         test_probs, test_labels = score("test", draws)
         test = evaluate("test", test_probs, test_labels, val_summary["referral_threshold_mi"], decision)
         sources["test"] = per_source("test", test_probs, test_labels, test)
-        if operating is not None:
-            unc = mc_uncertainty(test_probs)
-            test_shares = outcome_shares(unc.probability, unc.mutual_information, test_labels,
-                                         decision_threshold=decision,
-                                         referral_threshold_mi=operating.referral_threshold_mi)
+        test_shares = _shares_at(operating, test_probs, test_labels)
     if not is_bayesian(model):
         log.warning("%s is a baseline without fixed posterior draws: reports written, no serving artifact",
                     config.model)
         return FinalResult(None, None, val, test)
     description, synthetic, data_command = _dataset_description(
         config, [*data.train.rows, *data.val.rows, *data.test.rows])
-    validation: dict[str, Any] = {**val_summary["validation"],
-                                  "test": test.calibration_summary()["validation"] if test else None}
-    if choice is not None:
-        validation["serving_option"] = choice.as_dict()
-    if operating is not None:
-        validation["operating_point"] = operating.as_dict()
-        validation["operating_point_test"] = test_shares
-    calibration = Calibration(
-        referral_threshold_mi=float(val_summary["referral_threshold_mi"]),
-        target_referral_rate=float(val_summary["target_referral_rate"]),
-        achieved_referral_rate=val_summary["achieved_referral_rate"],
-        decision_threshold=decision,
-        validation=validation,
-        dataset=description,
-    )
+    calibration = _calibration(val_summary, test, choice, operating, test_shares, decision, description)
     history = read_history(run_dir)
     if history:  # per-epoch times add up across resumed calls; this call's own time would not
         train_seconds = sum(float(row.get("seconds", 0.0)) for row in history)
@@ -257,20 +226,80 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
         operating=operating.as_dict() if operating is not None else None, operating_test=test_shares,
         by_source=sources if sources["val"] is not None else None, draws=draws,
         serving_choice=choice, reserved_by=reserved_by)
-    art_config = ArtifactConfig(
-        name=config.name, version=config.version, architecture=model.config, mean=data.mean, std=data.std,
-        posterior=model.config.layer, prior=dict(config.prior), draw_seed=config.draw_seed,
-        mc_samples=draws.mc_samples, head_draws=draws.head_draws, test_time_flip=draws.test_time_flip,
-        pass_budget=config.pass_budget,
-        preprocessing=config.preprocessing,
-        training_data="synthetic" if synthetic else f"real: {description}",
-        intended_use=SYNTHETIC_USE if synthetic else REAL_USE,
-    )
+    art_config = _artifact_config(config, model, data, draws, description, synthetic)
     artifact_dir = Path(config.artifact or run_dir / "artifact")
     sha = save_artifact(artifact_dir, model=model.cpu(), config=art_config, calibration=calibration, model_card=card,
                         weights_dtype=DTYPES[config.weights_dtype], overwrite=True)
     log.info("artifact %s (sha256 %s)", artifact_dir, sha)
     return FinalResult(artifact_dir, sha, val, test)
+
+
+def _shares_at(operating: OperatingPoint | None, probs: Any, labels: Any) -> dict[str, float] | None:
+    """The outcome shares of the scored eyes at the validation eyes' operating point (None without one)."""
+    if operating is None:
+        return None
+    unc = mc_uncertainty(probs)
+    return outcome_shares(unc.probability, unc.mutual_information, labels,
+                          decision_threshold=operating.decision_threshold,
+                          referral_threshold_mi=operating.referral_threshold_mi)
+
+
+def _artifact_config(config: TrainConfig, model: Any, data: PreparedData, draws: ServingDraws, description: str,
+                     synthetic: bool) -> ArtifactConfig:
+    """The served network's config: architecture, input statistics, posterior and prior, the serving draws."""
+    return ArtifactConfig(
+        name=config.name, version=config.version, architecture=model.config, mean=data.mean, std=data.std,
+        posterior=model.config.layer, prior=dict(config.prior), draw_seed=config.draw_seed,
+        mc_samples=draws.mc_samples, head_draws=draws.head_draws, test_time_flip=draws.test_time_flip,
+        pass_budget=config.pass_budget, preprocessing=config.preprocessing,
+        training_data="synthetic" if synthetic else f"real: {description}",
+        intended_use=SYNTHETIC_USE if synthetic else REAL_USE)
+
+
+def _served_model(config: TrainConfig, run_dir: Path) -> tuple[Any, Any]:
+    """The run's best weights on the training device (the serving draws are scored there), cast through the
+    storage dtype first so that the thresholds are fitted on the weights that will be served; and the rounding
+    record of that cast."""
+    model = build_model(config)
+    model.load_state_dict(load_file(str(run_dir / BEST_WEIGHTS)))
+    model.to(compute.resolve_device(config.device)).eval()
+    rounding = rounding_to_sd(model, config.weights_dtype)
+    if config.weights_dtype != "fp32":
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(DTYPES[config.weights_dtype]).float())
+    return model, rounding
+
+
+def _operating_point(config: TrainConfig, val_probs: Any, val_labels: Any) -> OperatingPoint | None:
+    """The screening rule's thresholds on the validation eyes, sensitivity first (``--max-missed-share``;
+    ``evaluation.operating_point``), or None without a bound."""
+    if config.max_missed_share is None:
+        return None
+    unc = mc_uncertainty(val_probs)
+    return screening_operating_point(unc.probability, unc.mutual_information, val_labels,
+                                     max_missed_share=config.max_missed_share)
+
+
+def _calibration(val_summary: dict[str, Any], test: EvaluationReport | None, choice: ServingChoice | None,
+                 operating: OperatingPoint | None, test_shares: dict[str, float] | None, decision: float,
+                 description: str) -> Calibration:
+    """The artifact's calibration: the thresholds and what the validation (and test) eyes showed at them."""
+    validation: dict[str, Any] = {**val_summary["validation"],
+                                  "test": test.calibration_summary()["validation"] if test else None}
+    if choice is not None:
+        validation["serving_option"] = choice.as_dict()
+    if operating is not None:
+        validation["operating_point"] = operating.as_dict()
+        validation["operating_point_test"] = test_shares
+    return Calibration(
+        referral_threshold_mi=float(val_summary["referral_threshold_mi"]),
+        target_referral_rate=float(val_summary["target_referral_rate"]),
+        achieved_referral_rate=val_summary["achieved_referral_rate"],
+        decision_threshold=decision,
+        validation=validation,
+        dataset=description,
+    )
 
 
 def _choose_views(config: TrainConfig, score: Callable[[ServingDraws], tuple[Any, Any]],

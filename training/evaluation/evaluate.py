@@ -25,7 +25,14 @@ from sklearn.metrics import accuracy_score, roc_auc_score
 from models.decision import is_referable, is_uncertain
 from training.evaluation.calibration import ece_bootstrap_se, ece_calibrated_floor, reliability_bins
 from training.evaluation.paired import strategy_differences
-from training.evaluation.referral import DEFAULT_FRACTIONS, STRATEGIES, referral_curve, retained_metrics
+from training.evaluation.referral import (
+    DEFAULT_FRACTIONS,
+    STRATEGIES,
+    ReferralCurve,
+    Strategy,
+    referral_curve,
+    retained_metrics,
+)
 from training.evaluation.report import MI_QUANTILES, SUMMARY_FRACTIONS, EvaluationReport, MIHistogram, fraction_key
 from training.evaluation.threshold import ReferralThreshold, mi_referral_threshold, referral_rate
 from training.evaluation.uncertainty import McUncertainty, mc_uncertainty
@@ -63,6 +70,37 @@ def _mi_histogram(unc: McUncertainty, correct: NDArray[np.bool_], n_bins: int = 
     )
 
 
+def _curves(unc: McUncertainty, y: np.ndarray, *, fractions: Sequence[float], n_bootstrap: int, seed: int,
+            decision_threshold: float) -> dict[Strategy, ReferralCurve]:
+    """The referral curve of each strategy; a warning names the fractions where bootstrap resamples were skipped
+    (a resample that kept a single class has no AUC)."""
+    curves = {s: referral_curve(unc, y, s, fractions=fractions, n_bootstrap=n_bootstrap, seed=seed,
+                                decision_threshold=decision_threshold) for s in STRATEGIES}
+    for curve in curves.values():
+        short = [f for f, u in zip(curve.fractions, curve.n_bootstrap_used, strict=True) if u < n_bootstrap]
+        if short:
+            logger.warning(
+                "Referral by %s: some bootstrap resamples kept a single class at fractions %s and were "
+                "skipped for the AUC standard error (counts in n_bootstrap_used)", curve.strategy, short,
+            )
+    return curves
+
+
+def _threshold(mi: np.ndarray, target_referral_rate: float, referral_threshold_mi: float | None
+               ) -> ReferralThreshold:
+    """The MI threshold fitted for ``target_referral_rate`` on these images, or the given one with the rate it
+    refers here."""
+    if referral_threshold_mi is None:
+        return mi_referral_threshold(mi, target_referral_rate)
+    return ReferralThreshold(
+        threshold=float(referral_threshold_mi),
+        target_rate=float(target_referral_rate),
+        achieved_rate=referral_rate(mi, referral_threshold_mi),
+        n_referred=int(np.sum(is_uncertain(mi, referral_threshold_mi))),
+        n=int(mi.size),
+    )
+
+
 def evaluate_predictions(
     mc_probs: ArrayLike,
     labels: ArrayLike,
@@ -94,35 +132,13 @@ def evaluate_predictions(
     predicted = is_referable(p, decision_threshold)  # [N]
     correct = predicted == (y == 1)  # [N]
 
-    curves = {
-        s: referral_curve(
-            unc, y, s, fractions=fractions, n_bootstrap=n_bootstrap, seed=seed,
-            decision_threshold=decision_threshold,
-        )
-        for s in STRATEGIES
-    }
-    for curve in curves.values():
-        short = [f for f, u in zip(curve.fractions, curve.n_bootstrap_used, strict=True) if u < n_bootstrap]
-        if short:
-            logger.warning(
-                "Referral by %s: some bootstrap resamples kept a single class at fractions %s and were "
-                "skipped for the AUC standard error (counts in n_bootstrap_used)", curve.strategy, short,
-            )
+    curves = _curves(unc, y, fractions=fractions, n_bootstrap=n_bootstrap, seed=seed,
+                     decision_threshold=decision_threshold)
     auc_ref, acc_ref = retained_metrics(
         unc, y, SUMMARY_FRACTIONS, decision_threshold=decision_threshold, seed=seed
     )
 
-    if referral_threshold_mi is None:
-        thr = mi_referral_threshold(mi, target_referral_rate)
-    else:
-        rate = referral_rate(mi, referral_threshold_mi)
-        thr = ReferralThreshold(
-            threshold=float(referral_threshold_mi),
-            target_rate=float(target_referral_rate),
-            achieved_rate=rate,
-            n_referred=int(np.sum(is_uncertain(mi, referral_threshold_mi))),
-            n=int(mi.size),
-        )
+    thr = _threshold(mi, target_referral_rate, referral_threshold_mi)
     keep = ~is_uncertain(mi, thr.threshold)  # [N] images the threshold does not refer
     auc_keep = float(roc_auc_score(y[keep], p[keep])) if np.unique(y[keep]).size == 2 else float("nan")
     acc_keep = float(accuracy_score(y[keep], predicted[keep])) if keep.any() else float("nan")

@@ -149,10 +149,18 @@ def paint_lesions(
     img: np.ndarray, rng: np.random.Generator, geom: Geometry, tree: VesselTree, plan: LesionPlan
 ) -> None:
     """Paint the planned lesions and confounders into the albedo image ``img`` ``[H, W, 3]`` in place."""
-    c, k = plan.counts, plan.contrast
-    px = geom.px  # lesion sizes are defined for a FOV of radius REF_RADIUS and scale with it
+    # Confounders first, so true lesions sit on top of them; each part draws from rng after the one before.
+    _paint_confounders(img, rng, geom, tree, plan)
+    _paint_red_lesions(img, rng, geom, tree, plan)
+    _paint_bright_lesions(img, rng, geom, tree, plan)
+    _paint_proliferative(img, rng, geom, tree, plan)
 
-    # Confounders first, so true lesions sit on top of them.
+
+def _paint_confounders(img: np.ndarray, rng: np.random.Generator, geom: Geometry, tree: VesselTree, plan: LesionPlan
+                       ) -> None:
+    """Drusen, pigment, reflections and the other look-alikes that are not DR (painted first, under the lesions)."""
+    c = plan.counts
+    px = geom.px  # lesion sizes are defined for a FOV of radius REF_RADIUS and scale with it
     if c["drusen"]:
         m = MaskCanvas(geom.width, geom.height)
         for x, y in _positions(rng, geom, c["drusen"], posterior=0.9, spread=0.3):
@@ -191,6 +199,13 @@ def paint_lesions(
             )
         _blend(img, m, _REFLEX, 1.0 * px)
 
+
+
+def _paint_red_lesions(img: np.ndarray, rng: np.random.Generator, geom: Geometry, tree: VesselTree, plan: LesionPlan
+                       ) -> None:
+    """Haemorrhages (dot/blot and flame-shaped along vessels) and microaneurysms."""
+    c, k = plan.counts, plan.contrast
+    px = geom.px  # lesion sizes are defined for a FOV of radius REF_RADIUS and scale with it
     # Haemorrhages: dot/blot (clusters of ellipses) and flame-shaped along vessels.
     if c["haemorrhage"]:
         n = c["haemorrhage"]
@@ -225,6 +240,13 @@ def paint_lesions(
             m.ellipse(x, y, r, r, k * rng.uniform(0.65, 1.0))
         _darken(img, m, _DARK_RED, 0.25 * px)
 
+
+
+def _paint_bright_lesions(img: np.ndarray, rng: np.random.Generator, geom: Geometry, tree: VesselTree, plan: LesionPlan
+                          ) -> None:
+    """Hard exudates and cotton-wool spots."""
+    c, k = plan.counts, plan.contrast
+    px = geom.px  # lesion sizes are defined for a FOV of radius REF_RADIUS and scale with it
     # Hard exudates: sharp yellow specks in clusters, often in a ring around a leaking centre.
     if c["hard_exudate"]:
         m = MaskCanvas(geom.width, geom.height)
@@ -263,6 +285,13 @@ def paint_lesions(
             )
         _blend(img, m, _COTTON, 1.5 * px)
 
+
+
+def _paint_proliferative(img: np.ndarray, rng: np.random.Generator, geom: Geometry, tree: VesselTree, plan: LesionPlan
+                         ) -> None:
+    """New vessels and pre-retinal haemorrhage."""
+    c, k = plan.counts, plan.contrast
+    px = geom.px  # lesion sizes are defined for a FOV of radius REF_RADIUS and scale with it
     # Proliferative disease: fine tortuous new vessels at the disc or on a vessel, pre-retinal blood.
     if c["new_vessels"]:
         m = MaskCanvas(geom.width, geom.height)
