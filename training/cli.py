@@ -29,13 +29,12 @@ import sys
 import time
 from pathlib import Path
 
-from models.preprocessing import BY_NAME as PREPROCESSING_BY_NAME
-from models.preprocessing import FOV_LOCAL_MEAN
 from training.cli_adapt import HANDLERS as ADAPT_HANDLERS
 from training.cli_adapt import add_adapt_command
 from training.cli_lease import HANDLERS as LEASE_HANDLERS
 from training.cli_lease import add_lease_commands
-from training.config import FLIP_MODES, LAYOUTS, OPTIMIZERS, PRECISIONS, SCHEDULES, SELECT_BY, TrainConfig
+from training.config import TrainConfig
+from training.options import RUN, add_flags, values_of
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -52,142 +51,24 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
         return super()._get_help_string(action)
 
 
+FIT_DEFAULTS = TrainConfig(data="", out="")
+# what finalise may change of a finished run (how it is served and where its data now are); the rest as recorded
+FINALISE_OPTIONS = ("data", "artifact", "device", "test_time_flip", "mc_samples", "pass_budget", "workers",
+                    "max_missed_share")
 SYNTH_ENTRIES = frozenset({"train", "trainLabels.csv", "metadata.csv", "dataset.json"})
 
 
 def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("fit", help="train a model with the ELBO and write its artifact",
                        description="Train with the ELBO (NLL-only epochs on the means first) and write the artifact "
-                                   "(serving draws, MI threshold calibrated on validation, model card).",
+                                   "(serving draws, MI threshold calibrated on validation, model card). Every "
+                                   "setting of the run is a field of training.config.TrainConfig, its flag "
+                                   "generated from the field (training.options).",
                        formatter_class=_HelpFormatter)
-    d = TrainConfig(data="", out="")
-    g = p.add_argument_group("data and output")
-    g.add_argument("--data", required=True, help="dataset folder (synthetic/EyePACS/APTOS) or manifest CSV")
-    g.add_argument("--layout", choices=LAYOUTS, default=d.layout, help="how --data is organised")
-    g.add_argument("--out", required=True, help="run directory (checkpoints, logs, reports)")
-    g.add_argument("--artifact", default=None, help="artifact directory (default: <out>/artifact)")
-    g.add_argument("--name", default=d.name, help="model name written into the artifact")
-    g.add_argument("--version", default=d.version, help="model version written into the artifact")
-    g.add_argument("--split", type=float, nargs=3, default=list(d.split), metavar=("TRAIN", "VAL", "TEST"),
-                   help="patient-level split fractions")
-    g.add_argument("--include-ungradable", action="store_true",
-                   help="train on ungradable images too (by default they are the quality gate's job)")
-    g.add_argument("--exclude-other-disease", action="store_true",
-                   help="odir layout, or a manifest with a category column: leave out the eyes with another eye "
-                        "disease and no DR (kept by default as non-referable: they are part of a real screening "
-                        "population)")
-    g.add_argument("--no-augment", action="store_true", help="switch off the geometric/photometric augmentation")
-    g.add_argument("--no-color-jitter", action="store_true",
-                   help="keep the geometric augmentation but switch off the photometric one (contrast, colour "
-                        "balance, resolution loss)")
-    g.add_argument("--no-frame-cuts", action="store_true",
-                   help="switch off the framing augmentation (camera-frame and tight-crop cuts, notches)")
-    g.add_argument("--no-cache", action="store_true",
-                   help="decode and preprocess every image at every use instead of once into <out>/cache")
-    g.add_argument("--preprocessing", choices=sorted(PREPROCESSING_BY_NAME), default=FOV_LOCAL_MEAN,
-                   help="image preprocessing contract (models/preprocessing.py); stored in the artifact")
-    g.add_argument("--workers", type=int, default=None,
-                   help="DataLoader worker processes (default: on CUDA cores - 1 up to 8, where images are decoded "
-                        "per step; on the CPU 0)")
-    g.add_argument("--cache-dir", default=None,
-                   help="where the preprocessed images are kept (default: <out>/cache); runs on the same images "
-                        "can share one")
-    g.add_argument("--source-weight", action="append", default=[], metavar="SOURCE=WEIGHT",
-                   help="a manifest with a source column: that source's share of the training draws (give one per "
-                        "source, e.g. --source-weight odir=0.5 --source-weight eyepacs=0.5; normalised to sum to "
-                        "1); without it every training image is drawn once an epoch")
-    g.add_argument("--exclude-copy", action="append", default=[], metavar="COPY",
-                   help="leave the images of this copy (the manifest's copy column, e.g. stretched-256) out of "
-                        "every split")
-    g.add_argument("--train-only-copy", action="append", default=[], metavar="COPY",
-                   help="train on the images of this copy but leave them out of validation and test (the patient "
-                        "split is made first, so validation and test patients do not change)")
-    g.add_argument("--train-fraction", type=float, default=d.train_fraction, metavar="F",
-                   help="train on this share of the training patients (a learning curve's arm: within each source "
-                        "and referable stratum, nested across fractions); validation and test do not change")
-    g.add_argument("--weights-dtype", choices=("fp32", "fp16"), default=d.weights_dtype,
-                   help="artifact storage of μ and ρ (fp16: calibrated after the cast, rounding/sd ratio in the card)")
-    m = p.add_argument_group("model")
-    m.add_argument("--model", default=d.model,
-                   help="registry name: radial_vgg16_star, gaussian_vgg16_star (MFVI), dropout_vgg16_star, "
-                        "deterministic_vgg16_star")
-    m.add_argument("--width", type=int, default=d.width, help="channels of the first VGG-16* block")
-    m.add_argument("--input-size", type=int, default=d.input_size, help="image side in pixels")
-    m.add_argument("--rho-init", type=float, default=d.rho_init, help="initial ρ of every weight (σ0 = softplus(ρ))")
-    m.add_argument("--prior", default="unit_gaussian",
-                   help="unit_gaussian, or scale_mixture:PI,SIGMA1,SIGMA2 (e.g. scale_mixture:0.5,1,0.0025)")
-    m.add_argument("--init-from", default=None, metavar="ARTIFACT",
-                   help="start from this artifact's trained μ and ρ (same architecture and preprocessing; its "
-                        "channel mean/std are kept; fresh optimiser): continue a model whose run is gone, or "
-                        "fine-tune on new data. Usually with --nll-epochs 0")
-    r = p.add_argument_group("optimisation recipe (defaults: the authors' Adam lr 1e-3, amsgrad, ρ0 = -4)")
-    r.add_argument("--epochs", type=int, default=d.epochs, help="total epochs, NLL-only ones included")
-    r.add_argument("--nll-epochs", type=int, default=d.nll_epochs, help="first epochs: NLL on the means only")
-    r.add_argument("--batch-size", type=int, default=d.batch_size, help="images per optimiser step")
-    r.add_argument("--optimizer", choices=OPTIMIZERS, default=d.optimizer, help="Adam or AdamW")
-    r.add_argument("--no-amsgrad", action="store_true", help="plain Adam/AdamW moments instead of amsgrad")
-    r.add_argument("--lr", type=float, default=d.lr, help="learning rate of the means (and non-Bayesian weights)")
-    r.add_argument("--rho-lr", type=float, default=d.rho_lr, help="learning rate of the ρ group (default: --lr)")
-    r.add_argument("--kl-weight", type=float, default=d.kl_weight,
-                   help="λ in NLL + λ·KL/N_train: 1 = the full ELBO (default); below 1 tempers it, and the card "
-                        "says so (the validation ELBO is always reported at λ = 1)")
-    r.add_argument("--weight-decay", type=float, default=d.weight_decay, help="on the means only, never on ρ")
-    r.add_argument("--lr-schedule", choices=SCHEDULES, default=d.lr_schedule,
-                   help="per-epoch lr factor: constant, cosine (to 0 at the end) or step")
-    r.add_argument("--lr-step-epochs", type=int, default=d.lr_step_epochs, help="step schedule: epochs per step")
-    r.add_argument("--lr-gamma", type=float, default=d.lr_gamma, help="step schedule: factor per step")
-    r.add_argument("--lr-warmup-steps", type=int, default=d.lr_warmup_steps,
-                   help="linear lr ramp over the first N optimiser steps (use with --init-from: fresh Adam "
-                        "moments otherwise take full-size steps on a trained posterior)")
-    r.add_argument("--train-samples", type=int, default=d.train_samples, help="MC weight samples per training step")
-    r.add_argument("--select-by", choices=SELECT_BY, default=d.select_by,
-                   help="the best epoch minimises this validation score")
-    r.add_argument("--grad-sd-samples", type=int, default=d.grad_sd_samples,
-                   help="gradient estimates per epoch for the NLL-gradient SD diagnostic (0: off)")
-    r.add_argument("--precision", choices=PRECISIONS, default=d.precision,
-                   help="autocast during training: auto = bf16 only where the device runs it natively (CUDA "
-                        "with bf16, a CPU with AVX-512-BF16/AMX), else fp32; bf16 where it would be emulated "
-                        "(~70x slower) is refused")
-    r.add_argument("--native-bf16", choices=("detect", "yes", "no"), default="detect",
+    add_flags(p, TrainConfig, defaults=FIT_DEFAULTS)
+    x = next(g for g in p._action_groups if g.title == RUN)  # how this command runs, beside the config's run control
+    x.add_argument("--native-bf16", choices=("detect", "yes", "no"), default="detect",
                    help="override the CPU's native-bf16 detection (as RADSCREEN_NATIVE_BF16 does for the service)")
-    r.add_argument("--seed", type=int, default=d.seed,
-                   help="seed of the weights, data order and augmentation (and of the split unless --split-seed)")
-    r.add_argument("--split-seed", type=int, default=d.split_seed,
-                   help="seed of the patient-level split (default: --seed); fix it to train ensemble members "
-                        "or seed replicates on the same split")
-    v = p.add_argument_group("validation and serving")
-    v.add_argument("--eval-samples", type=int, default=d.eval_samples, help="serving draws per image per epoch")
-    v.add_argument("--draw-seed", type=int, default=d.draw_seed, help="seed of the artifact's fixed serving draws")
-    v.add_argument("--head-draws", type=int, default=d.head_draws,
-                   help="draws of the last layer per serving draw: steadies the MI estimate at no real cost "
-                        "(docs/results-science.md, 'Head draws'); 1 = the plain K draws")
-    v.add_argument("--test-time-flip", choices=FLIP_MODES, default=d.test_time_flip,
-                   help="on: serve on each image and its mirror image, p and MI over both orientations' draws "
-                        "(each draw costs two passes; calibration and the test figures use it too); auto: choose "
-                        "on the validation eyes between the serving draws x 1 view and half as many draws x 2 "
-                        "views, at equal passes (training.evaluation.serving_choice, docs/uncertainty.md)")
-    v.add_argument("--mc-samples", type=int, default=d.mc_samples,
-                   help="posterior draws the artifact serves (each costs one forward pass per view)")
-    v.add_argument("--pass-budget", type=int, default=d.pass_budget,
-                   help="most forward passes per image (draws x views) the artifact may serve; the design's "
-                        "budget is 16, a larger one is an explicit choice the card states")
-    v.add_argument("--target-referral-rate", type=float, default=d.target_referral_rate,
-                   help="share of validation images the MI threshold refers (without --max-missed-share)")
-    v.add_argument("--max-missed-share", type=float, default=None,
-                   help="the screening operating point: choose the decision and MI thresholds together on "
-                        "validation so that at most this share of referable eyes is answered no_referable_dr, "
-                        "answering as many non-referable eyes as possible (e.g. 0.03; docs/training.md)")
-    x = p.add_argument_group("run control")
-    x.add_argument("--max-steps-per-epoch", type=int, default=None, help="cap on steps per epoch (quick runs)")
-    x.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every,
-                   help="steps between checkpoints (one is also written at every epoch end)")
-    x.add_argument("--checkpoint-minutes", type=float, default=None,
-                   help="minutes between checkpoints instead of --checkpoint-every steps, and one at the end "
-                        "(default: 10 on CUDA, where a step takes milliseconds; unset on the CPU)")
-    x.add_argument("--val-every", type=int, default=d.val_every,
-                   help="epochs between validations (the last epoch is always validated; an epoch not validated "
-                        "cannot be the best)")
-    x.add_argument("--device", default=d.device, help="auto (cuda when available, else cpu), cpu or cuda")
     x.add_argument("--restart", action="store_true", help="delete an existing run directory first")
     x.add_argument("--stop-after-steps", type=int, default=None,
                    help="checkpoint and stop after N steps (rerun the same command to continue)")
@@ -195,29 +76,6 @@ def _add_fit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="stop at the end of the epoch after which another would pass this many minutes, and write "
                         "the artifact from the best epoch so far (a GPU lease; the card lists the epochs trained)")
     x.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def _parse_prior(text: str) -> dict[str, object]:
-    if text == "unit_gaussian":
-        return {"kind": "unit_gaussian"}
-    if text.startswith("scale_mixture:"):
-        pi, s1, s2 = (float(v) for v in text.split(":", 1)[1].split(","))
-        return {"kind": "scale_mixture", "pi": pi, "sigma1": s1, "sigma2": s2}
-    raise SystemExit(f"--prior: unknown prior {text!r}; expected unit_gaussian or scale_mixture:PI,SIGMA1,SIGMA2")
-
-
-def _parse_weights(items: list[str]) -> dict[str, float] | None:
-    """``["odir=0.5", "eyepacs=0.5"]`` -> ``{"odir": 0.5, "eyepacs": 0.5}``; None when none are given."""
-    weights: dict[str, float] = {}
-    for item in items:
-        name, _, value = item.partition("=")
-        try:
-            weights[name.strip()] = float(value)
-        except ValueError:
-            raise SystemExit(f"--source-weight: expected SOURCE=WEIGHT, got {item!r}") from None
-        if not name.strip() or not weights[name.strip()] > 0:
-            raise SystemExit(f"--source-weight: expected SOURCE=WEIGHT with a positive weight, got {item!r}")
-    return weights or None
 
 
 def _add_manifest(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -259,12 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=_HelpFormatter)
     e.add_argument("--artifact", default=None, help="artifact directory (default: the embedded model)")
     e.add_argument("--data", required=True, help="dataset folder or manifest CSV")
-    e.add_argument("--layout", choices=LAYOUTS, default="synthetic", help="how --data is organised")
     e.add_argument("--out", required=True, help="report directory (JSON + PNG plots)")
-    e.add_argument("--include-ungradable", action="store_true",
-                   help="evaluate ungradable images too (by default they are left out, as the quality gate would "
-                        "refuse them; the summary says how many)")
-    e.add_argument("--n-bootstrap", type=int, default=200, help="bootstrap resamples for SEs and 95 %% intervals")
+    add_flags(e, TrainConfig, defaults=FIT_DEFAULTS, names=("layout", "gradable_only", "n_bootstrap"), grouped=False)
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
     f = sub.add_parser("finalise", help="re-score a finished run's best weights and rewrite its artifact",
                        description="Score the validation (and test) eyes of a finished run with its best weights, "
@@ -273,20 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "settings below change; they are recorded in the run's config.json.",
                        formatter_class=_HelpFormatter)
     f.add_argument("--run", required=True, help="the run directory (config.json, best.safetensors, history)")
-    f.add_argument("--data", default=None, help="where the run's data set is now (default: as recorded)")
-    f.add_argument("--artifact", default=None, help="artifact directory to write (default: as recorded)")
-    f.add_argument("--device", default=None, help="scoring device (default: as recorded)")
-    f.add_argument("--test-time-flip", choices=FLIP_MODES, default=None,
-                   help="the serving option (see fit --test-time-flip; default: as recorded)")
-    f.add_argument("--mc-samples", type=int, default=None,
-                   help="posterior draws the artifact serves (see fit --mc-samples; default: as recorded)")
-    f.add_argument("--pass-budget", type=int, default=None,
-                   help="forward passes per image the artifact may serve (see fit --pass-budget; default: as "
-                        "recorded)")
-    f.add_argument("--workers", type=int, default=None, help="data loader workers (default: as recorded)")
-    f.add_argument("--max-missed-share", type=float, default=None,
-                   help="the screening operating point's bound on referable validation eyes answered "
-                        "no_referable_dr (see fit --max-missed-share; default: as recorded)")
+    add_flags(f, TrainConfig, defaults=FIT_DEFAULTS, names=FINALISE_OPTIONS, as_recorded=True, grouped=False)
     x = sub.add_parser("export", help="write the weight-free ONNX graph of an artifact's serving draws",
                        description="Write the ONNX graph of the K serving draws WITHOUT weights (a few KB): the "
                                    "weights are external initializers supplied at session creation. See "
@@ -317,29 +158,8 @@ def _add_prune(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The ``TrainConfig`` of parsed ``fit`` arguments."""
-    return TrainConfig(
-        data=args.data, layout=args.layout, out=args.out, artifact=args.artifact, name=args.name,
-        version=args.version, model=args.model, width=args.width, input_size=args.input_size,
-        rho_init=args.rho_init, prior=_parse_prior(args.prior), epochs=args.epochs, nll_epochs=args.nll_epochs,
-        batch_size=args.batch_size, lr=args.lr, train_samples=args.train_samples, eval_samples=args.eval_samples,
-        max_steps_per_epoch=args.max_steps_per_epoch, checkpoint_every=args.checkpoint_every,
-        checkpoint_minutes=args.checkpoint_minutes, val_every=args.val_every,
-        precision=args.precision, seed=args.seed, split_seed=args.split_seed, draw_seed=args.draw_seed,
-        target_referral_rate=args.target_referral_rate, max_missed_share=args.max_missed_share,
-        split=tuple(args.split), head_draws=args.head_draws, test_time_flip=args.test_time_flip,
-        pass_budget=args.pass_budget, mc_samples=args.mc_samples,
-        gradable_only=not args.include_ungradable, include_other_disease=not args.exclude_other_disease,
-        augment=not args.no_augment, color_jitter=not args.no_color_jitter, frame_cuts=not args.no_frame_cuts,
-        cache_images=not args.no_cache,
-        workers=args.workers, device=args.device, rho_lr=args.rho_lr, kl_weight=args.kl_weight,
-        optimizer=args.optimizer, amsgrad=not args.no_amsgrad, weight_decay=args.weight_decay,
-        lr_schedule=args.lr_schedule, lr_step_epochs=args.lr_step_epochs, lr_gamma=args.lr_gamma,
-        lr_warmup_steps=args.lr_warmup_steps,
-        select_by=args.select_by, grad_sd_samples=args.grad_sd_samples, weights_dtype=args.weights_dtype,
-        preprocessing=PREPROCESSING_BY_NAME[args.preprocessing], init_from=args.init_from,
-        source_weights=_parse_weights(args.source_weight), exclude_copies=tuple(args.exclude_copy),
-        train_only_copies=tuple(args.train_only_copy), train_fraction=args.train_fraction, cache_dir=args.cache_dir)
+    """The ``TrainConfig`` of parsed ``fit`` arguments (``training.options``)."""
+    return TrainConfig(**values_of(args, TrainConfig, defaults=FIT_DEFAULTS))
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -387,11 +207,7 @@ def _finalise(args: argparse.Namespace) -> int:
 
     run = Path(args.run)
     config = TrainConfig.load(run / "config.json")
-    changes = {k: v for k, v in (("data", args.data), ("artifact", args.artifact), ("device", args.device),
-                                 ("test_time_flip", args.test_time_flip), ("pass_budget", args.pass_budget),
-                                 ("mc_samples", args.mc_samples),
-                                 ("workers", args.workers),
-                                 ("max_missed_share", args.max_missed_share)) if v is not None}
+    changes = values_of(args, TrainConfig, names=FINALISE_OPTIONS)  # the flags given; the rest as recorded
     config = replace(config, out=str(run), **changes)
     command = " ".join(shlex.quote(a) for a in ["radscreen-train", *args.argv])
     trained_by = training_command(run)
@@ -417,9 +233,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     artifact = load_artifact(args.artifact)
     cfg = artifact.config
-    rows = read_rows(TrainConfig(data=args.data, out=args.out, layout=args.layout,
-                                 gradable_only=not args.include_ungradable))
-    listed = len(rows) if args.include_ungradable else len(read_rows(TrainConfig(
+    rows = read_rows(TrainConfig(data=args.data, out=args.out, layout=args.layout, gradable_only=args.gradable_only))
+    listed = len(rows) if not args.gradable_only else len(read_rows(TrainConfig(
         data=args.data, out=args.out, layout=args.layout, gradable_only=False)))
     dataset = ManifestDataset(list(rows), transform=artifact.image_transform())
     probs, labels = mc_probabilities(artifact.build_model(), dataset, mean=cfg.mean, std=cfg.std,

@@ -16,31 +16,26 @@ import json
 import tempfile
 from pathlib import Path
 
-from models.preprocessing import BY_NAME as PREPROCESSING_BY_NAME
 from models.preprocessing import FOV_LOCAL_MEAN
-from training.config import LAYOUTS, TrainConfig
+from training.config import TrainConfig
+from training.options import add_flags, values_of
 
 MIB = 2**20
+PACK_DEFAULTS = TrainConfig(data="", out="")
+PACK_OPTIONS = ("data", "layout", "input_size", "preprocessing", "gradable_only", "include_other_disease", "split",
+                "split_seed", "exclude_copies")
 
 
 def add_lease_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                        formatter: type[argparse.HelpFormatter]) -> None:
-    d = TrainConfig(data="", out="")
     p = sub.add_parser("pack", help="pack a training set, preprocessed at the training size, into shards",
                        description="Decode and preprocess every image once at the training size and write the "
                                    "uint8 pixels (lossless), labels, patient ids and source into shards of at most "
                                    "--shard-mib each, with index.json; train on them with --layout shards.",
                        formatter_class=formatter)
-    p.add_argument("--data", required=True, help="dataset folder or manifest CSV (as for fit)")
-    p.add_argument("--layout", choices=[x for x in LAYOUTS if x != "shards"], default=d.layout,
-                   help="how --data is organised")
     p.add_argument("--out", required=True, help="an empty or new folder for the shards")
-    p.add_argument("--input-size", type=int, default=d.input_size, help="the training size in pixels")
-    p.add_argument("--preprocessing", choices=sorted(PREPROCESSING_BY_NAME), default=FOV_LOCAL_MEAN,
-                   help="image preprocessing contract (models/preprocessing.py)")
-    p.add_argument("--include-ungradable", action="store_true", help="pack the ungradable images too")
-    p.add_argument("--exclude-other-disease", action="store_true",
-                   help="odir layout: leave out the eyes with another eye disease and no DR")
+    # fit's own options (training.config.TrainConfig), so that a run on the shards sees what fit would have
+    add_flags(p, TrainConfig, defaults=PACK_DEFAULTS, names=PACK_OPTIONS, grouped=False)
     p.add_argument("--codec", choices=("png", "webp", "webp-crop"), default="png",
                    help="png, webp: the preprocessed pixels, lossless (webp about a quarter smaller, several times "
                         "slower to write); webp-crop: the FOV crop with its frame mask, lossy WebP (--quality), "
@@ -52,12 +47,6 @@ def add_lease_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                         "some rows are left out (here or by --exclude-copy), the split is made on the whole "
                         "manifest with --split and --split-seed and recorded in the shards, so a run on them "
                         "keeps it")
-    p.add_argument("--split", nargs=3, type=float, default=list(d.split), metavar=("TRAIN", "VAL", "TEST"),
-                   help="patient-level split fractions (as for fit)")
-    p.add_argument("--split-seed", type=int, default=0, help="seed of the patient split (as fit's --split-seed)")
-    p.add_argument("--exclude-copy", action="append", default=[], metavar="COPY",
-                   help="leave the images of this copy (the manifest's copy column) out of the shards; the split "
-                        "is made before, so it does not change")
     p.add_argument("--shard-mib", type=float, default=16.0, help="largest shard in MiB")
     p.add_argument("--cache-dir", default=None,
                    help="the preprocessed-image cache to use or fill (content-keyed; default: a temporary one)")
@@ -86,25 +75,25 @@ def pack(args: argparse.Namespace) -> int:
     from training.data.shards import CROP_CODECS, SIDES, pack_shards
     from training.data.splits import source_sides
 
-    preprocessing = PREPROCESSING_BY_NAME[args.preprocessing]
+    values = values_of(args, TrainConfig, defaults=PACK_DEFAULTS, names=PACK_OPTIONS)
+    excluded = set(values.pop("exclude_copies"))  # left out after the split is made, so it does not change
+    config = TrainConfig(out=args.out, **values)
+    if config.layout == "shards":
+        raise ValueError("--layout shards: the data are packed already; pack reads images")
     wanted = {s.strip() for s in args.sides.split(",") if s.strip()}
     if not wanted or wanted - set(SIDES):
         raise ValueError(f"--sides: choose among {', '.join(SIDES)}, got {args.sides!r}")
-    if args.codec in CROP_CODECS and preprocessing != FOV_LOCAL_MEAN:
+    if args.codec in CROP_CODECS and config.preprocessing != FOV_LOCAL_MEAN:
         raise ValueError(f"--codec {args.codec} stores the first step of {FOV_LOCAL_MEAN} only")
-    config = TrainConfig(data=args.data, out=args.out, layout=args.layout, input_size=args.input_size,
-                         preprocessing=preprocessing, gradable_only=not args.include_ungradable,
-                         include_other_disease=not args.exclude_other_disease, split=tuple(args.split),
-                         split_seed=args.split_seed)
     every = read_rows(config)
     side = source_sides(every, config.split, seed=config.effective_split_seed)
     keep = [i for i, row in enumerate(every)
-            if SIDES[side[i]] in wanted and getattr(row, "copy", None) not in set(args.exclude_copy)]
+            if SIDES[side[i]] in wanted and getattr(row, "copy", None) not in excluded]
     rows = Manifest([every[i] for i in keep], source=every.source, skipped=every.skipped)
     info = Path(args.data) / "dataset.json"
     settings = {"layout": args.layout, "name": Path(args.data).name, "gradable_only": config.gradable_only,
                 "include_other_disease": config.include_other_disease, "sides": sorted(wanted),
-                "exclude_copies": args.exclude_copy,
+                "exclude_copies": sorted(excluded),
                 "dataset": json.loads(info.read_text()) if info.is_file() else None}
     # shards of some rows only keep the whole manifest's split (recorded); shards of every row let a run split
     partial = len(keep) < len(every)
@@ -116,7 +105,7 @@ def pack(args: argparse.Namespace) -> int:
         else:
             pixels = preprocessed_array(rows, transform=config.image_transform(), cache_dir=cache,
                                         workers=args.workers, progress=True)
-        index = pack_shards(rows, pixels, Path(args.out), preprocessing=preprocessing, code=code_digest(),
+        index = pack_shards(rows, pixels, Path(args.out), preprocessing=config.preprocessing, code=code_digest(),
                             source=Path(args.data).name, codec=args.codec, max_bytes=int(args.shard_mib * MIB),
                             workers=args.workers, settings=settings, quality=args.quality,
                             sides=side[keep] if partial else None, split=split)

@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from models.artifact.schema import MAX_MC_SAMPLES, MAX_PASS_BUDGET, PASS_BUDGET, ServingDraws
+from models.preprocessing import BY_NAME as PREPROCESSING_BY_NAME
 from models.preprocessing import FOV_LOCAL_MEAN
 from models.transform import ImageTransform
+from training.options import DATA, MODEL, RECIPE, SERVING, option
 
 Layout = Literal["synthetic", "eyepacs", "aptos", "odir", "manifest", "shards"]
 LAYOUTS: tuple[str, ...] = ("synthetic", "eyepacs", "aptos", "odir", "manifest", "shards")
@@ -26,82 +28,175 @@ FlipMode = Literal["off", "on", "auto"]
 FLIP_MODES: tuple[str, ...] = ("off", "on", "auto")
 
 
+def parse_prior(text: str) -> dict[str, Any]:
+    """``--prior``: ``unit_gaussian`` or ``scale_mixture:PI,SIGMA1,SIGMA2``."""
+    if text == "unit_gaussian":
+        return {"kind": "unit_gaussian"}
+    if text.startswith("scale_mixture:"):
+        pi, s1, s2 = (float(v) for v in text.split(":", 1)[1].split(","))
+        return {"kind": "scale_mixture", "pi": pi, "sigma1": s1, "sigma2": s2}
+    raise SystemExit(f"--prior: unknown prior {text!r}; expected unit_gaussian or scale_mixture:PI,SIGMA1,SIGMA2")
+
+
+def parse_source_weights(items: list[str]) -> dict[str, float] | None:
+    """``["odir=0.5", "eyepacs=0.5"]`` -> ``{"odir": 0.5, "eyepacs": 0.5}``; None when none are given."""
+    weights: dict[str, float] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            weights[name.strip()] = float(value)
+        except ValueError:
+            raise SystemExit(f"--source-weight: expected SOURCE=WEIGHT, got {item!r}") from None
+        if not name.strip() or not weights[name.strip()] > 0:
+            raise SystemExit(f"--source-weight: expected SOURCE=WEIGHT with a positive weight, got {item!r}")
+    return weights or None
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    data: str  # dataset root (synthetic / EyePACS folder), a manifest CSV, or packed shards (training.data.shards)
-    out: str  # run directory: checkpoints, logs, reports
-    layout: Layout = "synthetic"
-    artifact: str | None = None  # where to write the model artifact (default: <out>/artifact)
-    name: str = "radscreen-radial-vgg16"
-    version: str = "0.1.0"
-    model: str = "radial_vgg16_star"
-    width: int = 46
-    input_size: int = 256
-    rho_init: float = -4.0  # the authors' recipe: σ0 = softplus(-4) ≈ 0.018
-    prior: dict[str, Any] = field(default_factory=lambda: {"kind": "unit_gaussian"})
-    epochs: int = 10
-    nll_epochs: int = 1  # first epochs: NLL on the means only, then the full ELBO
-    batch_size: int = 16
-    lr: float = 1e-3  # learning rate of the means (and of every non-ρ parameter)
-    train_samples: int = 1  # MC samples per step for the ELBO estimate
-    eval_samples: int = 8  # MC samples per image for per-epoch validation
-    max_steps_per_epoch: int | None = None
-    checkpoint_every: int | None = 50  # steps between mid-epoch checkpoints (None: none); unless checkpoint_minutes
-    # minutes between checkpoints instead of steps (one is also written at the end of the run); None: every
-    # checkpoint_every steps and at every epoch end. On CUDA the trainer sets it to 10 when left unset.
-    checkpoint_minutes: float | None = None
-    val_every: int = 1  # epochs between validations (the last epoch is always validated)
-    split: tuple[float, float, float] = (0.7, 0.15, 0.15)
-    gradable_only: bool = True  # ungradable images are the quality gate's job, not the classifier's
-    include_other_disease: bool = True  # ODIR: eyes with another eye disease and no DR count as non-referable
-    augment: bool = True
-    color_jitter: bool = True  # photometric augmentation (brightness, contrast, colour cast, blur) with augment
-    frame_cuts: bool = True  # framing augmentation (camera frames, tight crops, notches) with augment
-    cache_images: bool = True  # preprocess every image once into <out>/cache (uint8 memmap), then read that
-    preprocessing: str = FOV_LOCAL_MEAN  # models.preprocessing contract; stored in the artifact
-    precision: Precision = "fp32"  # autocast; "auto" = bf16 where the device runs it natively (models.cpu)
-    seed: int = 0  # weights, data order, augmentation (and the split unless split_seed is set)
-    split_seed: int | None = None  # seed of the patient-level split (None: the same as seed, as before)
-    draw_seed: int = 20260
-    mc_samples: int = 16  # serving draws stored in the artifact
-    head_draws: int = 64  # draws of the last layer per serving draw (models.draws; 1 = the plain K draws)
-    # serve (and calibrate) on each image and its mirror (ServingDraws.test_time_flip): "on", "off", or "auto" =
-    # chosen on validation by training.evaluation.serving_choice at equal passes (K draws x 1 view against
-    # K/2 draws x 2 views)
-    test_time_flip: FlipMode = "off"
-    pass_budget: int = PASS_BUDGET  # most forward passes per image the artifact may serve (draws x views)
-    target_referral_rate: float = 0.2
-    decision_threshold: float = 0.5
-    # the screening operating point (training.evaluation.operating_point): when set, both thresholds are chosen
-    # on validation so that at most this share of referable eyes is answered no_referable_dr; None: the
-    # decision threshold above and the MI threshold for target_referral_rate
-    max_missed_share: float | None = None
-    n_bootstrap: int = 200
-    workers: int | None = None  # DataLoader workers; None: training.device_data.loader_workers (0 on the CPU)
-    device: str = "auto"  # auto = cuda when available, else cpu (as the service)
-    # --- the optimisation recipe: defaults are the authors' (Adam lr 1e-3, amsgrad, ρ0 = -4) ---
-    rho_lr: float | None = None  # learning rate of the ρ parameter group (None: the same as lr)
-    kl_weight: float = 1.0  # λ in NLL + λ·KL/N: 1 = the full ELBO; < 1 tempers it (stated in the card)
-    optimizer: Optimizer = "adam"
-    amsgrad: bool = True
-    weight_decay: float = 0.0  # decoupled (AdamW) or L2 (Adam); applied to the means only, never to ρ
-    lr_schedule: Schedule = "constant"  # per-epoch factor on every group's lr
-    lr_step_epochs: int = 30  # "step": multiply by lr_gamma every lr_step_epochs epochs
-    lr_gamma: float = 0.1
-    lr_warmup_steps: int = 0  # linear lr ramp over the run's first steps (for warm starts: training.optim)
-    select_by: SelectBy = "val_nll"  # the best epoch minimises this (never AUC: uncertainty needs a proper score)
-    grad_sd_samples: int = 8  # MC gradient estimates for the per-epoch SD of the NLL gradient (0: off)
-    weights_dtype: WeightsDtype = "fp32"  # artifact storage of μ and ρ; fp16 rounding is measured in the card
-    init_from: str | None = None  # artifact directory whose posterior the run starts from (training.warm_start)
-    # --- several sources (a manifest with a "source" column: training.data.sources) ---
-    # each source's share of the training draws (training.data.sampler); None: every image once an epoch
-    source_weights: dict[str, float] | None = None
-    exclude_copies: tuple[str, ...] = ()  # image copies left out of every split (e.g. EyePACS "stretched-256")
-    train_only_copies: tuple[str, ...] = ()  # image copies trained on but left out of validation and test
-    # share of the training patients trained on (within each source and referable stratum, nested: a learning
-    # curve's smaller arm keeps a subset of a larger one's patients); validation and test are unchanged
-    train_fraction: float = 1.0
-    cache_dir: str | None = None  # where preprocessed images are kept (default: <out>/cache)
+    """A training run's settings, each declared once here with its meaning (``training.options``): ``fit``'s
+    flags are generated from these fields, and every run's ``config.json`` holds their values."""
+
+    data: str = field(metadata=option(
+        "dataset folder (synthetic/EyePACS/APTOS), manifest CSV or packed shards", DATA, required=True))
+    out: str = field(metadata=option("run directory (checkpoints, logs, reports)", DATA, required=True))
+    layout: Layout = field(default="synthetic", metadata=option("how --data is organised", DATA))
+    artifact: str | None = field(default=None, metadata=option(
+        "artifact directory (default: <out>/artifact)", DATA))
+    name: str = field(default="radscreen-radial-vgg16", metadata=option(
+        "model name written into the artifact", DATA))
+    version: str = field(default="0.1.0", metadata=option("model version written into the artifact", DATA))
+    model: str = field(default="radial_vgg16_star", metadata=option(
+        "registry name: radial_vgg16_star, gaussian_vgg16_star (MFVI), dropout_vgg16_star, "
+        "deterministic_vgg16_star", MODEL))
+    width: int = field(default=46, metadata=option("channels of the first VGG-16* block", MODEL))
+    input_size: int = field(default=256, metadata=option("image side in pixels", MODEL))
+    rho_init: float = field(default=-4.0, metadata=option(
+        "initial ρ of every weight (σ0 = softplus(ρ); the authors' -4 gives σ0 ≈ 0.018)", MODEL))
+    prior: dict[str, Any] = field(default_factory=lambda: {"kind": "unit_gaussian"}, metadata=option(
+        "unit_gaussian, or scale_mixture:PI,SIGMA1,SIGMA2 (e.g. scale_mixture:0.5,1,0.0025)", MODEL,
+        parse=parse_prior, default_text="unit_gaussian"))
+    epochs: int = field(default=10, metadata=option("total epochs, NLL-only ones included", RECIPE))
+    nll_epochs: int = field(default=1, metadata=option(
+        "first epochs: NLL on the means only, then the full ELBO", RECIPE))
+    batch_size: int = field(default=16, metadata=option("images per optimiser step", RECIPE))
+    lr: float = field(default=1e-3, metadata=option("learning rate of the means (and non-Bayesian weights)", RECIPE))
+    train_samples: int = field(default=1, metadata=option(
+        "MC weight samples per training step (the ELBO estimate)", RECIPE))
+    eval_samples: int = field(default=8, metadata=option("serving draws per image per epoch", SERVING))
+    max_steps_per_epoch: int | None = field(default=None, metadata=option("cap on steps per epoch (quick runs)"))
+    checkpoint_every: int | None = field(default=50, metadata=option(
+        "steps between checkpoints (one is also written at every epoch end)"))
+    checkpoint_minutes: float | None = field(default=None, metadata=option(
+        "minutes between checkpoints instead of --checkpoint-every steps, and one at the end (default: 10 on "
+        "CUDA, where a step takes milliseconds; unset on the CPU)"))
+    val_every: int = field(default=1, metadata=option(
+        "epochs between validations (the last epoch is always validated; an epoch not validated cannot be the "
+        "best)"))
+    split: tuple[float, float, float] = field(default=(0.7, 0.15, 0.15), metadata=option(
+        "patient-level split fractions", DATA, nargs=3, value_type=float, metavar=("TRAIN", "VAL", "TEST"),
+        parse=tuple))
+    gradable_only: bool = field(default=True, metadata=option(
+        "use the ungradable images too (by default they are left out: the quality gate's job, not the model's)", DATA,
+        flag="--include-ungradable", switch=False))
+    include_other_disease: bool = field(default=True, metadata=option(
+        "odir layout, or a manifest with a category column: leave out the eyes with another eye disease and no DR "
+        "(kept by default as non-referable: they are part of a real screening population)", DATA,
+        flag="--exclude-other-disease", switch=False))
+    augment: bool = field(default=True, metadata=option(
+        "switch off the geometric/photometric augmentation", DATA, flag="--no-augment", switch=False))
+    color_jitter: bool = field(default=True, metadata=option(
+        "keep the geometric augmentation but switch off the photometric one (contrast, colour balance, resolution "
+        "loss)", DATA, flag="--no-color-jitter", switch=False))
+    frame_cuts: bool = field(default=True, metadata=option(
+        "switch off the framing augmentation (camera-frame and tight-crop cuts, notches)", DATA,
+        flag="--no-frame-cuts", switch=False))
+    cache_images: bool = field(default=True, metadata=option(
+        "decode and preprocess every image at every use instead of once into <out>/cache (a uint8 memmap)", DATA,
+        flag="--no-cache", switch=False))
+    preprocessing: str = field(default=FOV_LOCAL_MEAN, metadata=option(
+        "image preprocessing contract (models/preprocessing.py); stored in the artifact", DATA,
+        choices=tuple(sorted(PREPROCESSING_BY_NAME)), parse=PREPROCESSING_BY_NAME.__getitem__))
+    precision: Precision = field(default="fp32", metadata=option(
+        "autocast during training: auto = bf16 only where the device runs it natively (CUDA with bf16, a CPU "
+        "with AVX-512-BF16/AMX), else fp32; bf16 where it would be emulated (~70x slower) is refused", RECIPE))
+    seed: int = field(default=0, metadata=option(
+        "seed of the weights, data order and augmentation (and of the split unless --split-seed)", RECIPE))
+    split_seed: int | None = field(default=None, metadata=option(
+        "seed of the patient-level split (default: --seed); fix it to train ensemble members or seed replicates "
+        "on the same split", RECIPE))
+    draw_seed: int = field(default=20260, metadata=option("seed of the artifact's fixed serving draws", SERVING))
+    mc_samples: int = field(default=16, metadata=option(
+        "posterior draws the artifact serves (each costs one forward pass per view)", SERVING))
+    head_draws: int = field(default=64, metadata=option(
+        "draws of the last layer per serving draw: steadies the MI estimate at no real cost (models.draws; "
+        "1 = the plain K draws)", SERVING))
+    test_time_flip: FlipMode = field(default="off", metadata=option(
+        "on: serve on each image and its mirror image, p and MI over both orientations' draws (each draw costs two "
+        "passes; calibration and the test figures use it too); auto: choose on the validation eyes between the "
+        "serving draws x 1 view and half as many draws x 2 views, at equal passes "
+        "(training.evaluation.serving_choice, docs/uncertainty.md)", SERVING))
+    pass_budget: int = field(default=PASS_BUDGET, metadata=option(
+        "most forward passes per image (draws x views) the artifact may serve; the design's budget is 16, a "
+        "larger one is an explicit choice the card states", SERVING))
+    target_referral_rate: float = field(default=0.2, metadata=option(
+        "share of validation images the MI threshold refers (without --max-missed-share)", SERVING))
+    decision_threshold: float = 0.5  # p̄ at or above it is "referable", without max_missed_share (no flag)
+    max_missed_share: float | None = field(default=None, metadata=option(
+        "the screening operating point: choose the decision and MI thresholds together on validation so that at "
+        "most this share of referable eyes is answered no_referable_dr, answering as many non-referable eyes as "
+        "possible (e.g. 0.03; training.evaluation.operating_point, docs/training.md)", SERVING))
+    n_bootstrap: int = field(default=200, metadata=option(
+        "bootstrap resamples for the reports' SEs and 95 %% intervals", SERVING))
+    workers: int | None = field(default=None, metadata=option(
+        "DataLoader worker processes (default: on CUDA cores - 1 up to 8, where images are decoded per step; on "
+        "the CPU 0)", DATA))
+    device: str = field(default="auto", metadata=option("auto (cuda when available, else cpu), cpu or cuda"))
+    rho_lr: float | None = field(default=None, metadata=option(
+        "learning rate of the ρ group (default: --lr)", RECIPE))
+    kl_weight: float = field(default=1.0, metadata=option(
+        "λ in NLL + λ·KL/N_train: 1 = the full ELBO (default); below 1 tempers it, and the card says so (the "
+        "validation ELBO is always reported at λ = 1)", RECIPE))
+    optimizer: Optimizer = field(default="adam", metadata=option("Adam or AdamW", RECIPE))
+    amsgrad: bool = field(default=True, metadata=option(
+        "plain Adam/AdamW moments instead of amsgrad", RECIPE, flag="--no-amsgrad", switch=False))
+    weight_decay: float = field(default=0.0, metadata=option(
+        "decoupled (AdamW) or L2 (Adam); on the means only, never on ρ", RECIPE))
+    lr_schedule: Schedule = field(default="constant", metadata=option(
+        "per-epoch lr factor: constant, cosine (to 0 at the end) or step", RECIPE))
+    lr_step_epochs: int = field(default=30, metadata=option("step schedule: epochs per step", RECIPE))
+    lr_gamma: float = field(default=0.1, metadata=option("step schedule: factor per step", RECIPE))
+    lr_warmup_steps: int = field(default=0, metadata=option(
+        "linear lr ramp over the first N optimiser steps (use with --init-from: fresh Adam moments otherwise take "
+        "full-size steps on a trained posterior)", RECIPE))
+    select_by: SelectBy = field(default="val_nll", metadata=option(
+        "the best epoch minimises this validation score (never AUC: uncertainty needs a proper score)", RECIPE))
+    grad_sd_samples: int = field(default=8, metadata=option(
+        "gradient estimates per epoch for the NLL-gradient SD diagnostic (0: off)", RECIPE))
+    weights_dtype: WeightsDtype = field(default="fp32", metadata=option(
+        "artifact storage of μ and ρ (fp16: calibrated after the cast, rounding/sd ratio in the card)", DATA))
+    init_from: str | None = field(default=None, metadata=option(
+        "start from this artifact's trained μ and ρ (same architecture and preprocessing; its channel mean/std "
+        "are kept; fresh optimiser): continue a model whose run is gone, or fine-tune on new data. Usually with "
+        "--nll-epochs 0", MODEL, metavar="ARTIFACT"))
+    source_weights: dict[str, float] | None = field(default=None, metadata=option(
+        "a manifest with a source column: that source's share of the training draws (give one per source, e.g. "
+        "--source-weight odir=0.5 --source-weight eyepacs=0.5; normalised to sum to 1); without it every training "
+        "image is drawn once an epoch", DATA, flag="--source-weight", repeat=True, metavar="SOURCE=WEIGHT",
+        parse=parse_source_weights))
+    exclude_copies: tuple[str, ...] = field(default=(), metadata=option(
+        "leave the images of this copy (the manifest's copy column, e.g. stretched-256) out of every split", DATA,
+        flag="--exclude-copy", repeat=True, metavar="COPY", parse=tuple))
+    train_only_copies: tuple[str, ...] = field(default=(), metadata=option(
+        "train on the images of this copy but leave them out of validation and test (the patient split is made "
+        "first, so validation and test patients do not change)", DATA, flag="--train-only-copy", repeat=True,
+        metavar="COPY", parse=tuple))
+    train_fraction: float = field(default=1.0, metadata=option(
+        "train on this share of the training patients (a learning curve's arm: within each source and referable "
+        "stratum, nested across fractions); validation and test do not change", DATA, metavar="F"))
+    cache_dir: str | None = field(default=None, metadata=option(
+        "where the preprocessed images are kept (default: <out>/cache); runs on the same images can share one",
+        DATA))
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:

@@ -51,7 +51,7 @@ def test_help_has_a_line_and_the_default_for_every_option(command: str, capsys: 
 
 def test_fit_defaults_to_device_auto_and_the_authors_recipe() -> None:
     args = build_parser().parse_args(["fit", "--data", "d", "--out", "o"])
-    assert (args.device, args.rho_init, args.lr, args.no_amsgrad, args.optimizer) == ("auto", -4.0, 1e-3, False, "adam")
+    assert (args.device, args.rho_init, args.lr, args.amsgrad, args.optimizer) == ("auto", -4.0, 1e-3, True, "adam")
 
 
 def test_synth_refuses_a_non_empty_folder_and_overwrite_clears_it(tmp_path: Path) -> None:
