@@ -1,10 +1,11 @@
-"""Write the table of ``RADSCREEN_*`` variables in docs/configuration.md from the settings model.
+"""Write the tables of ``RADSCREEN_*`` variables in docs/configuration.md from the settings models.
 
 Every field of ``service.settings.Settings`` (the scoring fields of ``ScorerSpec`` first, then the HTTP
-service's) is one row: its variable, its default, its allowed values (a ``Literal``'s choices or the field's
-bounds) and its description, as the code states them. The rows go between the ``settings-table`` markers;
-the prose around them is written by hand. ``tests/test_configuration_doc.py`` fails when the table is stale
-(a field added, renamed or re-described without rerunning this)::
+service's) is one row of the service table, and every field of ``service.pacs.settings.PacsSettings``
+(``RADSCREEN_PACS_*``) one row of the PACS table: its variable, its default, its allowed values (a ``Literal``'s
+choices or the field's bounds) and its description, as the code states them. The rows go between each table's
+markers; the prose around them is written by hand. ``tests/test_configuration_doc.py`` fails when a table is
+stale (a field added, renamed or re-described without rerunning this)::
 
     PYTHONPATH=$PWD .venv/bin/python scripts/gen_configuration.py
 """
@@ -19,6 +20,7 @@ from typing import Any, Literal, get_args, get_origin
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGURATION_DOC = ROOT / "docs" / "configuration.md"
 BEGIN, END = "<!-- settings-table:begin (scripts/gen_configuration.py) -->", "<!-- settings-table:end -->"
+PACS_BEGIN, PACS_END = "<!-- pacs-table:begin (scripts/gen_configuration.py) -->", "<!-- pacs-table:end -->"
 BOUNDS = (("ge", ">= {}"), ("gt", "> {}"), ("le", "<= {}"), ("lt", "< {}"))
 
 
@@ -45,42 +47,72 @@ def _default(name: str, field: Any, in_words: dict[str, str]) -> str:
     return "unset" if field.default is None else f"`{field.default}`"
 
 
+def _rows(model: Any, prefix: str, in_words: dict[str, str]) -> list[tuple[str, str, str, str]]:
+    out = []
+    for name, field in model.model_fields.items():
+        choices = _choices(field.annotation)
+        values = ", ".join(f"`{c}`" for c in choices) if choices else _bounds(field.metadata)
+        out.append((f"`{prefix}{name.upper()}`", _default(name, field, in_words), values,
+                    (field.description or "").replace("|", "\\|")))
+    return out
+
+
 def rows() -> list[tuple[str, str, str, str]]:
-    """(variable, default, values, meaning) of every setting, in the settings model's order."""
+    """(variable, default, values, meaning) of every service setting, in the settings model's order."""
     from service.inference.spec import knobs
     from service.settings import Settings
 
     # ScorerSpec's None defaults mean something it says in words; model_dir's factory finds the embedded model
     in_words = {k.name: k.knob.default_text for k in knobs() if k.default is None and k.knob.default_text}
-    out = []
-    for name, field in Settings.model_fields.items():
-        choices = _choices(field.annotation)
-        values = ", ".join(f"`{c}`" for c in choices) if choices else _bounds(field.metadata)
-        out.append((f"`RADSCREEN_{name.upper()}`", _default(name, field, in_words), values,
-                    (field.description or "").replace("|", "\\|")))
-    return out
+    return _rows(Settings, "RADSCREEN_", in_words)
+
+
+def pacs_rows() -> list[tuple[str, str, str, str]]:
+    """(variable, default, values, meaning) of every PACS setting, in the settings model's order."""
+    from service.pacs.settings import PacsSettings
+
+    return _rows(PacsSettings, "RADSCREEN_PACS_", {})
+
+
+def _table(begin: str, end: str, rows: list[tuple[str, str, str, str]]) -> str:
+    lines = [begin, "| variable | default | values | meaning |", "| --- | --- | --- | --- |"]
+    lines += [f"| {variable} | {default} | {values} | {meaning} |" for variable, default, values, meaning in rows]
+    return "\n".join([*lines, end])
 
 
 def table() -> str:
-    """The markdown table between the markers (markers included)."""
-    lines = [BEGIN, "| variable | default | values | meaning |", "| --- | --- | --- | --- |"]
-    lines += [f"| {variable} | {default} | {values} | {meaning} |" for variable, default, values, meaning in rows()]
-    return "\n".join([*lines, END])
+    """The service table between its markers (markers included)."""
+    return _table(BEGIN, END, rows())
+
+
+def pacs_table() -> str:
+    """The PACS table between its markers (markers included)."""
+    return _table(PACS_BEGIN, PACS_END, pacs_rows())
+
+
+def _documented(begin: str, end: str) -> str:
+    match = re.search(re.escape(begin) + r".*?" + re.escape(end), CONFIGURATION_DOC.read_text(encoding="utf-8"), re.S)
+    if match is None:
+        raise ValueError(f"{CONFIGURATION_DOC} has no {begin} ... {end} block")
+    return match.group(0)
 
 
 def documented_table() -> str:
-    """The table now in docs/configuration.md (markers included)."""
-    match = re.search(re.escape(BEGIN) + r".*?" + re.escape(END), CONFIGURATION_DOC.read_text(encoding="utf-8"), re.S)
-    if match is None:
-        raise ValueError(f"{CONFIGURATION_DOC} has no {BEGIN} ... {END} block")
-    return match.group(0)
+    """The service table now in docs/configuration.md (markers included)."""
+    return _documented(BEGIN, END)
+
+
+def documented_pacs_table() -> str:
+    """The PACS table now in docs/configuration.md (markers included)."""
+    return _documented(PACS_BEGIN, PACS_END)
 
 
 def main() -> int:
     text = CONFIGURATION_DOC.read_text(encoding="utf-8")
-    new = text.replace(documented_table(), table())
+    new = text.replace(documented_table(), table()).replace(documented_pacs_table(), pacs_table())
     CONFIGURATION_DOC.write_text(new, encoding="utf-8")
-    print(f"wrote {len(rows())} settings to {CONFIGURATION_DOC.relative_to(ROOT)}")
+    print(f"wrote {len(rows())} settings and {len(pacs_rows())} PACS settings to "
+          f"{CONFIGURATION_DOC.relative_to(ROOT)}")
     return 0
 
 

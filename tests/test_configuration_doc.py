@@ -26,6 +26,18 @@ def test_the_configuration_table_is_the_settings_model() -> None:
     assert gen.documented_table() == gen.table(), "docs/configuration.md is stale: run scripts/gen_configuration.py"
 
 
+def test_the_pacs_table_is_the_pacs_settings_model() -> None:
+    from service.pacs.settings import PacsSettings
+
+    gen = _generator()
+    assert gen.documented_pacs_table() == gen.pacs_table(), "docs/configuration.md is stale: run " \
+        "scripts/gen_configuration.py"
+    table = gen.pacs_table()
+    for name in PacsSettings.model_fields:
+        assert f"| `RADSCREEN_PACS_{name.upper()}` |" in table, name
+    assert "| `RADSCREEN_PACS_LISTEN_PORT` | `11112` | 1-65535 |" in table
+
+
 def test_every_setting_has_a_row_with_its_bounds_and_choices() -> None:
     from service.settings import Settings
 

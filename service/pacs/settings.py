@@ -21,7 +21,9 @@ class PacsSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RADSCREEN_PACS_", env_file=".env", extra="ignore")
 
     spool_dir: Path | None = Field(
-        default=None, description="Folder of received instances and results (required to receive DICOM).")
+        default=None,
+        description="Folder of received instances and results: required by dicom-listen, and turns STOW-RS on in "
+                    "serve.")
     ae_title: str = Field(default="RADSCREEN", pattern=_AE_TITLE, description="Our AE title (receiver and sender).")
     listen_host: str = Field(default="127.0.0.1", description="C-STORE receiver: bind address.")
     listen_port: int = Field(default=11112, ge=1, le=65535, description="C-STORE receiver: port.")
@@ -31,7 +33,7 @@ class PacsSettings(BaseSettings):
     max_associations_per_ae: int = Field(
         default=2, ge=1, le=64,
         description="C-STORE receiver: associations at once from one calling AE title (spaces around it stripped); "
-                    "at most max_associations.")
+                    "at most max_associations (a larger value is refused at start).")
     acse_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Association negotiation timeout.")
     dimse_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Timeout of one DIMSE message.")
     network_timeout_s: float = Field(default=60.0, gt=0, le=3600, description="Idle association timeout.")
@@ -49,7 +51,8 @@ class PacsSettings(BaseSettings):
     poll_s: float = Field(default=0.5, gt=0, le=60, description="How often the spool is looked at.")
     retention_s: float = Field(
         default=86_400.0, ge=0, le=30 * 86_400,
-        description="A graded and delivered study's instances are deleted this long after its last instance.")
+        description="A graded and delivered (or refused, or quarantined) study's instances are deleted this long "
+                    "after its last instance.")
     archive_url: str | None = Field(
         default=None, description="STOW-RS base URL of the archive (results are POSTed to <url>/studies).")
     archive_host: str | None = Field(default=None, description="C-STORE archive: host (when no archive_url).")
