@@ -160,19 +160,24 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
         lines += ["", *by_source_lines(by_source)]
     if history:
         lines += ["", "## Training log (last epoch)", *last_epoch_lines(history[-1])]
-    lines += ["", "## Limitations",
-              "- Synthetic images differ from real fundus photographs in countless ways; performance on real "
-              "data is unknown." if synthetic else
-              "- Trained and tested on the sources named under Training data (figures per source above): their "
-              "populations, cameras and labelling; other programmes' photographs may score differently. Labels "
-              "mapped from clinical keywords are noisy." if by_source else
-              "- Trained and tested on one source (see Training data): its "
-              "population, cameras and labelling; other programmes' photographs may score differently. Labels "
-              "mapped from clinical keywords are noisy.",
-              "- Binary referable/non-referable output only; no lesion localisation; no macular-oedema grading.",
-              "- The uncertainty threshold was set on the validation split of the same data distribution; it "
-              "does not guarantee detection of out-of-distribution inputs (the quality gate covers some).", ""]
+    lines += ["", *limitation_lines(synthetic, several_sources=bool(by_source)), ""]
     return "\n".join(lines)
+
+
+def limitation_lines(synthetic: bool, *, several_sources: bool) -> list[str]:
+    """The card's limitations: the data it was trained on, its binary output, what the threshold does not do."""
+    return ["## Limitations",
+            "- Synthetic images differ from real fundus photographs in countless ways; performance on real "
+            "data is unknown." if synthetic else
+            "- Trained and tested on the sources named under Training data (figures per source above): their "
+            "populations, cameras and labelling; other programmes' photographs may score differently. Labels "
+            "mapped from clinical keywords are noisy." if several_sources else
+            "- Trained and tested on one source (see Training data): its "
+            "population, cameras and labelling; other programmes' photographs may score differently. Labels "
+            "mapped from clinical keywords are noisy.",
+            "- Binary referable/non-referable output only; no lesion localisation; no macular-oedema grading.",
+            "- The uncertainty threshold was set on the validation split of the same data distribution; it "
+            "does not guarantee detection of out-of-distribution inputs (the quality gate covers some)."]
 
 
 def validation_lines(val_summary: dict[str, Any], by_operating_point: bool) -> list[str]:

@@ -184,6 +184,35 @@ def _write_csv(path: Path, columns: Sequence[str], rows: list[dict[str, Any]]) -
         write_csv(f, columns, ([row.get(c) for c in columns] for row in rows))
 
 
+def _render_all(jobs: list[_Job], n_images: int, *, workers: int, progress: bool) -> list[dict[str, Any]]:
+    """Every chunk's rows, in image order: in this process (``workers == 1``) or in ``spawn``-ed ones."""
+    rows: list[dict[str, Any]] = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=n_images, desc="synth", unit="img")
+    results: Iterator[list[dict[str, Any]]]
+    if workers == 1:
+        results = map(_render_chunk, jobs)
+        executor = None
+    else:
+        executor = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        results = executor.map(_render_chunk, jobs)
+    try:
+        for chunk_rows in results:
+            rows.extend(chunk_rows)
+            if bar is not None:
+                bar.update(len(chunk_rows))
+    finally:
+        if executor is not None:
+            executor.shutdown()
+        if bar is not None:
+            bar.close()
+    rows.sort(key=lambda r: r["index"])
+    return rows
+
+
 def generate_dataset(
     out_dir: Path,
     *,
@@ -222,35 +251,11 @@ def generate_dataset(
     image_dir.mkdir(parents=True, exist_ok=True)
 
     chunk = max(1, min(64, n_images // (4 * workers) or 1))
-    jobs = [
+    jobs: list[_Job] = [
         (image_dir, seed, list(range(s, min(s + chunk, n_images))), size, ungradable_fraction, probs, image_format)
         for s in range(0, n_images, chunk)
     ]
-    rows: list[dict[str, Any]] = []
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=n_images, desc="synth", unit="img")
-    results: Iterator[list[dict[str, Any]]]
-    if workers == 1:
-        results = map(_render_chunk, jobs)
-        executor = None
-    else:
-        executor = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-        results = executor.map(_render_chunk, jobs)
-    try:
-        for chunk_rows in results:
-            rows.extend(chunk_rows)
-            if bar is not None:
-                bar.update(len(chunk_rows))
-    finally:
-        if executor is not None:
-            executor.shutdown()
-        if bar is not None:
-            bar.close()
-
-    rows.sort(key=lambda r: r["index"])
+    rows = _render_all(jobs, n_images, workers=workers, progress=progress)
     manifest = out_dir / "trainLabels.csv"
     _write_csv(manifest, ("image", "level"), rows)
     _write_csv(out_dir / "metadata.csv", METADATA_COLUMNS, rows)
