@@ -190,7 +190,7 @@ def row_metrics(runs_dir: Path, members: tuple[str, ...], strategy: str, n_boots
     epoch_seconds = [row["seconds"] for m in members
                      for row in json.loads((runs_dir / m / "history.json").read_text()) if row["epoch"] >= 1]
     return {
-        "members": list(members), "score": strategy, "n_test": report.n_images, "n_draws": report.n_mc_samples,
+        "members": list(members), "score": strategy, "n_test": report.n_images, "n_draws": report.n_predictions,
         "auc": [curve.auc[i] for i in at], "auc_se": [curve.auc_se[i] for i in at],
         "accuracy": [curve.accuracy[i] for i in at], "accuracy_se": [curve.accuracy_se[i] for i in at],
         "random_auc": [rand.auc[i] for i in at], "random_auc_se": [rand.auc_se[i] for i in at],

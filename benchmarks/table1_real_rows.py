@@ -89,7 +89,7 @@ def group_metrics(draws: SavedDraws, strategy: str, n_bootstrap: int) -> dict[st
     """Referral curves, ECE and the paired difference against random referral, for one group of eyes."""
     report = evaluate_predictions(draws.probs, draws.labels, fractions=FRACTIONS, n_bootstrap=n_bootstrap, seed=0)
     curve = report.curves[strategy]  # type: ignore[index]
-    return {"n": int(draws.labels.size), "n_referable": int(draws.labels.sum()), "n_draws": report.n_mc_samples,
+    return {"n": int(draws.labels.size), "n_referable": int(draws.labels.sum()), "n_draws": report.n_predictions,
             "auc": list(curve.auc), "auc_se": list(curve.auc_se), "accuracy": list(curve.accuracy),
             "accuracy_se": list(curve.accuracy_se), "ece": report.ece,
             "vs_random": _differences(draws, strategy, draws, None, n_bootstrap)}

@@ -33,7 +33,7 @@ def test_ensemble_is_exactly_evaluate_predictions_of_the_stacked_draws() -> None
     stacked = np.concatenate([m.probs for m in members], axis=0)  # [11, N]
     expected = evaluate_predictions(stacked, members[0].labels, n_bootstrap=20, seed=5)
     got = evaluate_ensemble(members, n_bootstrap=20, seed=5)
-    assert got.n_mc_samples == 11
+    assert got.n_predictions == 11
     assert got.to_dict() == expected.to_dict()
 
 

@@ -35,7 +35,7 @@ def test_report_numbers_are_consistent(toy_report: EvaluationReport) -> None:
     r = toy_report
     mi_curve = r.curves["mutual_information"]
     assert set(r.curves) == {"mutual_information", "predictive_entropy", "random"}
-    assert r.n_images == 600 and r.n_mc_samples == 8 and 0 < r.n_positive < 600
+    assert r.n_images == 600 and r.n_predictions == 8 and 0 < r.n_positive < 600
     assert mi_curve.fractions == pytest.approx([k / 100 for k in range(0, 55, 5)])
     assert mi_curve.auc[0] == pytest.approx(r.auc)
     assert mi_curve.accuracy[0] == pytest.approx(r.accuracy)
@@ -176,3 +176,11 @@ def test_schema_and_input_errors(toy_report: EvaluationReport) -> None:
         evaluate_predictions(mc, y[:40], n_bootstrap=0)
     with pytest.raises(ValueError, match="decision_threshold"):
         evaluate_predictions(mc, y, n_bootstrap=0, decision_threshold=1.5)
+
+
+def test_a_report_written_before_n_predictions_reads_its_old_key(toy_report: EvaluationReport) -> None:
+    """``n_predictions`` (draws x head draws x views per image) was written ``n_mc_samples`` before."""
+    old = toy_report.to_dict()
+    old["n_mc_samples"] = old.pop("n_predictions")
+    assert EvaluationReport.from_dict(old) == EvaluationReport.from_dict(toy_report.to_dict())
+    assert EvaluationReport.from_dict(old).n_predictions == toy_report.n_predictions == 8

@@ -125,7 +125,7 @@ def evaluate_predictions(
     if not 0.0 <= decision_threshold <= 1.0:
         raise ValueError(f"decision_threshold must be a probability in [0, 1]; got {decision_threshold}")
     unc = mc_uncertainty(mc_probs)
-    n_samples = int(np.asarray(mc_probs).shape[0])
+    n_predictions = int(np.asarray(mc_probs).shape[0])  # per image: draws x head draws x views
     y = _check_labels(labels, unc.probability.size)
     p = unc.probability  # [N]
     mi = unc.mutual_information  # [N]
@@ -149,7 +149,7 @@ def evaluate_predictions(
     return EvaluationReport(
         n_images=int(y.size),
         n_positive=int(y.sum()),
-        n_mc_samples=n_samples,
+        n_predictions=n_predictions,
         decision_threshold=float(decision_threshold),
         auc=float(roc_auc_score(y, p)),
         accuracy=float(accuracy_score(y, predicted)),

@@ -57,7 +57,8 @@ def plot_referral_curves(report: EvaluationReport, path: str | Path) -> Path:
     fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=9, frameon=False)
     fig.suptitle(
         f"Referral by uncertainty — N = {report.n_images} images ({report.n_positive} referable), "
-        f"S = {report.n_mc_samples} MC samples; error bars ±1 SE ({report.n_bootstrap} bootstrap resamples)",
+        f"S = {report.n_predictions} predictions per image; error bars ±1 SE "
+        f"({report.n_bootstrap} bootstrap resamples)",
         fontsize=10,
     )
     out = Path(path)

@@ -47,7 +47,9 @@ class EvaluationReport:
 
     n_images: int
     n_positive: int
-    n_mc_samples: int
+    # predictions per image the figures average over: network draws x head draws x views (not the network draws
+    # alone: an artifact serving 8 draws x 64 head draws x 2 views makes 1,024)
+    n_predictions: int
     decision_threshold: float
     auc: float
     accuracy: float
@@ -109,7 +111,8 @@ class EvaluationReport:
             return cls(
                 n_images=int(data["n_images"]),
                 n_positive=int(data["n_positive"]),
-                n_mc_samples=int(data["n_mc_samples"]),
+                # "n_mc_samples": the key of reports written before it was named for what it counts
+                n_predictions=int(data["n_predictions"] if "n_predictions" in data else data["n_mc_samples"]),
                 decision_threshold=_f(data["decision_threshold"]),
                 auc=_f(data["auc"]),
                 accuracy=_f(data["accuracy"]),
