@@ -9,7 +9,7 @@ any model at that size, whatever its training. This reads a run's saved serving 
   against all non-referable eyes, and of each referable grade against all non-referable eyes;
 - per grade 0–4 (and subtle grade 2): images, mean p̄, share called referable (p̄ ≥ 0.5), median MI.
 
-Example (figures in docs/results-science.md, "The synthetic benchmark's ceiling")::
+Example (figures in docs/results-training.md, "The synthetic benchmark's ceiling")::
 
     .venv/bin/python benchmarks/auc_by_stratum.py --draws runs/default-v3/eval_test/draws.npz \\
         --data runs/synth-default

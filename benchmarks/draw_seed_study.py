@@ -16,7 +16,7 @@ prints, per K, over all pairs of seeds:
 - how many labels (p̄ >= decision threshold) differ;
 - max |Δ p̄|.
 
-Example (figures in docs/results-science.md, "Head draws")::
+Example (figures in docs/results-serving-estimator.md, "Head draws")::
 
     .venv/bin/python benchmarks/draw_seed_study.py --model-dir models/default --images 48 --k 16 32 64 --seeds 3
     .venv/bin/python benchmarks/draw_seed_study.py --photos ../shared/data/idrid-lesion-54 --images 54 \

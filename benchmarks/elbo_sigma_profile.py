@@ -16,7 +16,7 @@ shows what the ELBO would give up to get there. (A ray is one direction: the tru
 layer's σ differently; it is at least as low as the lowest point found here. ``--layers`` scales only some
 layers, to probe such directions.)
 
-Example (figures in docs/results-science.md, "Where the ELBO would put σ")::
+Example (figures in docs/results-training.md, "Where the ELBO would put σ")::
 
     .venv/bin/python benchmarks/elbo_sigma_profile.py --model-dir models/default --data runs/synth-default \\
         --split 0.8 0.1 0.1 --split-seed 1 --images 147 --scales 1 4 16 64 256 1024

@@ -15,7 +15,7 @@ and the same serving draws). It prints:
 - how the service answers the photographs: referred as uncertain (MI above the calibrated threshold),
   ungradable, labelled referable (p̄ at or above the decision threshold), and its screening outcomes.
 
-Example (figures in docs/results-science.md)::
+Example (figures in docs/results-training.md, "The synthetic benchmark's ceiling" and "A wider posterior")::
 
     .venv/bin/python benchmarks/real_photos_mi.py --model-dir models/default \\
         --test-draws runs/default-v2/eval_test/draws.npz --photos ../shared/data/idrid-lesion-54

@@ -19,7 +19,7 @@ layers, so every pair is a draw from q).  The head is a 736 → 1 matrix at full
 few kFLOP per image.  The point is the variance of the MI estimate, not its cost: one radial head draw is
 a single random direction and radius in a 737-dimensional space that every image shares, so at K = 16
 the scale of MI moved by a factor 2–4 between draw seeds of default model 0.2.0, and M = 64 head draws
-per network draw cut that to about 1.4 (docs/results-science.md, "Head draws").  Output axis 0 is then ordered
+per network draw cut that to about 1.4 (docs/results-serving-estimator.md, "Head draws").  Output axis 0 is then ordered
 draw-major: index ``k·M + m``.  With ``M = 1`` the draws and the graph are exactly those of the plain K-draw network.
 
 ``plan`` lists the operations in order — ``("conv", i)``, ``("act",)``, ``("pool",)``, ``("gpool",)``,

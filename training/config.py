@@ -129,8 +129,8 @@ class TrainConfig:
     mc_samples: int = field(default=16, metadata=option(
         "posterior draws the artifact serves (each costs one forward pass per view)", SERVING))
     head_draws: int = field(default=64, metadata=option(
-        "draws of the last layer per serving draw: steadies the MI estimate at no real cost (models.draws; "
-        "1 = the plain K draws)", SERVING))
+        "draws of the last layer per serving draw: steadies the MI estimate at no real cost "
+        "(docs/results-serving-estimator.md, 'Head draws'); 1 = the plain K draws", SERVING))
     test_time_flip: FlipMode = field(default="off", metadata=option(
         "on: serve on each image and its mirror image, p and MI over both orientations' draws (each draw costs two "
         "passes; calibration and the test figures use it too); auto: choose on the validation eyes between the "

@@ -46,7 +46,7 @@ def serving_line(draws: ServingDraws, budget: int) -> str:
     return (f"- Serving: **{draws.passes} forward passes per image ({draws.split_text()}; pass budget {budget}"
             f"{over})**: {draws.mc_samples} posterior draws, seed {draws.draw_seed}"
             + (f", each with {draws.head_draws} draws of the final layer ({draws.mc_samples * draws.head_draws} "
-               "posterior samples per view at no extra pass; docs/results-science.md, 'Head draws')"
+               "posterior samples per view at no extra pass; docs/results-serving-estimator.md, 'Head draws')"
                if draws.head_draws > 1 else "")
             + ("; **test-time flip**: every image is also scored mirrored left-right and the probability and the "
                "mutual information are taken over both orientations' draws." if draws.test_time_flip

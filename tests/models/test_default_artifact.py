@@ -41,7 +41,7 @@ def test_default_artifact_verifies_and_states_its_provenance() -> None:
     draws = artifact.serving_draws()
     assert (draws.mc_samples, draws.views, draws.passes, cfg.pass_budget) == (8, 2, 16, 16)  # the design's budget
     assert "16 forward passes per image (8 draws × 2 views; pass budget 16)" in card
-    assert cfg.head_draws == 64  # 1,024 posterior samples per image (docs/results-science.md, "Head draws")
+    assert cfg.head_draws == 64  # 1,024 posterior samples per image (docs/results-serving-estimator.md, "Head draws")
     assert "bf16" in artifact.calibration.permits()  # the precision record was measured at this split
     assert 0.0 < artifact.calibration.referral_threshold_mi <= np.log(2)  # ln 2: the operating point defers none
     assert cfg.preprocessing == FOV_LOCAL_MEAN  # trained the way the service prepares real photographs
