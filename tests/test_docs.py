@@ -42,6 +42,41 @@ def test_every_link_and_named_docs_path_exists(page: Path) -> None:
     assert not missing, f"{page.relative_to(ROOT)} points at what does not exist: {missing}"
 
 
+# a heading (a numbered one without its number) or a paragraph's bold lead: what a citation may name
+SECTION = re.compile(r"^#{1,6}\s+(?:\d+\.\s+)?(.+?)\s*$|^\*\*(.+?)\*\*", re.M)
+# `results-x.md, "Title"` (or `[results-x.md](results-x.md), "Title"`): a results section cited by its title
+CITED_SECTION = re.compile(r"(results-[\w-]+\.md)(?:\]\([^)\s]*\))?,\s*\"([^\"]+)\"")
+
+
+def _sections(page: Path) -> list[str]:
+    return [" ".join((h or b).replace("`", "").split()) for h, b in SECTION.findall(page.read_text(encoding="utf-8"))]
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.replace("`", "").strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_anchor_and_cited_results_section_exists(page: Path) -> None:
+    """A link's ``#anchor`` is a heading of its page, and a results section cited by title ("docs/results-x.md,
+    "Title"") begins a heading or a bold lead of that page, so that moving a section moves its citations too."""
+    text = page.read_text(encoding="utf-8")
+    missing = []
+    for target in LINK.findall(text):
+        if "#" not in target or re.match(r"[a-z][a-z0-9+.-]*:", target):
+            continue
+        path, anchor = target.split("#", 1)
+        linked = (page.parent / path).resolve() if path else page
+        if linked.suffix == ".md" and linked.exists() and anchor not in {_slug(s) for s in _sections(linked)}:
+            missing.append(target)
+    for name, title in CITED_SECTION.findall(text):
+        cited, title = ROOT / "docs" / name, " ".join(title.replace("`", "").split())
+        if not cited.exists() or not any(s.startswith(title) for s in _sections(cited)):
+            missing.append(f'{name}, "{title}"')
+    assert not missing, f"{page.relative_to(ROOT)} names sections that do not exist: {missing}"
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_no_issue_numbers(page: Path) -> None:
     hits = [line for line in page.read_text(encoding="utf-8").splitlines() if ISSUE.search(line)]
