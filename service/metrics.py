@@ -189,6 +189,10 @@ class ServiceMetrics:
         self.pacs_grading_paused = Gauge(
             "radscreen_pacs_grading_paused",
             "1 while grading is paused because the spool cannot be written (disk full or failing).", registry=r)
+        self.pacs_grading_pass = Gauge(
+            "radscreen_pacs_grading_pass_timestamp_seconds",
+            "Unix time as of which the last completed grading pass judged every spooled study (0 before the first); "
+            "a grader that stopped stops moving it.", registry=r)
         for path in ("stow", "cstore"):
             for result in ("stored", "refused"):
                 self.pacs_instances.labels(path=path, result=result)

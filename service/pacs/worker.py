@@ -33,6 +33,9 @@ back from grading, and a long grading pass never holds a result back from the ar
    ``min_free_mb`` free or a write failed (``radscreen_pacs_grading_paused`` is 1, one log line per pause), for
    ``retry_base_s`` doubling up to ``retry_max_s``; it is not a study's fault, so nothing is quarantined and
    nothing is graded again in a loop. A write that fails while receiving answers 0xA700 (``service.pacs.receive``).
+7. **Progress.** A grading pass that went through every study sets ``radscreen_pacs_grading_pass_timestamp_seconds``
+   to the time it judged them by: every study due by then has been graded (or quarantined), and one not graded
+   was not due. A pass cut short (the model busy, the spool paused) does not move it.
 
 One process at a time grades a spool (``Spool.try_lock``); others sharing it only receive, and one of them takes
 over when the grader ends. Log lines carry counts, reasons and outcomes, never a patient identifier or a UID.
@@ -198,6 +201,7 @@ class PacsWorker:
                 self._paused(f"the spool cannot be written ({errno.errorcode.get(exc.errno or 0, type(exc).__name__)})")
                 return
         self.expire(now)
+        self.metrics.pacs_grading_pass.set(now)  # every study was judged as of `now`: what was due then is graded
 
     # -- delivery --------------------------------------------------------------------------------------------
     async def deliver(self) -> None:

@@ -32,6 +32,8 @@ AE_TITLE = "RADSCREEN"
 PATIENT_NAME = "Phiname^Zebulon"  # distinctive: must never appear in a log line or a metric
 PATIENT_ID = "PHI-ID-7391"
 ODIR_PATIENT = 1  # both eyes labelled normal fundus in labels.csv
+SETTLE_S = 0.5  # RADSCREEN_PACS_SETTLE_S of the receiver: a two-eye study is due this long after its last instance
+GRADING_PASS = "radscreen_pacs_grading_pass_timestamp_seconds "
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,16 @@ class Listener:
             if line.startswith(line_start):
                 return float(line.rsplit(" ", 1)[1])
         return 0.0
+
+    def wait_for_grading_pass(self, as_of: float, timeout_s: float) -> bool:
+        """Wait until the worker has completed a grading pass that judged every study as of ``as_of`` (Unix time)
+        or later: a study due by then has been graded. False if none did within ``timeout_s``."""
+        end = time.monotonic() + timeout_s
+        while self.metric(GRADING_PASS) < as_of:
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.1)
+        return True
 
 
 def photographs() -> tuple[np.ndarray, np.ndarray, str]:
@@ -72,7 +84,7 @@ def listener_env(model_dir: Path, archive_port: int | None, metrics_port: int) -
     env = {**os.environ, "RADSCREEN_MODEL_DIR": str(model_dir), "RADSCREEN_DEVICE": "cpu",
            "RADSCREEN_BACKEND": "torch", "RADSCREEN_LOG_LEVEL": "debug",
            "RADSCREEN_PACS_METRICS_PORT": str(metrics_port),
-           "RADSCREEN_PACS_SETTLE_S": "0.5", "RADSCREEN_PACS_QUIET_S": "30", "RADSCREEN_PACS_POLL_S": "0.2",
+           "RADSCREEN_PACS_SETTLE_S": str(SETTLE_S), "RADSCREEN_PACS_QUIET_S": "30", "RADSCREEN_PACS_POLL_S": "0.2",
            "RADSCREEN_PACS_RETRY_BASE_S": "0.5", "RADSCREEN_PACS_RETRY_MAX_S": "2"}
     if archive_port is not None:
         env.update({"RADSCREEN_PACS_ARCHIVE_HOST": "127.0.0.1", "RADSCREEN_PACS_ARCHIVE_PORT": str(archive_port),

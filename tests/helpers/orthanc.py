@@ -83,6 +83,19 @@ class Orthanc:
                 return found
             time.sleep(0.5)
 
+    def wait_for_jobs(self, deadline_s: float) -> bool:
+        """Poll until none of Orthanc's jobs is still to run (its Lua forwards are jobs: once they are done, every
+        instance it forwards has been answered by the receiver); False if some still are after ``deadline_s``."""
+        end = time.monotonic() + deadline_s
+        while True:
+            response = httpx.get(f"{self.url}/jobs", params={"expand": ""}, timeout=30)
+            response.raise_for_status()
+            if all(job["State"] in ("Success", "Failure") for job in response.json()):
+                return True
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.2)
+
     def modality_ok(self, name: str = "radscreen") -> bool:
         """C-ECHO from Orthanc to a configured modality."""
         return httpx.post(f"{self.url}/modalities/{name}/echo", content=b"{}", timeout=30).status_code == 200

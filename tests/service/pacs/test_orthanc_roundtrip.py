@@ -20,7 +20,7 @@ import pytest
 from pydicom.uid import generate_uid
 
 from service.pacs.delivery import CStoreArchive
-from tests.helpers.dicom_listener import AE_TITLE, PATIENT_ID, PATIENT_NAME, Listener, two_eye_study
+from tests.helpers.dicom_listener import AE_TITLE, PATIENT_ID, PATIENT_NAME, SETTLE_S, Listener, two_eye_study
 from tests.helpers.orthanc import Orthanc
 from tests.helpers.pacs_checks import Expected, check_sr_against, expected_for, require_dcmtk, sr_summary
 
@@ -64,12 +64,18 @@ def test_study_pushed_into_orthanc_comes_back_with_radscreen_sr(pacs: tuple[Orth
     # resent into Orthanc and straight to the receiver: still one result object
     assert orthanc.stow(instances).status_code == 200
     built = listener.metric('radscreen_pacs_results_total{event="built"}')
+    duplicate = listener.metric('radscreen_pacs_results_total{event="duplicate"}')
     archive = CStoreArchive("127.0.0.1", listener.port, AE_TITLE, "RESENDER")
     for instance in instances:
-        archive.send(instance)
-    time.sleep(3.0)  # settle (0.5 s) and several polls (0.2 s) of the receiver
-    assert len(orthanc.find(StudyInstanceUID=study_uid, Modality="SR")) == 1
+        archive.send(instance)  # returns once the receiver has answered: stored (or refused) by then
+    assert orthanc.wait_for_jobs(DEADLINE_S), "Orthanc's forward of the resent study did not finish"
+    received = time.time()  # every copy, Orthanc's forward and the direct one, is in the spool
+    # had a copy changed the study, it would be due SETTLE_S after it arrived: wait for a pass that judged it then
+    assert listener.wait_for_grading_pass(received + SETTLE_S, DEADLINE_S), listener.log.read_text()[-2000:]
     assert listener.metric('radscreen_pacs_results_total{event="built"}') == built
+    assert listener.metric('radscreen_pacs_results_total{event="duplicate"}') == duplicate  # not graded again
+    assert listener.metric("radscreen_pacs_outbox ") == 0  # nothing new waits for the archive either
+    assert len(orthanc.find(StudyInstanceUID=study_uid, Modality="SR")) == 1
 
 
 def test_same_result_delivered_twice_is_one_object_in_orthanc(pacs: tuple[Orthanc, Listener], tiny_scorer) -> None:
