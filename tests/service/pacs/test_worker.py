@@ -53,6 +53,26 @@ def test_grading_waits_for_both_eyes_or_the_quiet_period(host: ModelHost, tmp_pa
     assert worker.ready(study, time.time() + 1.5)
 
 
+def test_a_complete_grading_pass_records_the_time_it_judged_the_studies_by(host: ModelHost, tmp_path: Path) -> None:
+    """``radscreen_pacs_grading_pass_timestamp_seconds``: what was due as of it is graded; a cut-short pass (the
+    spool paused) does not move it."""
+    pass_time = "radscreen_pacs_grading_pass_timestamp_seconds"
+    worker = _worker(host, tmp_path)
+    receive(worker.spool, *two_eye_study(generate_uid()), age_s=1)  # due 1 s from now (settle_s = 2)
+    assert value(worker.metrics, pass_time) == 0
+    now = time.time()
+    LOOP.run_until_complete(worker.grade_ready(now))
+    assert value(worker.metrics, pass_time) == now
+    assert value(worker.metrics, "radscreen_pacs_results_total", event="built") == 0  # not due as of `now`
+    LOOP.run_until_complete(worker.grade_ready(now + 1.5))
+    assert value(worker.metrics, pass_time) == now + 1.5
+    assert value(worker.metrics, "radscreen_pacs_results_total", event="built") == 1  # due: graded in that pass
+    worker.settings.min_free_mb = 1_048_576  # 1 TiB: more than is free, so grading pauses
+    LOOP.run_until_complete(worker.grade_ready(now + 10))
+    assert value(worker.metrics, "radscreen_pacs_grading_paused") == 1
+    assert value(worker.metrics, pass_time) == now + 1.5
+
+
 def test_crash_before_the_grading_was_recorded_yields_one_result(host: ModelHost, tmp_path: Path) -> None:
     archive = RecordingArchive()
     worker = _worker(host, tmp_path, archive)
