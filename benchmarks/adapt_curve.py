@@ -34,8 +34,8 @@ import numpy as np
 from sklearn.metrics import roc_auc_score
 
 from models.artifact import WEIGHTS_FILE, Artifact, load_artifact
-from models.decision import is_referable, is_uncertain
-from models.quality import assess_quality
+from models.image.quality import assess_quality
+from models.outcome.decision import is_referable, is_uncertain
 from training.adapt import AdaptError, AdaptRequest, TuneOptions, adapt
 from training.config import TrainConfig
 from training.data.dataset import ManifestDataset

@@ -66,7 +66,7 @@ def tiny_artifact(directory: Path, width: int, input_size: int) -> Path:
     import torch
 
     from models.artifact import ArtifactConfig, Calibration, save_artifact
-    from models.vgg import VGGConfig, build_vgg16_star
+    from models.nn.vgg import VGGConfig, build_vgg16_star
 
     torch.manual_seed(0)
     arch = VGGConfig(width=width, input_size=input_size, layer="radial", rho_init=-4.0)

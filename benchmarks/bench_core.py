@@ -5,14 +5,14 @@ Paths, all in one run on the same images and (for the fixed-draw paths) the same
 * ``naive-loop``   — 16 separate stochastic forwards of the Bayesian model (S = 1 each, weights sampled
                      on every pass): what a straightforward implementation does;
 * ``bayes-mc``     — the Bayesian model's own K-sample forward (``mc_logits``, sampling included);
-* ``drawn-grouped``/``drawn-loop`` — the serving form (:class:`models.draws.DrawnNetwork`, K fixed draws
+* ``drawn-grouped``/``drawn-loop`` — the serving form (:class:`models.nn.draws.DrawnNetwork`, K fixed draws
                      materialised once) with grouped convolutions / K sequential passes;
-* ``onnx``         — the same draws in ONNX Runtime (:class:`models.onnx_backend.OnnxDrawnSession`),
+* ``onnx``         — the same draws in ONNX Runtime (:class:`models.serving.onnx_backend.OnnxDrawnSession`),
                      grouped graph; ``onnx-loop`` — the per-draw (unrolled) graph.
 
 Each torch path runs in fp32 and under bf16 autocast (fp16 autocast too on CUDA), with channels-last
 input and weights as the service runs them (``service.inference.backends.TorchBackend``); fp32 on CUDA is
-IEEE fp32, TF32 off (``models.cuda``), the reference included. Reported: latency per batch (mean, p50, p95, p99
+IEEE fp32, TF32 off (``models.platform.cuda``), the reference included. Reported: latency per batch (mean, p50, p95, p99
 over ``--repeats``), images/s and the speed-up over ``naive-loop`` fp32 at the same batch size (both from
 the medians), for the fixed-draw paths the largest deviation of the mean probability and of the mutual
 information from ``drawn-loop`` fp32 (the reference), and on CUDA each path's peak GPU memory (torch's
@@ -52,12 +52,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # support/ is not installed: run from any folder
 
-from models.cpu import detect_cpu
-from models.cuda import ieee_fp32_in_force, use_ieee_fp32
-from models.draws import DrawnNetwork, materialise_draws
-from models.onnx_backend import OnnxDrawnSession, ProviderFallbackError
-from models.uncertainty import binary_uncertainty_from_logits
-from models.vgg import VGGConfig, VGGStar, build_vgg16_star, mc_logits
+from models.nn.draws import DrawnNetwork, materialise_draws
+from models.nn.uncertainty import binary_uncertainty_from_logits
+from models.nn.vgg import VGGConfig, VGGStar, build_vgg16_star, mc_logits
+from models.platform.cpu import detect_cpu
+from models.platform.cuda import ieee_fp32_in_force, use_ieee_fp32
+from models.serving.onnx_backend import OnnxDrawnSession, ProviderFallbackError
 from support.lease import append_row
 
 MODES = ("naive-loop", "bayes-mc", "drawn-grouped", "drawn-loop", "onnx", "onnx-loop")

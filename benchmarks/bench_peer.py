@@ -48,8 +48,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import load_artifact
-from models.cpu import detect_cpu
-from models.int8 import INT8_RANGES_FILE
+from models.platform.cpu import detect_cpu
+from models.serving.int8 import INT8_RANGES_FILE
 from service.inference.backends import FlipViewsBackend, make_backend
 from service.inference.imaging import ImagePipeline
 from service.inference.loading import load_scorer

@@ -30,8 +30,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import load_artifact
-from models.cpu import detect_cpu
-from models.draws import DrawnNetwork
+from models.nn.draws import DrawnNetwork
+from models.platform.cpu import detect_cpu
 from service.inference.imaging import ImagePipeline
 from service.inference.loading import load_scorer
 from service.inference.prepare import prepare_image

@@ -4,7 +4,7 @@ The service fixes K posterior draws per artifact (``config.mc_samples`` with ``c
 Another seed is another equally valid set of draws; if the mutual information (MI) ranking or the set
 of images referred as uncertain changes a lot between seeds, K is too small for the decision it drives.
 
-For each K in ``--k``, each M in ``--head-draws`` (draws of the last layer per network draw, ``models.draws``)
+For each K in ``--k``, each M in ``--head-draws`` (draws of the last layer per network draw, ``models.nn.draws``)
 and each of ``--seeds`` draw seeds this materialises the K draws, scores the same
 images (synthetic renders from the current generator, or with ``--photos`` real photographs, through the
 artifact's own preprocessing) and
@@ -42,9 +42,9 @@ from scipy.stats import spearmanr
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
-from models.decision import is_referable, is_uncertain
-from models.draws import materialise_draws
-from models.uncertainty import binary_uncertainty_from_logits
+from models.nn.draws import materialise_draws
+from models.nn.uncertainty import binary_uncertainty_from_logits
+from models.outcome.decision import is_referable, is_uncertain
 from service.inference.loading import load_scorer
 from service.inference.prepare import prepare_image
 from service.inference.spec import ScorerSpec

@@ -49,10 +49,10 @@ from models.artifact import (
     replace_calibration,
     replace_model_card,
 )
-from models.cpu import detect_cpu
-from models.decision import is_referable, is_uncertain, screening_outcome
-from models.int8 import INT8_RANGES_FILE, Int8DrawnSession, calibrate_ranges
-from models.uncertainty import binary_uncertainty_from_logits
+from models.nn.uncertainty import binary_uncertainty_from_logits
+from models.outcome.decision import is_referable, is_uncertain, screening_outcome
+from models.platform.cpu import detect_cpu
+from models.serving.int8 import INT8_RANGES_FILE, Int8DrawnSession, calibrate_ranges
 from service.inference.imaging import ImagePipeline, ImageRejected
 from service.inference.loading import load_scorer
 from service.inference.prepare import PreparedImage, prepare_image

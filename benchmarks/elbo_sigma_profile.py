@@ -40,10 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import load_artifact
 from models.artifact.schema import ServingDraws
-from models.kl import kl_divergence
-from models.priors import prior_from_config
-from models.sampling import sampling_generator
-from models.vgg import mc_logits
+from models.nn.kl import kl_divergence
+from models.nn.priors import prior_from_config
+from models.nn.sampling import sampling_generator
+from models.nn.vgg import mc_logits
 from training.config import LAYOUTS, TrainConfig
 from training.data.prepare import prepare_data
 from training.evaluation import mc_uncertainty

@@ -2,7 +2,7 @@
 
 Scores every photograph of the chosen patients through the service's own path
 (``service.inference.scoring``: decode, quality gate, the artifact's preprocessing, the K serving draws, the
-calibrated per-image outcome), combines each patient's eyes with the one exam rule (``models.decision``) and
+calibrated per-image outcome), combines each patient's eyes with the one exam rule (``models.outcome.decision``) and
 prints, for patients and for eyes side by side:
 
 - **sensitivity**: of the patients (eyes) with referable DR, the share NOT answered ``no_referable_dr``
@@ -50,7 +50,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import DEFAULT_ARTIFACT_DIR
-from models.decision import EXAM_PRECEDENCE, Eye, ScreeningOutcome, exam_decision
+from models.outcome.decision import EXAM_PRECEDENCE, Eye, ScreeningOutcome, exam_decision
 from service.inference.imaging import ImageRejected
 from service.inference.loading import load_scorer
 from service.inference.prepare import prepare_image
@@ -127,8 +127,8 @@ def figures(outcomes: list[str], truth: list[bool]) -> dict[str, Any]:
 
 
 def cpu_model() -> str:
-    """``lscpu``'s model name and the precision-relevant flags (``models.cpu``)."""
-    from models.cpu import detect_cpu
+    """``lscpu``'s model name and the precision-relevant flags (``models.platform.cpu``)."""
+    from models.platform.cpu import detect_cpu
 
     cpu = detect_cpu()
     try:

@@ -14,8 +14,8 @@ Usage::
     PYTHONPATH=. python benchmarks/fundus_stats.py            # 54 IDRiD vs 54 synthetic (gradable)
     PYTHONPATH=. python benchmarks/fundus_stats.py --n-synthetic 120 --size 768 --seed 1
 
-The FOV circle (``models.fov.fit_fov_circle``), the crop to it (``models.preprocessing.crop_to_fov``)
-and every number the quality gate judges (``models.quality.measure``: FOV radius, colour inside the
+The FOV circle (``models.image.fov.fit_fov_circle``), the crop to it (``models.image.preprocessing.crop_to_fov``)
+and every number the quality gate judges (``models.image.quality.measure``: FOV radius, colour inside the
 disc, luminance, sharpness, blockiness) are the product's own functions, so the table shows exactly
 what the gate and the preprocessing see. Vessel contrast/width, band-pass energy by scale and
 background texture have no gate counterpart: they are this script's ``measure_*`` functions.
@@ -37,9 +37,9 @@ from scipy import ndimage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.fov import FovCircle, fit_fov_circle
-from models.preprocessing import crop_to_fov
-from models.quality import measure
+from models.image.fov import FovCircle, fit_fov_circle
+from models.image.preprocessing import crop_to_fov
+from models.image.quality import measure
 from support.shared_data import IDRID
 
 NORM_DIAMETER = 512  # px: FOV diameter of the normalised image

@@ -2,11 +2,11 @@
 
 For one half of the patient split (``support.framing_family``) it prints:
 
-- the patch sharpness (``models.quality``, median of 8 x 8 patches) of the natural ODIR-5K, EyePACS
+- the patch sharpness (``models.image.quality``, median of 8 x 8 patches) of the natural ODIR-5K, EyePACS
   and IDRiD eyes the gate accepts, against that of each sampled photograph's blurred family renders with text
   burned in over the retina (the renders ``MIN_PATCH_SHARPNESS`` must refuse);
 - how deep the straight cuts with black beyond them reach into the fitted disc (share of its diameter) on every
-  natural eye, against each sampled photograph's eyelid renders (``models.fov.MAX_CUT_DEPTH``).
+  natural eye, against each sampled photograph's eyelid renders (``models.image.fov.MAX_CUT_DEPTH``).
 
 Usage::
 
@@ -22,8 +22,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from models.fov import MAX_CUT_DEPTH, straight_cut_depth
-from models.quality import MIN_PATCH_SHARPNESS, MIN_SHARPNESS, assess_quality
+from models.image.fov import MAX_CUT_DEPTH, straight_cut_depth
+from models.image.quality import MIN_PATCH_SHARPNESS, MIN_SHARPNESS, assess_quality
 from support.framing_family import DEGRADED, Photo, decode, family, photographs
 from support.framings import canonical
 

@@ -97,7 +97,7 @@ def _study_folder(root: Path) -> Path:
 
 def _case(name: str, queue: Any) -> None:
     """Child process: build the input, run it, report (cpu_s, wall_s, peak_mib, answer)."""
-    from models.preprocessing import FOV_LOCAL_MEAN
+    from models.image.preprocessing import FOV_LOCAL_MEAN
     from service.inference.decode_deadline import DecodeDeadline
     from service.inference.imaging import ImagePipeline, ImageRejected
     from service.inference.prepare import prepare_image

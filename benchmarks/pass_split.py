@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.screening_eval import manifest_rows
 from models.artifact import Artifact, ServingDraws, load_artifact
-from models.cpu import detect_cpu
+from models.platform.cpu import detect_cpu
 from training.data.dataset import ManifestDataset
 from training.data.manifest import ManifestRow
 from training.evaluation.ensemble import load_draws, save_draws

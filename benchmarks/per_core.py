@@ -39,7 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.drift_real import odir_split, sample
-from models.cpu import detect_cpu
+from models.platform.cpu import detect_cpu
 from support.processes import free_port, running_process, wait_until_ready
 
 ROOT = Path(__file__).resolve().parents[1]

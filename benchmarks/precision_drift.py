@@ -14,7 +14,7 @@ bf16 runs only on a CPU with native bf16 (``service.inference.platform``): emula
 
 ``--device cuda`` scores the modes on the GPU (torch fp32, bf16 where native, fp16; ONNX Runtime fp32 when
 its CUDA provider loads) against the same reference, torch fp32 **on the CPU**: the CUDA/CPU parity table
-of the GPU check. fp32 on CUDA is IEEE fp32 (``models.cuda``), so its row measures kernel differences, not
+of the GPU check. fp32 on CUDA is IEEE fp32 (``models.platform.cuda``), so its row measures kernel differences, not
 TF32. An "outcome flip" is an image whose screening outcome changed. On CUDA the table ends with the served
 answer, ``auto``: the precision ``RADSCREEN_PRECISION=auto`` picks there, behind its guard band when its
 permit has one, as the service runs it.
@@ -39,10 +39,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.cpu import detect_cpu
-from models.cuda import cuda_native_bf16
-from models.decision import is_uncertain
-from models.onnx_backend import ProviderFallbackError
+from models.outcome.decision import is_uncertain
+from models.platform.cpu import detect_cpu
+from models.platform.cuda import cuda_native_bf16
+from models.serving.onnx_backend import ProviderFallbackError
 from service.inference.imaging import ImageRejected
 from service.inference.loading import load_scorer
 from service.inference.prepare import PreparedImage, prepare_image

@@ -3,7 +3,7 @@
 Sets: the test patients of ODIR and of EyePACS' natural copy (split as ``--run`` split them, rebuilt as
 ``benchmarks/screening_eval.py`` does) and the 54 IDRiD photographs. Configurations: the parent (keep 100 %)
 and, for each ``--method`` (``snr``: |μ|·√D/σ, ``magnitude``: |μ|, the paper's baseline) and each ``--keep``
-share, the parent pruned in memory (``models.pruning.prune_state_dict``: the same dense tensors an artifact
+share, the parent pruned in memory (``models.nn.pruning.prune_state_dict``: the same dense tensors an artifact
 written by ``radscreen-train prune`` loads to). Every configuration is scored with the same serving draws
 (the artifact's, or ``--mc-samples``/``--no-flip``/``--head-draws`` overrides) and the same ``--precision``,
 so with one draw seed the pruned and the parent's draws share their noise coordinate by coordinate.
@@ -47,8 +47,8 @@ import torch
 
 from benchmarks.screening_eval import gate_verdicts, manifest_rows
 from models.artifact import Artifact, load_artifact
-from models.decision import screening_outcome
-from models.pruning import PRUNE_METHODS, check_method, prune_state_dict, snr_quantiles
+from models.nn.pruning import PRUNE_METHODS, check_method, prune_state_dict, snr_quantiles
+from models.outcome.decision import screening_outcome
 from support.shared_data import IDRID
 from training.data.dataset import ManifestDataset
 from training.data.manifest import ManifestRow

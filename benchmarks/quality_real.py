@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from models.decode import DECODE_SIDE
-from models.quality import QualityMeasures, judge, measure
+from models.image.decode import DECODE_SIDE
+from models.image.quality import QualityMeasures, judge, measure
 from service.inference.imaging import decode_rgb
 from support.shared_data import ODIR
 

@@ -26,8 +26,8 @@ from collections.abc import Iterable
 import numpy as np
 from PIL import Image
 
-from models import quality
-from models.quality import QualityMeasures, judge, measure
+from models.image import quality
+from models.image.quality import QualityMeasures, judge, measure
 from support.degradations import DEGRADATIONS
 from support.nonfundus import NON_FUNDUS
 from support.shared_data import IDRID  # $RADSCREEN_SHARED_DATA/idrid-lesion-54

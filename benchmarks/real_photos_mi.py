@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import DEFAULT_ARTIFACT_DIR
-from models.decision import is_uncertain
+from models.outcome.decision import is_uncertain
 from service.inference.loading import load_scorer
 from service.inference.prepare import prepare_image
 from service.inference.spec import ScorerSpec

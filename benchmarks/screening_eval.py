@@ -38,9 +38,9 @@ import numpy as np
 
 from benchmarks.quality_real import to_measures  # the sibling benchmark that measures the gate
 from models.artifact import Artifact, load_artifact
-from models.decision import Eye, ScreeningOutcome, exam_decision, screening_outcome
-from models.decode import DECODE_SIDE
-from models.quality import assess_quality, judge
+from models.image.decode import DECODE_SIDE
+from models.image.quality import assess_quality, judge
+from models.outcome.decision import Eye, ScreeningOutcome, exam_decision, screening_outcome
 from service.inference.imaging import decode_rgb
 from support.shared_data import IDRID
 from training.config import TrainConfig
@@ -58,7 +58,7 @@ from training.predict import mc_probabilities
 
 
 def exam_outcome(eyes: dict[str, list[str]]) -> str:
-    """The visit's outcome from its photographs' outcomes: the service's exam rule (models.decision)."""
+    """The visit's outcome from its photographs' outcomes: the service's exam rule (models.outcome.decision)."""
     photos = {Eye(eye): [ScreeningOutcome(o) for o in outcomes] for eye, outcomes in eyes.items() if eye in set(Eye)}
     return exam_decision(photos).outcome.value
 

@@ -25,11 +25,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.cpu import detect_cpu
-from models.kl import kl_divergence
-from models.priors import prior_from_config
-from models.registry import create_model
-from models.vgg import mc_logits
+from models.nn.kl import kl_divergence
+from models.nn.priors import prior_from_config
+from models.nn.registry import create_model
+from models.nn.vgg import mc_logits
+from models.platform.cpu import detect_cpu
 
 
 def _cpu_seconds() -> float:

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from models.decision import ScreeningOutcome
+from models.outcome.decision import ScreeningOutcome
 from service.inference.loading import load_scorer
 from service.inference.prepare import PreparedImage, prepare_image
 from service.inference.scoring import Scorer

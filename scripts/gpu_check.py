@@ -66,7 +66,7 @@ def environment(report: LeaseReport) -> bool:
     """The environment step; whether torch sees a CUDA device."""
     import torch
 
-    from models.cuda import cuda_native_bf16
+    from models.platform.cuda import cuda_native_bf16
 
     figures: dict[str, object] = {
         "machine": f"{platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
@@ -95,9 +95,9 @@ def ort_cuda_session() -> str:
     """Whether ONNX Runtime's CUDA provider activates here (a tiny drawn network); a build without it is a
     skip with the reason, never a crash."""
     try:
-        from models.draws import materialise_draws
-        from models.onnx_backend import OnnxDrawnSession, ProviderFallbackError
-        from models.vgg import VGGConfig, build_vgg16_star
+        from models.nn.draws import materialise_draws
+        from models.nn.vgg import VGGConfig, build_vgg16_star
+        from models.serving.onnx_backend import OnnxDrawnSession, ProviderFallbackError
         from support.cuda_line import installed_onnxruntime_cuda_line
 
         line = installed_onnxruntime_cuda_line()

@@ -14,7 +14,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from models.decision import DiagnosisLabel, ScreeningOutcome
+from models.outcome.decision import DiagnosisLabel, ScreeningOutcome
 from service.inference.scoring import ImageScore, ScorerIdentity
 
 __all__ = ["CONTENT_TYPE_LATEST", "ServiceMetrics"]
@@ -137,7 +137,7 @@ class ServiceMetrics:
         """Patient visits scored by POST /v1/exams: by exam outcome, and photographs per exam."""
         self.exams = Counter(
             "radscreen_exams",
-            "Screening exams (patient visits) by exam outcome (models.decision.exam_decision).",
+            "Screening exams (patient visits) by exam outcome (models.outcome.decision.exam_decision).",
             ["outcome"],
             registry=r,
         )

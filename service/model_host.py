@@ -44,7 +44,7 @@ def decode_threads(requested: int | None, device: str) -> int:
     (decoding, not the GPU, then bounds throughput), else 2."""
     if requested is not None:
         return requested
-    from models.compute import resolve_device
+    from models.platform.compute import resolve_device
 
     try:
         gpu = resolve_device(device) != "cpu"

@@ -53,7 +53,7 @@ def build_tiny_artifact(
     import torch
 
     from models.artifact import PASS_BUDGET, ArtifactConfig, Calibration, save_artifact
-    from models.vgg import VGGConfig, build_vgg16_star
+    from models.nn.vgg import VGGConfig, build_vgg16_star
 
     torch.manual_seed(seed)
     arch = VGGConfig(width=width, input_size=input_size, layer="radial", rho_init=rho_init)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from models.decode import DECODE_SIDE
-from models.quality import assess_quality
+from models.image.decode import DECODE_SIDE
+from models.image.quality import assess_quality
 from service.inference.imaging import decode_rgb
 from support.degradations import darkened, eyelid_shadow, overexposed, strong_blur
 from support.framings import FINISHES, FRAMINGS, SIZES, canonical, render

@@ -1,7 +1,7 @@
 """The framings and sizes real screening programmes publish a fundus photograph in, rendered deterministically.
 
 A photograph is first brought to a *canonical disc* (``canonical``): the field of view fitted by the product's
-own fit (``models.fov``), cropped to the circle's bounding box and resampled so that the disc is round, with
+own fit (``models.image.fov``), cropped to the circle's bounding box and resampled so that the disc is round, with
 what the camera did not record left black. Every framing is then made from that disc:
 
 - ``camera``: the camera's own frame, wider than tall, the disc cut at the top and bottom (IDRiD, EyePACS);
@@ -31,8 +31,8 @@ from collections.abc import Callable
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from models.fov import fit_fov_circle
-from models.preprocessing import crop_to_fov, disc_mask
+from models.image.fov import fit_fov_circle
+from models.image.preprocessing import crop_to_fov, disc_mask
 
 FRAMINGS = ("camera", "padded", "stretched", "tight")
 SIZES = (224, 320, 400, 512)

@@ -178,8 +178,8 @@ def step_flops(*, model: str, width: int, size: int, train_samples: int, device:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from models.registry import create_model
-    from models.vgg import mc_logits
+    from models.nn.registry import create_model
+    from models.nn.vgg import mc_logits
 
     net = create_model(model, width=width, input_size=size).to(device)
     x = torch.zeros(1, 3, size, size, device=device)

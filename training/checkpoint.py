@@ -1,6 +1,6 @@
 """Training checkpoints with exact resume: model, optimiser, position in the epoch and every RNG state.
 
-A checkpoint is written atomically (``models.atomic.atomic_write``: temp file, fsync, ``os.replace``), so a
+A checkpoint is written atomically (``models.io.atomic.atomic_write``: temp file, fsync, ``os.replace``), so a
 kill at any moment leaves either the previous or the new checkpoint, never a torn one.  Internal to training:
 the artifact handed to serving is safetensors, never a pickle.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from models.atomic import atomic_write
+from models.io.atomic import atomic_write
 from training.optim import load_optimizer_state
 
 CHECKPOINT_FILE = "checkpoint.pt"

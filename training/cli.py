@@ -163,7 +163,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    from models.cpu import detect_cpu
+    from models.platform.cpu import detect_cpu
     from training.checkpoint import CHECKPOINT_FILE
     from training.data.prepare import prepare_data
     from training.finalise import COMMAND_FILE, finalise_run, summary_lines, training_command
@@ -275,7 +275,7 @@ def _evaluation_summary(calibration: dict[str, object], *, data: str, images: in
 
 def _export(args: argparse.Namespace) -> int:
     from models.artifact import load_artifact
-    from models.onnx_backend import export_graph
+    from models.serving.onnx_backend import export_graph
 
     net = load_artifact(args.artifact).serving_network()
     path = export_graph(net, Path(args.out))

@@ -16,7 +16,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from models.preprocessing import FOV_LOCAL_MEAN
+from models.image.preprocessing import FOV_LOCAL_MEAN
 from training.config import TrainConfig
 from training.options import add_flags, values_of
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from models.artifact.schema import MAX_MC_SAMPLES, MAX_PASS_BUDGET, PASS_BUDGET, ServingDraws
-from models.preprocessing import BY_NAME as PREPROCESSING_BY_NAME
-from models.preprocessing import FOV_LOCAL_MEAN
-from models.transform import ImageTransform
+from models.image.preprocessing import BY_NAME as PREPROCESSING_BY_NAME
+from models.image.preprocessing import FOV_LOCAL_MEAN
+from models.image.transform import ImageTransform
 from training.options import DATA, MODEL, RECIPE, SERVING, option
 
 Layout = Literal["synthetic", "eyepacs", "aptos", "odir", "manifest", "shards"]
@@ -115,7 +115,7 @@ class TrainConfig:
         "decode and preprocess every image at every use instead of once into <out>/cache (a uint8 memmap)", DATA,
         flag="--no-cache", switch=False))
     preprocessing: str = field(default=FOV_LOCAL_MEAN, metadata=option(
-        "image preprocessing contract (models/preprocessing.py); stored in the artifact", DATA,
+        "image preprocessing contract (models/image/preprocessing.py); stored in the artifact", DATA,
         choices=tuple(sorted(PREPROCESSING_BY_NAME)), parse=PREPROCESSING_BY_NAME.__getitem__))
     precision: Precision = field(default="fp32", metadata=option(
         "autocast during training: auto = bf16 only where the device runs it natively (CUDA with bf16, a CPU "

@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.kl import bayesian_layers
-from models.posteriors import sigma_from_rho
-from models.sampling import sampling_generator
-from models.vgg import mc_logits
+from models.nn.kl import bayesian_layers
+from models.nn.posteriors import sigma_from_rho
+from models.nn.sampling import sampling_generator
+from models.nn.vgg import mc_logits
 
 SIGMA_QUANTILES = (0.05, 0.5, 0.95)
 OPTIMISER_LIMIT = 0.9  # Δρ / (lr · steps) above this: σ was limited by the optimiser

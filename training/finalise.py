@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from models import compute
 from models.artifact import ArtifactConfig, Calibration, ServingDraws, save_artifact
-from models.vgg import count_parameters
+from models.nn.vgg import count_parameters
+from models.platform import compute
 from training.config import TrainConfig
 from training.data.manifest import ManifestRow
 from training.data.prepare import PreparedData, prepare_data

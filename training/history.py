@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from models.csv_cells import write_csv
+from models.io.csv_cells import write_csv
 from training.diagnostics import plot_training_curves
 
 HISTORY_FILE = "history.json"
@@ -22,7 +22,7 @@ def write_history(run_dir: Path, history: list[dict[str, Any]]) -> None:
     as the per-layer Δρ ratio before the first ELBO step, is left empty) and plot them."""
     (run_dir / HISTORY_FILE).write_text(json.dumps(history, indent=2) + "\n")
     columns = list(dict.fromkeys(key for row in history for key in row))
-    with (run_dir / "history.csv").open("w", newline="") as f:  # the one CSV rule: models.csv_cells
+    with (run_dir / "history.csv").open("w", newline="") as f:  # the one CSV rule: models.io.csv_cells
         write_csv(f, columns, ([row.get(c) for c in columns] for row in history))
     plot_training_curves(history, run_dir / CURVES_PNG)
 

@@ -44,16 +44,16 @@ from torch import nn
 from torch.profiler import record_function
 from tqdm import tqdm
 
-from models import compute
 from models.artifact.schema import ServingDraws
-from models.cpu import CpuCapability
-from models.cuda import use_deterministic_cudnn, use_ieee_fp32
-from models.kl import bayesian_layers, kl_divergence
-from models.preprocessing import FOV_LOCAL_MEAN
-from models.priors import PosteriorPrior, Prior, is_parent_posterior, prior_from_config
-from models.registry import create_model
-from models.sampling import sampling_generator, stochastic_layers, use_means
-from models.vgg import mc_logits
+from models.image.preprocessing import FOV_LOCAL_MEAN
+from models.nn.kl import bayesian_layers, kl_divergence
+from models.nn.priors import PosteriorPrior, Prior, is_parent_posterior, prior_from_config
+from models.nn.registry import create_model
+from models.nn.sampling import sampling_generator, stochastic_layers, use_means
+from models.nn.vgg import mc_logits
+from models.platform import compute
+from models.platform.cpu import CpuCapability
+from models.platform.cuda import use_deterministic_cudnn, use_ieee_fp32
 from training.checkpoint import TrainState, load_checkpoint, restore, save_checkpoint
 from training.config import Precision, TrainConfig
 from training.data.augment import augment_batch, color_jitter, frame_cuts, normalise
@@ -80,7 +80,7 @@ TRAIN_FIX = "Use --precision fp32, or auto to take bf16 only where it is native.
 
 
 def training_runtime(config: TrainConfig, *, cpu: CpuCapability | None = None) -> compute.Runtime:
-    """Where and in which arithmetic a run trains: ``models.compute.resolve``, the service's rule too.
+    """Where and in which arithmetic a run trains: ``models.platform.compute.resolve``, the service's rule too.
 
     ``--device auto`` -> cuda when available, else cpu; ``--precision auto`` -> bf16 only where the device runs
     it natively (a CUDA device with native bf16, or a CPU with AVX-512-BF16/AMX), else fp32. An explicit
@@ -158,7 +158,7 @@ class Trainer:
         self.runtime = training_runtime(config, cpu=cpu)
         self.device = torch.device(self.runtime.device)
         # On CUDA: fp32 is IEEE fp32 (not TF32), and cuDNN picks fixed deterministic kernels so that a
-        # resumed run repeats an uninterrupted one on the same GPU and library versions (models.cuda).
+        # resumed run repeats an uninterrupted one on the same GPU and library versions (models.platform.cuda).
         use_ieee_fp32(self.device)
         use_deterministic_cudnn(self.device)
         # "auto" is resolved once, here, so config.json, the resume check and the card name what ran

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from models.artifact.schema import PASS_BUDGET, ServingDraws
-from models.cpu import detect_cpu
+from models.platform.cpu import detect_cpu
 from training.config import TrainConfig
 from training.data.augment import AugmentConfig, FramingConfig, JitterConfig
 from training.diagnostics import OPTIMISER_LIMIT
@@ -73,7 +73,7 @@ def machine_description() -> str:
 def input_text(config: TrainConfig) -> str:
     """How every training image reached the network: the service's own crop, then the augmentation that ran."""
     crop = (f"`{config.preprocessing}` at {config.input_size} px, the crop to the fitted field of view that the "
-            "service and the batch job run (models.preprocessing)")
+            "service and the batch job run (models.image.preprocessing)")
     if not config.augment:
         return crop + "; no augmentation."
     warp, jitter, framing = AugmentConfig(), JitterConfig(), FramingConfig()

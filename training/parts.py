@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from models.artifact import load_artifact
-from models.atomic import atomic_write_bytes, file_sha256
+from models.io.atomic import atomic_write_bytes, file_sha256
 
 FORMAT = "radscreen-artifact-parts/1"
 PART_BYTES = 16 * 2**20

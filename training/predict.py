@@ -1,6 +1,6 @@
 """Monte Carlo predictions over a dataset: ``[S, N]`` probabilities of referable DR.
 
-Bayesian models are evaluated through their **serving form** — ``models.draws.ServingDraws``: the K fixed
+Bayesian models are evaluated through their **serving form** — ``models.nn.draws.ServingDraws``: the K fixed
 posterior draws with the artifact's seed, each with its ``head_draws`` draws of the last layer, as
 ``Artifact.serving_draws()`` or, before the artifact exists, ``TrainConfig.serving_draws()`` hands them
 out — so validation numbers, the calibrated MI threshold and the service's answers come from the same
@@ -19,9 +19,9 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from models.artifact.schema import ServingDraws
-from models.compute import resolve_strategy
-from models.sampling import seeded
-from models.vgg import VGGStar, mc_logits
+from models.nn.sampling import seeded
+from models.nn.vgg import VGGStar, mc_logits
+from models.platform.compute import resolve_strategy
 from training.data.augment import normalise
 
 
@@ -44,7 +44,7 @@ def mc_probabilities(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(probabilities ``[S, N]``, labels ``[N]``) in dataset order; ``progress`` shows a bar on stderr.
 
-    Bayesian models: S = K · M of ``draws`` (draw-major, as :class:`models.draws.DrawnNetwork`), times 2 with
+    Bayesian models: S = K · M of ``draws`` (draw-major, as :class:`models.nn.draws.DrawnNetwork`), times 2 with
     ``draws.test_time_flip``: the mirrored images' S draws follow the images' own.
     MC-dropout and deterministic baselines run K seeded stochastic passes and have no head posterior:
     ``draws.head_draws`` must be 1 for them.

@@ -1,6 +1,6 @@
 """``radscreen-train prune``: a pruned copy of an artifact, with a card that names its parent.
 
-The weights are pruned by ``models.pruning`` (one threshold over every Bayesian layer, by SNR |μ|·√D/σ or by
+The weights are pruned by ``models.nn.pruning`` (one threshold over every Bayesian layer, by SNR |μ|·√D/σ or by
 |μ|); biases, config (input contract, serving draws) and the decision thresholds are the parent's. The
 parent's precision record is *not* carried over: it was measured on other weights, so the pruned artifact
 serves in fp32 until ``benchmarks/drift_real.py --record`` measures it. The card keeps the parent's card
@@ -17,7 +17,7 @@ import dataclasses
 from pathlib import Path
 
 from models.artifact import WEIGHTS_FILE, Artifact, save_artifact
-from models.pruning import PruneMethod, PruneResult, check_method, prune_state_dict
+from models.nn.pruning import PruneMethod, PruneResult, check_method, prune_state_dict
 
 
 def pruned_card(parent: Artifact, result: PruneResult, *, method: PruneMethod, keep: float,

@@ -4,7 +4,7 @@
 A GPU lease brings back one fp32 artifact at most, so the arm it returns must be one that can ship. This runs on
 the node, which has no web stack: the photographs go through the artifact's own preprocessing
 (``training.data.dataset``, as the service prepares an image) and serving draws, and each is answered by
-``models.decision.screening_outcome`` with the artifact's thresholds, every photograph taken as gradable. The
+``models.outcome.decision.screening_outcome`` with the artifact's thresholds, every photograph taken as gradable. The
 quality gate can only turn an answer into ``retake_ungradable``, never into ``no_referable_dr``, so the count
 here is an upper bound on what the service would answer ``no_referable_dr``.
 
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from models.artifact import load_artifact
-from models.decision import ScreeningOutcome, screening_outcome
+from models.outcome.decision import ScreeningOutcome, screening_outcome
 from training.data.dataset import ManifestDataset
 from training.data.manifest import ManifestRow
 from training.data.photos import list_photos

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from models.kl import bayesian_layers
-from models.posteriors import sigma_from_rho
+from models.nn.kl import bayesian_layers
+from models.nn.posteriors import sigma_from_rho
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 

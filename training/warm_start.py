@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from models.artifact import Artifact, ArtifactError, load_artifact
-from models.vgg import VGGStar
+from models.nn.vgg import VGGStar
 
 INIT_FILE = "init.json"  # in the run directory: which artifact the run started from
 _ARCHITECTURE_FREE = ("rho_init", "strategy", "input_size")  # not part of the weights' shapes

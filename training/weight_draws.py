@@ -1,7 +1,7 @@
 """The training step's weight draws and KL over every Bayesian tensor at once, in a few operations.
 
-Each Bayesian layer draws its own weights (``models.layers``: per tensor, a normal draw, its norm, a radius, the
-softplus, the sum) and ``models.kl.kl_divergence`` walks the layers again for the KL: some forty operations
+Each Bayesian layer draws its own weights (``models.nn.layers``: per tensor, a normal draw, its norm, a radius, the
+softplus, the sum) and ``models.nn.kl.kl_divergence`` walks the layers again for the KL: some forty operations
 per tensor, forward and backward, that a GPU's host must dispatch each step whatever the model's size
 (benchmarks/train_step_host.py). Here the step sees the network's posterior as one vector of D elements, the
 means and ρ of its T tensors concatenated in the model's order:
@@ -19,7 +19,7 @@ The posterior is the layers' own: every tensor's every sample has its own direct
 its own radius ~ N(0, 1), independent of every other (tests/training/test_weight_draws.py checks the
 distribution and the KL against the layer-wise path). Only the order in which the generator's numbers are used
 differs, so a run's draws differ from the layer-wise ones; serving never comes here (its draws are the
-layers' own, ``models.draws``). A prior that depends on the tensor's name (a previous posterior) or a model
+layers' own, ``models.nn.draws``). A prior that depends on the tensor's name (a previous posterior) or a model
 whose layers mix posterior families keeps the layer-wise path (:meth:`FlatPosterior.supports`).
 """
 
@@ -33,10 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.kl import bayesian_layers
-from models.layers import BayesianLayer
-from models.posteriors import entropy_constant
-from models.priors import Prior, ScaleMixturePrior, UnitGaussianPrior
+from models.nn.kl import bayesian_layers
+from models.nn.layers import BayesianLayer
+from models.nn.posteriors import entropy_constant
+from models.nn.priors import Prior, ScaleMixturePrior, UnitGaussianPrior
 
 PARTS = ("weight", "bias")
 
@@ -106,7 +106,7 @@ class FlatPosterior:
         """The layers forward with ``draw``'s weights (as views of it) for the duration of the block."""
         samples = draw.weights.shape[0]
         if any(layer.use_mean for layer in self.layers):
-            raise RuntimeError("a flat draw for layers held at their means (models.sampling.use_means)")
+            raise RuntimeError("a flat draw for layers held at their means (models.nn.sampling.use_means)")
         views = [w.view(samples, *shape) for w, shape in
                  zip(draw.weights.split(self.sizes, dim=1), self.shapes, strict=True)]
         for i, layer in enumerate(self.layers):
@@ -119,6 +119,6 @@ class FlatPosterior:
 
     def kl(self, draw: FlatDraw, prior: Prior) -> Tensor:
         """KL(q ‖ p) of the whole posterior on ``draw``: the prior cross-entropy by Monte Carlo over its samples
-        minus the exact entropy, as ``models.kl.kl_divergence`` with ``method="mc"``."""
+        minus the exact entropy, as ``models.nn.kl.kl_divergence`` with ``method="mc"``."""
         cross_entropy = -prior.log_prob(draw.weights, "").mean()  # log p summed over every element, per sample
         return cross_entropy - (torch.log(draw.sigma).sum() + self.entropy_constant)

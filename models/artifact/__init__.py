@@ -9,11 +9,11 @@ An artifact is a directory::
                           validation metrics, dataset description
     MODEL_CARD.md         human-readable card (intended use, data provenance, limitations)
     manifest.json         {"format": "radscreen-artifact/1", "files": {name: sha256}}; "radscreen-artifact/2"
-                          when pruned weight tensors are stored packed (models.pruning)
+                          when pruned weight tensors are stored packed (models.nn.pruning)
 
 Two modules: ``schema`` (what ``config.json`` and ``calibration.json`` hold, typed and validated) and
 ``storage`` (atomic save, manifest, verification, load, and building the network through
-``models.registry``). The model's identity is the sha256 of ``manifest.json``'s bytes.
+``models.nn.registry``). The model's identity is the sha256 of ``manifest.json``'s bytes.
 
 Example::
 

@@ -6,8 +6,8 @@ JSON into a frozen dataclass whose ``__post_init__`` checks every field, with er
 the dotted field (``config.json: field 'input.size' is 128 but architecture.input_size is 64``), and
 ``to_dict`` giving the JSON back (``from_dict(to_dict(x)) == x``).
 
-The architecture section is ``{"builder": <name in models.registry.ARCHITECTURES>, **VGGConfig.to_dict()}``;
-``VGGConfig.from_dict`` (models/vgg.py) is its one parser.
+The architecture section is ``{"builder": <name in models.nn.registry.ARCHITECTURES>, **VGGConfig.to_dict()}``;
+``VGGConfig.from_dict`` (models/nn/vgg.py) is its one parser.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from models.decision import DiagnosisLabel, ScreeningOutcome, diagnosis_label, is_uncertain, screening_outcome
-from models.draws import DrawnNetwork, materialise_draws
-from models.posteriors import POSTERIOR_FAMILIES
-from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
-from models.preprocessing import PREPROCESSINGS
-from models.registry import DEFAULT_ARCHITECTURE, check_architecture
-from models.transform import ImageTransform
-from models.vgg import ConfigFieldError, VGGConfig, VGGStar
+from models.image.preprocessing import LEGACY as LEGACY_PREPROCESSING
+from models.image.preprocessing import PREPROCESSINGS
+from models.image.transform import ImageTransform
+from models.nn.draws import DrawnNetwork, materialise_draws
+from models.nn.posteriors import POSTERIOR_FAMILIES
+from models.nn.registry import DEFAULT_ARCHITECTURE, check_architecture
+from models.nn.vgg import ConfigFieldError, VGGConfig, VGGStar
+from models.outcome.decision import DiagnosisLabel, ScreeningOutcome, diagnosis_label, is_uncertain, screening_outcome
 
 CONFIG_FORMAT_VERSION = 1
 WEIGHTS_FILE = "weights.safetensors"
@@ -207,7 +207,7 @@ class ArtifactConfig:
     intended_use: str
     input_size: int = 0  # 0 = take architecture.input_size
     mc_samples: int = 16
-    head_draws: int = 1  # draws of the last linear layer per network draw (models.draws); 1 before 0.3.0
+    head_draws: int = 1  # draws of the last linear layer per network draw (models.nn.draws); 1 before 0.3.0
     test_time_flip: bool = False  # ServingDraws.test_time_flip: the image and its mirror, draws pooled
     pass_budget: int = PASS_BUDGET  # most forward passes per image (draws x views) the artifact may serve
     positive_class: str = "referable"
@@ -216,7 +216,7 @@ class ArtifactConfig:
     preprocessing: str = DEFAULT_PREPROCESSING
     created: str = ""  # ISO-8601 UTC; save_artifact fills it when empty
     format_version: int = CONFIG_FORMAT_VERSION
-    builder: str = DEFAULT_ARCHITECTURE  # models.registry.ARCHITECTURES name; stored as architecture.builder
+    builder: str = DEFAULT_ARCHITECTURE  # models.nn.registry.ARCHITECTURES name; stored as architecture.builder
 
     def __post_init__(self) -> None:
         f = CONFIG_FILE
@@ -272,7 +272,7 @@ class ArtifactConfig:
             f,
             "input.preprocessing",
             f"is {self.preprocessing!r}; expected one of: {', '.join(map(repr, PREPROCESSINGS))} "
-            "(models/preprocessing.py)",
+            "(models/image/preprocessing.py)",
         )
         _check(1 <= self.mc_samples <= MAX_MC_SAMPLES, f, "serving.mc_samples",
                f"must be in [1, {MAX_MC_SAMPLES}], got {self.mc_samples}")
@@ -430,7 +430,7 @@ class Calibration:
 
     ``referral_threshold_mi`` is the mutual information (nats) above which an image is referred; it was
     set as the validation-set quantile for ``target_referral_rate``. :meth:`is_uncertain`, :meth:`outcome`
-    and :meth:`label` apply the rules of ``models.decision`` with these thresholds (the one place they are
+    and :meth:`label` apply the rules of ``models.outcome.decision`` with these thresholds (the one place they are
     written).
 
     ``precision_drift`` records, per reduced precision ("bf16", "fp16", "int8"), what was measured against
@@ -465,17 +465,19 @@ class Calibration:
                                                             float(g["share_rescored"])), d["images"])
         return out
     def is_uncertain(self, mutual_information: float) -> bool:
-        """MI above ``referral_threshold_mi``: a human grader reviews the image (``models.decision.is_uncertain``)."""
+        """MI above ``referral_threshold_mi``: a human grader reviews the image
+        (``models.outcome.decision.is_uncertain``)."""
         return is_uncertain(mutual_information, self.referral_threshold_mi)
 
     def outcome(self, *, gradable: bool, mutual_information: float, probability: float) -> ScreeningOutcome:
-        """One photograph's screening outcome at these thresholds (``models.decision.screening_outcome``)."""
+        """One photograph's screening outcome at these thresholds (``models.outcome.decision.screening_outcome``)."""
         return screening_outcome(gradable=gradable, mutual_information=mutual_information, probability=probability,
                                  referral_threshold_mi=self.referral_threshold_mi,
                                  decision_threshold=self.decision_threshold)
 
     def label(self, outcome: ScreeningOutcome, probability: float) -> DiagnosisLabel:
-        """One photograph's diagnosis label, ``not_graded`` when ungradable (``models.decision.diagnosis_label``)."""
+        """One photograph's diagnosis label, ``not_graded`` when ungradable
+        (``models.outcome.decision.diagnosis_label``)."""
         return diagnosis_label(outcome, probability=probability, decision_threshold=self.decision_threshold)
 
     def allowed_precisions(self) -> frozenset[str]:

@@ -1,7 +1,7 @@
 """How an artifact is stored: written atomically, hashed into a manifest, verified before it is read.
 
 Two formats: ``radscreen-artifact/1`` stores every tensor dense; ``radscreen-artifact/2`` is written for a
-pruned model (``models.pruning``) and stores its pruned weight tensors packed (keep-mask and kept values),
+pruned model (``models.nn.pruning``) and stores its pruned weight tensors packed (keep-mask and kept values),
 which :meth:`Artifact.state_dict` unpacks to the same dense tensors. Code that knows only format 1 refuses a
 format-2 manifest by name instead of misreading its weights. A model without pruned weights is always written
 as format 1, so its identity does not depend on this code.
@@ -45,17 +45,17 @@ from models.artifact.schema import (
     JsonFields,
     ServingDraws,
 )
-from models.atomic import atomic_write_bytes, fsync_dir, fsync_file
-from models.draws import DrawnNetwork
-from models.pruning import is_packed, pack_state_dict, pruned_mask, unpack_state_dict, weight_prefixes
-from models.registry import build_architecture
-from models.transform import ImageTransform
-from models.vgg import VGGStar
+from models.image.transform import ImageTransform
+from models.io.atomic import atomic_write_bytes, fsync_dir, fsync_file
+from models.nn.draws import DrawnNetwork
+from models.nn.pruning import is_packed, pack_state_dict, pruned_mask, unpack_state_dict, weight_prefixes
+from models.nn.registry import build_architecture
+from models.nn.vgg import VGGStar
 
 logger = logging.getLogger(__name__)
 
 ARTIFACT_FORMAT = "radscreen-artifact/1"
-PACKED_ARTIFACT_FORMAT = "radscreen-artifact/2"  # pruned weight tensors stored packed (models.pruning)
+PACKED_ARTIFACT_FORMAT = "radscreen-artifact/2"  # pruned weight tensors stored packed (models.nn.pruning)
 READ_FORMATS = (ARTIFACT_FORMAT, PACKED_ARTIFACT_FORMAT)
 WEIGHT_DTYPES = {torch.float32: "float32", torch.float16: "float16"}
 DEFAULT_ARTIFACT_DIR = Path(__file__).parent.parent / "default"  # models/default
@@ -147,7 +147,7 @@ def save_artifact(
 def replace_artifact_file(directory: str | Path, name: str, data: bytes) -> str:
     """Write (or add) one file of a verified artifact and list it in the manifest; returns the new sha256
     (the identity changes with any file). The file, then the manifest, is replaced atomically
-    (``models.atomic``); a crash between the two leaves a file the old manifest does not match, which
+    (``models.io.atomic``); a crash between the two leaves a file the old manifest does not match, which
     ``load_artifact`` refuses by name. The weights are not replaced this way (train and save instead).
     """
     if name in (WEIGHTS_FILE, MANIFEST_FILE) or Path(name).name != name:
@@ -209,7 +209,8 @@ class Artifact:
         return {k: (v.float() if v.is_floating_point() else v) for k, v in tensors.items()}
 
     def image_transform(self) -> ImageTransform:
-        """Image file or bytes -> this model's input: the preprocessing its config declares (``models.transform``)."""
+        """Image file or bytes -> this model's input: the preprocessing its config declares
+        (``models.image.transform``)."""
         return self.config.image_transform()
 
     def serving_draws(self, mc_samples: int | None = None) -> ServingDraws:

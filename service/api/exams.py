@@ -33,7 +33,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.datastructures import FormData, UploadFile
 
-from models.decision import Eye
+from models.outcome.decision import Eye
 from service.api.responses import FHIR_MEDIA_TYPE, FormatQuery, fhir_response, image_result, wants_fhir
 from service.api.uploads import (
     PHOTO_SCHEMA,

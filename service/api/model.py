@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
-from models.wording import training_summary
+from models.outcome.wording import training_summary
 from service.http.deps import ApiKeyDep, ModelHostDep, SettingsDep
 from service.http.schemas import ModelResponse, problem_responses
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from models.decision import ScreeningOutcome
+from models.outcome.decision import ScreeningOutcome
 from service.api.fhir_body import parse_prediction
 from service.api.responses import FHIR_MEDIA_TYPE, FormatQuery, fhir_response, image_result, wants_fhir
 from service.api.uploads import (

@@ -146,7 +146,7 @@ def _can_plot() -> bool:
 def _score(args: argparse.Namespace) -> int:
     """Run the ``score`` command; returns the exit status."""
     from models.artifact import ArtifactError
-    from models.compute import PrecisionUnavailableError
+    from models.platform.compute import PrecisionUnavailableError
     from service.batch.job import BatchJobConfig, run_job
 
     for name in ("batch_size", "workers", "chunk_size", "ray_actors"):

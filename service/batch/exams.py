@@ -16,12 +16,12 @@ is a ``mixed-patients`` error row (never one exam of two patients), and the same
 whatever the files' names, headers or metadata say (a DICOM file copied with another laterality, a JPEG with other
 EXIF bytes). The per-image rows do not keep the digest, so for the exams with both eyes each photograph is read
 again through the one reader and decoded again by the one decoder (:func:`photograph_hashes`). The exam CSV goes
-through the one CSV rule (``models.csv_cells``), its ``image_ids`` cell stopping under a spreadsheet's cell limit
+through the one CSV rule (``models.io.csv_cells``), its ``image_ids`` cell stopping under a spreadsheet's cell limit
 with a note (the per-image results carry every id).
 
 Exam rows are derived at the end of the job from the assembled per-image rows (which the job commits
 exactly once), so they are as exactly-once and resumable as those rows: a rerun derives the same exam rows
-again. Each exam's outcome is :func:`models.decision.exam_decision` of its scored photographs. Nothing is a
+again. Each exam's outcome is :func:`models.outcome.decision.exam_decision` of its scored photographs. Nothing is a
 silent gap: an exam with a photograph that failed (unreadable file, refused image) is an error row with no
 outcome (the exam is not decided from part of its photographs; the error names the failed ones and any
 scored photograph already ``refer_referable_dr``), and an image whose exam or eye cannot be told is an
@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from models.atomic import atomic_write
-from models.csv_cells import write_csv
-from models.decision import EXAM_PRECEDENCE, Eye, ScreeningOutcome
+from models.io.atomic import atomic_write
+from models.io.csv_cells import write_csv
+from models.outcome.decision import EXAM_PRECEDENCE, Eye, ScreeningOutcome
 from service.batch.inputs import InputError, InputItem, InputSource, RowError
 from service.batch.manifest import read_manifest
 from service.batch.rows import Row, error_kind
@@ -354,7 +354,7 @@ def joined_ids(ids: Sequence[str], budget: int = IMAGE_IDS_BUDGET) -> str:
 
 
 def write_exams(path: Path, rows: Sequence[Row]) -> None:
-    """Write the exam rows as CSV, atomically, through the one CSV rule (``models.csv_cells``): image ids
+    """Write the exam rows as CSV, atomically, through the one CSV rule (``models.io.csv_cells``): image ids
     joined by ``;`` (:func:`joined_ids`), empty cells for None, no cell over a spreadsheet's limit."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as tmp, tmp.open("w", encoding="utf-8", newline="") as fh:

@@ -50,10 +50,11 @@ RunnerKind = Literal["local", "ray"]  # what runs the scoring loop (CLI --runner
 # the modules whose code decides a row: decode and limits, quality gate, preprocessing, the network and its
 # draws, the uncertainty maths, the decision and the row itself. A resume after any of them changed (an
 # upgrade between a kill and a rerun) is refused rather than mixing two versions in one results file.
-SCORING_CODE = ("models.fov", "models.preprocessing", "models.layers", "models.vgg", "models.draws",
-                "models.onnx_backend", "models.uncertainty", "models.decision", "service.inference.imaging",
+SCORING_CODE = ("models.image.fov", "models.image.preprocessing", "models.nn.layers", "models.nn.vgg",
+                "models.nn.draws", "models.serving.onnx_backend", "models.nn.uncertainty",
+                "models.outcome.decision", "service.inference.imaging",
                 "service.inference.dicom",
-                "models.quality", "service.inference.prepare", "service.inference.scoring",
+                "models.image.quality", "service.inference.prepare", "service.inference.scoring",
                 "service.inference.backends",
                 "service.inference.partition", "service.batch.rows")
 

@@ -1,7 +1,7 @@
 """The final results file: CSV, JSON Lines or Parquet, written atomically in input order.
 
 The file is assembled from the committed parts at the end of a run into a temporary file in the same
-folder, fsynced and renamed over ``--output`` (``models.atomic``), so a reader never sees a half-written
+folder, fsynced and renamed over ``--output`` (``models.io.atomic``), so a reader never sees a half-written
 results file. Parquet needs pyarrow (the ``batch`` extra) and is imported only when asked for.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from models.atomic import atomic_write
-from models.csv_cells import write_csv
+from models.io.atomic import atomic_write
+from models.io.csv_cells import write_csv
 from service.batch.rows import (
     BOOL_COLUMNS,
     COLUMNS,

@@ -1,7 +1,7 @@
 """Crash-safe result storage for the batch job: atomic JSONL part files and the resume index.
 
 Results are committed in chunks: each chunk is one ``part-NNNNNN.jsonl`` file written to a temporary
-name, fsynced and ``os.replace``d into place, then the folder is fsynced (``models.atomic``), so a part
+name, fsynced and ``os.replace``d into place, then the folder is fsynced (``models.io.atomic``), so a part
 either exists whole or not at all, whatever moment the process is killed. The part files *are* the journal
 of done ids: the set of done ids is exactly the union of the ids in the parts, with no second file that
 could disagree.
@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from models.atomic import atomic_write_bytes, stale_temporaries
+from models.io.atomic import atomic_write_bytes, stale_temporaries
 from service.batch.rows import Row
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from models.compute import resolve_device
+from models.platform.compute import resolve_device
 from service.batch.inputs import InputItem, RowError
 from service.batch.local import load_prepared
 from service.batch.rows import Row, error_row, scored_row
@@ -68,7 +68,7 @@ def actor_placement(spec: ScorerSpec, options: RayOptions, *,
     Ray hides every GPU from a task or actor that reserves none (``CUDA_VISIBLE_DEVICES`` is emptied), so
     an actor left at ``device="auto"`` would score on the CPU while the driver's summary records cuda, and
     one at ``device="cuda"`` would fail. The driver therefore resolves ``auto`` once, with the scorer's own
-    rule (``models.compute.resolve_device``: cuda when a GPU is visible here), pins the actors to that
+    rule (``models.platform.compute.resolve_device``: cuda when a GPU is visible here), pins the actors to that
     device, and on cuda reserves ``options.gpus_per_actor`` GPU for each. ``gpu_visible`` is injected by
     tests (default: torch's answer).
     """

@@ -2,7 +2,7 @@
 
 A scored row is built from :func:`service.screening.payload.score_payload` — the same body ``POST /predict``
 returns — so the batch job and the HTTP service report the same numbers, and the same words
-(``outcome_reason``, ``models.wording``), for the same image.
+(``outcome_reason``, ``models.outcome.wording``), for the same image.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from models.csv_cells import unguard
+from models.io.csv_cells import unguard
 from service.batch.inputs import InputItem, RowError
 
 Row = dict[str, Any]
@@ -18,8 +18,9 @@ Row = dict[str, Any]
 COLUMNS: tuple[str, ...] = (
     "id",
     "path",
-    "outcome",  # the screening outcome (models.decision.screening_outcome); empty on error rows
-    "outcome_reason",  # the outcome, probability and uncertainty in words (models.wording, the API's outcome_reason)
+    "outcome",  # the screening outcome (models.outcome.decision.screening_outcome); empty on error rows
+    # the outcome, probability and uncertainty in words (models.outcome.wording, the API's outcome_reason)
+    "outcome_reason",
     "referable_dr_probability",  # empty when the image is ungradable (label not_graded): no finding to read
     "label",
     "mutual_information",
@@ -100,7 +101,7 @@ def error_kind(row: Mapping[str, Any]) -> str | None:
 def csv_values(row: Mapping[str, Any]) -> list[Any]:
     """The row's values in :data:`COLUMNS` order as the CSV holds them: lists joined by ``;``, floats as floats.
 
-    ``models.csv_cells.write_csv`` then writes each through the one CSV rule (booleans ``true``/``false``,
+    ``models.io.csv_cells.write_csv`` then writes each through the one CSV rule (booleans ``true``/``false``,
     floats exact, None empty, text escaped, guarded against formula evaluation and capped in length).
     """
     values: list[Any] = []

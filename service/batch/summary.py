@@ -1,7 +1,7 @@
 """End-of-job summary: counts by screening outcome (failed files included), by deferral reason,
 distributions of probability and MI, and a plot; every form is titled with the model that scored.
 
-Outcome counts are over every input row: the four screening outcomes of ``models.decision`` plus
+Outcome counts are over every input row: the four screening outcomes of ``models.outcome.decision`` plus
 ``failed`` (rows with an error: unreadable, not an image, ...), so they always add up to the inputs.
 Deferral reasons and MI are over the scored images; the probability distribution only over the *graded*
 ones (an ungradable image's probability is not a finding). The thresholds shown come from the model's
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from models.decision import OUTCOME_TEXT, ScreeningOutcome, is_uncertain
+from models.outcome.decision import OUTCOME_TEXT, ScreeningOutcome, is_uncertain
 from service.batch.rows import Row, error_kind
 
 FAILED = "failed"  # the by-outcome key of rows that were not scored (see errors_by_type for why)

@@ -129,7 +129,7 @@ class Timing(BaseModel):
 
 
 class ResultWordsModel(BaseModel):
-    """One photograph's result in words (models/wording.py), the same on every surface."""
+    """One photograph's result in words (models/outcome/wording.py), the same on every surface."""
 
     outcome: str = Field(description="What to do, with a retake's reason, e.g. 'Retake the photograph: … — too dark'.")
     probability: str = Field(description="e.g. '8.1 % — above the referral threshold of 5.6 %'; 'not graded' when "
@@ -165,7 +165,7 @@ class ImageResult(BaseModel):
     )
     outcome_reason: str = Field(
         description="The outcome in one plain-language line, with the probability beside the referral threshold "
-        "and the uncertainty beside the grader-review threshold (models/wording.py).")
+        "and the uncertainty beside the grader-review threshold (models/outcome/wording.py).")
     words: ResultWordsModel | None = Field(
         default=None, description="The same in parts, as the page shows them (absent in answers from before it).")
     timing_ms: Timing
@@ -211,7 +211,8 @@ EyeName = Literal["right", "left"]
 
 
 class ExamEye(BaseModel):
-    outcome: Outcome = Field(description="This eye's outcome from its photographs (models.decision.eye_outcome).")
+    outcome: Outcome = Field(
+        description="This eye's outcome from its photographs (models.outcome.decision.eye_outcome).")
     outcome_reason: str
     photographs: int = Field(ge=0, description="Photographs of this eye in the exam (0: the eye is missing).")
 
@@ -234,9 +235,9 @@ class ExamResponse(BaseModel):
     model: ModelIdentity
     outcome: Outcome = Field(
         description=(
-            "The patient's outcome (models.decision.exam_decision): refer_referable_dr if any gradable photograph "
-            "is referable and certain; else grader_review_uncertain if any photograph is uncertain; else "
-            "retake_ungradable if an eye has no gradable photograph or is missing; else no_referable_dr."
+            "The patient's outcome (models.outcome.decision.exam_decision): refer_referable_dr if any gradable "
+            "photograph is referable and certain; else grader_review_uncertain if any photograph is uncertain; "
+            "else retake_ungradable if an eye has no gradable photograph or is missing; else no_referable_dr."
         )
     )
     outcome_reason: str = Field(description="The patient's outcome in one plain-language line, naming the eyes.")

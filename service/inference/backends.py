@@ -1,15 +1,15 @@
 """Inference backends for the fixed posterior draws: images in, per-draw logits out.
 
-Both run the same ``DrawnNetwork`` (K materialised draws, ``models.draws``):
+Both run the same ``DrawnNetwork`` (K materialised draws, ``models.nn.draws``):
 
 - ``TorchBackend``: eager torch, channels-last input, optional bf16/fp16 autocast, CPU or CUDA (on CUDA,
-  fp32 is IEEE fp32: TF32 is switched off, ``models.cuda.use_ieee_fp32``);
-- ``OnnxBackend``: ``models.onnx_backend.OnnxDrawnSession`` (CUDA provider on GPU, with TF32 off, CPU
-  otherwise), fp32, grouped or per-draw graph, or int8 on the CPU (``models.int8``); the fp32 drawn weights
+  fp32 is IEEE fp32: TF32 is switched off, ``models.platform.cuda.use_ieee_fp32``);
+- ``OnnxBackend``: ``models.serving.onnx_backend.OnnxDrawnSession`` (CUDA provider on GPU, with TF32 off, CPU
+  otherwise), fp32, grouped or per-draw graph, or int8 on the CPU (``models.serving.int8``); the fp32 drawn weights
   are injected at load time, never baked in. A CUDA request that ONNX Runtime cannot honour fails at start
   (``ProviderFallbackError``), so the reported device is the one that runs.
 
-The precision and strategy arrive already resolved (``models.compute.resolve``: ``auto`` is decided there, from
+The precision and strategy arrive already resolved (``models.platform.compute.resolve``: ``auto`` is decided there, from
 the machine and the artifact); ``strategy="auto"`` is still accepted here and resolved the same way.
 
 ``FlipViewsBackend`` runs each image and its mirror image (the artifact's ``test_time_flip``).
@@ -29,11 +29,11 @@ import numpy as np
 import torch
 
 from models.artifact.schema import GuardBand
-from models.compute import resolve_strategy
-from models.cuda import use_ieee_fp32
-from models.draws import DrawnNetwork
-from models.int8 import INT8_RANGES_FILE, Int8DrawnSession
-from models.uncertainty import binary_uncertainty_from_logits
+from models.nn.draws import DrawnNetwork
+from models.nn.uncertainty import binary_uncertainty_from_logits
+from models.platform.compute import resolve_strategy
+from models.platform.cuda import use_ieee_fp32
+from models.serving.int8 import INT8_RANGES_FILE, Int8DrawnSession
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class TorchBackend:
         self.strategy: str = net.strategy
         if intra_op_threads is not None:
             torch.set_num_threads(intra_op_threads)  # process-wide: torch has one intra-op pool
-        use_ieee_fp32(device)  # fp32 on CUDA is IEEE fp32, not TF32 (models.cuda); a no-op on CPU
+        use_ieee_fp32(device)  # fp32 on CUDA is IEEE fp32, not TF32 (models.platform.cuda); a no-op on CPU
         net = net.to(device)
         # channels-last applies to the 4-D (grouped-conv) weight buffers only
         self.net = net.to(memory_format=torch.channels_last).eval()  # type: ignore[call-overload]
@@ -87,13 +87,13 @@ class TorchBackend:
 
 class OnnxBackend:
     """ONNX Runtime execution of the drawn network: fp32 (drawn weights supplied as external initializers at
-    load), or int8 on the CPU (``models.int8``: quantised at load with the artifact's range table)."""
+    load), or int8 on the CPU (``models.serving.int8``: quantised at load with the artifact's range table)."""
 
     name = "onnxruntime"
 
     def __init__(self, net: DrawnNetwork, *, device: str, precision: str, strategy: str = "auto",
                  intra_op_threads: int | None = None, int8_ranges: Path | None = None) -> None:
-        from models.onnx_backend import OnnxDrawnSession
+        from models.serving.onnx_backend import OnnxDrawnSession
 
         self.device = device
         self.precision = precision

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from models.decision import Eye
+from models.outcome.decision import Eye
 from service.inference.decode_deadline import DecodeDeadline
 from service.inference.dicom_header import (
     IMPLICIT_VR_LITTLE_ENDIAN,

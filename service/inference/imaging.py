@@ -1,8 +1,8 @@
 """Image decoding and validation of uploads: bytes in, an 8-bit RGB photograph out.
 
 Everything here is plain Pillow + numpy (no FastAPI, no torch) and runs in a worker thread. The decode
-itself is ``models.decode`` (the one training runs); this module wraps it in the checks an upload from
-the network needs, and ``ImagePipeline`` joins the artifact's ``models.transform.ImageTransform`` to the
+itself is ``models.image.decode`` (the one training runs); this module wraps it in the checks an upload from
+the network needs, and ``ImagePipeline`` joins the artifact's ``models.image.transform.ImageTransform`` to the
 upload limits.
 
 Rules, in the order they are applied:
@@ -14,7 +14,7 @@ Rules, in the order they are applied:
    recognised as an image -> 415.
 3. Geometry from the header, *before* decoding (``Image.open`` only reads the header), so that no
    later allocation can exceed the budget: more than ``max_pixels`` pixels -> 413; a padded FOV
-   square (``max(w, h)**2``, what ``models.preprocessing.fov_square`` may build) above ``max_pixels``
+   square (``max(w, h)**2``, what ``models.image.preprocessing.fov_square`` may build) above ``max_pixels``
    -> 413; Pillow's own decompression-bomb error also -> 413. Sides below ``MIN_SIDE`` px -> 400 (nothing to grade in a
    thumbnail); a long side more than ``MAX_ASPECT_RATIO`` times the short one -> 400
    ``extreme-aspect-ratio`` (not a fundus photograph). Metadata is bounded too: Pillow's PNG text
@@ -30,13 +30,13 @@ Rules, in the order they are applied:
    libjpeg's exact grey fill (pixel data cut short, whatever its trailer says) likewise. With a
    deadline (the service's ``RADSCREEN_DECODE_TIMEOUT_S``), a decode past it or abandoned by its client
    stops within one read chunk -> 422 ``image-too-complex``. JPEGs are decoded at a reduced
-   scale (``draft``, ``models.decode.decode_side``) when far larger than needed, which is exact up to
+   scale (``draft``, ``models.image.decode.decode_side``) when far larger than needed, which is exact up to
    resampling and much faster.
-6. Normalisation to 8-bit RGB (``models.decode.to_rgb8``): EXIF orientation applied; 16-bit and 32-bit
+6. Normalisation to 8-bit RGB (``models.image.decode.to_rgb8``): EXIF orientation applied; 16-bit and 32-bit
    integer images scaled by their container range (65535), not clipped; float images scaled to [0, 1];
    alpha composited on black (the fundus background); palette, grayscale, CMYK, YCbCr, LAB converted.
 
-The geometry and normalisation that follow are the artifact's contract (``models.preprocessing``), run by
+The geometry and normalisation that follow are the artifact's contract (``models.image.preprocessing``), run by
 ``service.inference.prepare.prepare_image`` through ``ImagePipeline.transform``.
 """
 
@@ -50,9 +50,9 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageFile, PngImagePlugin, UnidentifiedImageError
 
-from models.decode import DRAFT_FORMATS, draft_for, oriented_rgb8
-from models.preprocessing import LEGACY as LEGACY_PREPROCESSING
-from models.transform import ImageTransform
+from models.image.decode import DRAFT_FORMATS, draft_for, oriented_rgb8
+from models.image.preprocessing import LEGACY as LEGACY_PREPROCESSING
+from models.image.transform import ImageTransform
 from service.inference.decode_deadline import CHUNK, DeadlineReader, DecodeAborted, DecodeDeadline
 from service.inference.jpeg_structure import GREY_BLOCK, count_scans, has_grey_tail, scan_problem
 from service.inference.spec import DEFAULT_DECODE_TIMEOUT_S, DEFAULT_MAX_PIXELS, DEFAULT_MAX_UPLOAD_BYTES
@@ -120,7 +120,7 @@ class ImagePipeline:
     std: tuple[float, float, float]
     max_pixels: int = DEFAULT_MAX_PIXELS
     max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
-    preprocessing: str = LEGACY_PREPROCESSING  # models.preprocessing contract named by the artifact
+    preprocessing: str = LEGACY_PREPROCESSING  # models.image.preprocessing contract named by the artifact
     decode_timeout_s: float = DEFAULT_DECODE_TIMEOUT_S  # one image's decode, from when a worker starts it
 
     @classmethod
@@ -133,7 +133,7 @@ class ImagePipeline:
 
     @property
     def transform(self) -> ImageTransform:
-        """The artifact's ``models.transform.ImageTransform``: what training ran on the same file."""
+        """The artifact's ``models.image.transform.ImageTransform``: what training ran on the same file."""
         return ImageTransform(size=self.size, preprocessing=self.preprocessing, mean=self.mean, std=self.std)
 
     def normalise(self, rgb: np.ndarray) -> np.ndarray:
@@ -314,10 +314,10 @@ def decode_rgb(
     data: bytes, *, max_pixels: int, max_bytes: int, size: int | None = None,
     deadline: DecodeDeadline | None = None,
 ) -> np.ndarray:
-    """Validate and decode to oriented 8-bit RGB, uint8 [H, W, 3]: ``models.decode`` within the upload checks.
+    """Validate and decode to oriented 8-bit RGB, uint8 [H, W, 3]: ``models.image.decode`` within the upload checks.
 
     ``size``: the input side of the model the image is for; JPEGs much larger than that are decoded at
-    a reduced DCT scale (``models.decode.draft_for``, the rule training decodes by) to save time and
+    a reduced DCT scale (``models.image.decode.draft_for``, the rule training decodes by) to save time and
     memory. ``deadline``: stop decoding (``image-too-complex``) when it passes or the request is cancelled.
     """
     try:

@@ -3,7 +3,7 @@
 tests, benchmarks and doc generators all call it).
 
 Loading is its own concern: verify the artifact, resolve the machine-dependent ``auto`` choices (device,
-precision and strategy in ``models.compute.resolve``, the backend in ``service.inference.platform``),
+precision and strategy in ``models.platform.compute.resolve``, the backend in ``service.inference.platform``),
 materialise the artifact's serving draws (``Artifact.serving_draws()``), and hand the scorer the artifact's
 own calibration and image transform. Scoring (``service.inference.scoring``) then only runs images through
 what was loaded.
@@ -20,10 +20,10 @@ from dataclasses import asdict
 
 from models.artifact import Artifact, ArtifactError, load_artifact
 from models.artifact.schema import PASS_BUDGET, ServingDraws
-from models.compute import Runtime, resolve
-from models.cpu import CpuCapability, detect_cpu
-from models.draws import DrawnNetwork
-from models.int8 import INT8_RANGES_FILE
+from models.nn.draws import DrawnNetwork
+from models.platform.compute import Runtime, resolve
+from models.platform.cpu import CpuCapability, detect_cpu
+from models.serving.int8 import INT8_RANGES_FILE
 from service.inference.backends import Backend, FlipViewsBackend, GuardedBackend, make_backend
 from service.inference.imaging import ImagePipeline
 from service.inference.platform import SERVICE_FIX, choose_backend

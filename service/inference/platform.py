@@ -1,6 +1,6 @@
 """What the service runs on this machine beyond the device and precision: the backend, and a report.
 
-The device, precision and draw strategy are decided once, in :func:`models.compute.resolve` (training and
+The device, precision and draw strategy are decided once, in :func:`models.platform.compute.resolve` (training and
 the Ray driver stand on it too): ``precision="auto"`` takes the fastest of int8 and bf16 that this CPU runs
 natively AND that the artifact's measured drift permits (``Calibration.permits``), else fp32; an explicit
 ``bf16``/``fp16``/``int8`` the machine would only emulate **fails at start** with
@@ -11,7 +11,7 @@ emulated on an AVX2-only AMD EPYC ran the served network 70x slower, docs/result
 ``backend="auto"`` then takes ONNX Runtime's per-draw graph for fp32 on CPU (the fastest fp32 CPU path
 measured against the peer) and torch for bf16/fp16 and GPUs (:func:`choose_backend`).
 
-The CPU detection lives in :mod:`models.cpu`; it is injectable for tests (``detect_cpu(cpuinfo=...,
+The CPU detection lives in :mod:`models.platform.cpu`; it is injectable for tests (``detect_cpu(cpuinfo=...,
 isa=...)``) and overridable by operators (``RADSCREEN_NATIVE_BF16=yes|no``) where /proc/cpuinfo is not
 telling the truth. ``python -m service.inference.platform`` prints what this machine gets: on its CPU and,
 where torch sees one, on its GPU (bf16 then fp16 there, each only where its record permits it: the path the
@@ -28,10 +28,10 @@ from __future__ import annotations
 import torch
 
 from models.artifact import load_artifact
-from models.compute import onnxruntime_available, resolve
-from models.cpu import conv_probe_ms, detect_cpu
+from models.platform.compute import onnxruntime_available, resolve
+from models.platform.cpu import conv_probe_ms, detect_cpu
 
-# Appended to an explicit precision the machine would only emulate (models.compute names no setting).
+# Appended to an explicit precision the machine would only emulate (models.platform.compute names no setting).
 SERVICE_FIX = "Set RADSCREEN_PRECISION=auto (or fp32), or RADSCREEN_NATIVE_BF16=yes if the detection is wrong."
 
 

@@ -1,8 +1,8 @@
 """The image path of the service and the batch job: image bytes -> ``PreparedImage``, ready for the network.
 
 One photograph (JPEG/PNG/TIFF/WebP/BMP through ``service.inference.imaging``, DICOM through
-``service.inference.dicom``) is decoded with the upload checks, quality-checked (``models.quality``)
-and preprocessed by the artifact's ``models.transform.ImageTransform``: the same transform training ran on
+``service.inference.dicom``) is decoded with the upload checks, quality-checked (``models.image.quality``)
+and preprocessed by the artifact's ``models.image.transform.ImageTransform``: the same transform training ran on
 the same file (tests/training/test_one_image_path.py). Scoring (``service.inference.scoring``) takes it from
 here; nothing in this module knows the network.
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.fov import fit_fov_circle
-from models.quality import QualityReport, assess_quality
+from models.image.fov import fit_fov_circle
+from models.image.quality import QualityReport, assess_quality
 from service.inference.decode_deadline import DecodeDeadline
 from service.inference.dicom import DicomTags, dicom_rgb, is_dicom, read_dicom
 from service.inference.imaging import ImagePipeline, decode_rgb
@@ -50,7 +50,7 @@ def pixel_digest(rgb: np.ndarray) -> str:
     laterality or SOPInstanceUID, a JPEG with other EXIF bytes. Exact, so it has no false matches; it does not
     catch the same photograph re-encoded (another JPEG quality, a PNG of a JPEG), resized, cropped, rotated or
     mirrored, whose pixels differ. The frame hashed is the one :func:`prepare_image` decodes (a large JPEG at its
-    reduced DCT scale, ``models.decode.draft_for``), so two files compare alike only under one pipeline. Cost:
+    reduced DCT scale, ``models.image.decode.draft_for``), so two files compare alike only under one pipeline. Cost:
     sha256 on one core, about 2-3 ms per megapixel of uint8 RGB (random frames: 0.9 ms at 0.5 Mpx, 3.8 ms at
     2 Mpx, 12.7 ms at 4 Mpx); on the frames decoded for the 256 px model, a median 0.8 ms for ODIR-5K (0.26 Mpx)
     and 0.3 ms for EyePACS (benchmarks/cross_eye_phash.py), against a median 230 ms to prepare an ODIR-5K or
@@ -66,9 +66,9 @@ def prepare_image(data: bytes, pipeline: ImagePipeline, deadline: DecodeDeadline
     """Decode, validate, quality-check and preprocess one image; raises ImageRejected (400/413/415/422).
 
     JPEG/PNG/TIFF/WebP/BMP go through ``service.inference.imaging``, DICOM photographs through
-    ``service.inference.dicom``; both end in the same uint8 RGB array, decoded by ``models.decode``'s rule
+    ``service.inference.dicom``; both end in the same uint8 RGB array, decoded by ``models.image.decode``'s rule
     for the model's input size. The FOV circle is fitted once on that frame and used by both the quality
-    gate and the artifact's transform (``pipeline.transform``, the ``models.transform.ImageTransform``
+    gate and the artifact's transform (``pipeline.transform``, the ``models.image.transform.ImageTransform``
     training ran on the same file). A DICOM header is read once, and its tags come back with the image.
     The decode stops at ``deadline`` (default: ``pipeline.decode_timeout_s`` from now) with 422
     ``image-too-complex``; the service passes its own, which also stops when the client has gone.

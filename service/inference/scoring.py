@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from models.artifact.schema import PASS_BUDGET, Calibration
-from models.decision import DiagnosisLabel, ScreeningOutcome
-from models.quality import QualityReport
-from models.uncertainty import binary_uncertainty
+from models.image.quality import QualityReport
+from models.nn.uncertainty import binary_uncertainty
+from models.outcome.decision import DiagnosisLabel, ScreeningOutcome
 from service.inference.backends import Backend
 from service.inference.imaging import ImagePipeline
 from service.inference.prepare import PreparedImage
@@ -49,7 +49,7 @@ class ImageScore:
     refer_to_expert: bool  # the model defers this image to a human (uncertain or ungradable)
     referral_reasons: list[str]
     quality: QualityReport
-    outcome: ScreeningOutcome  # what the clinic acts on: models.decision.screening_outcome
+    outcome: ScreeningOutcome  # what the clinic acts on: models.outcome.decision.screening_outcome
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class ScorerIdentity:
     version: str
     sha256: str  # of the artifact's manifest.json: the model's identity
     mc_samples: int  # K draws actually averaged (may differ from the artifact's, with a warning)
-    head_draws: int  # draws of the last layer per network draw (the artifact's; models.draws)
+    head_draws: int  # draws of the last layer per network draw (the artifact's; models.nn.draws)
     test_time_flip: bool  # each image also scored mirrored, the draws pooled (the artifact's serving option)
     training_data: str  # "synthetic" or "real: <description>"
     intended_use: str

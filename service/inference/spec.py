@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from models.artifact.schema import MAX_MC_SAMPLES
-from models.cpu import NativeBf16Setting
+from models.platform.cpu import NativeBf16Setting
 
 BackendSetting = Literal["auto", "torch", "onnxruntime"]
 DeviceSetting = Literal["auto", "cpu", "cuda"]

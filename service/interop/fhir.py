@@ -7,10 +7,10 @@ reference on its own, and the bundle is a single POSTable document. It holds:
 - ``DiagnosticReport`` — status ``preliminary`` (an automated, unreviewed result of a model that is not
   cleared for clinical use; a human must confirm it), ``conclusionCode`` = the screening outcome
   (``retake_ungradable`` / ``grader_review_uncertain`` / ``refer_referable_dr`` / ``no_referable_dr``,
-  computed once in ``models.decision.screening_outcome``: the scorer's own for a fresh answer, else the
+  computed once in ``models.outcome.decision.screening_outcome``: the scorer's own for a fresh answer, else the
   body's after ``service.screening.payload.checked_outcome``), conclusion text stating that outcome, the probability
   beside the referral threshold and the uncertainty beside the grader-review threshold in the words every
-  surface shares (``models.wording.result_words``) and the not-for-clinical-use note, ``result``
+  surface shares (``models.outcome.wording.result_words``) and the not-for-clinical-use note, ``result``
   references to the observations, ``identifier`` for the request id and (if given) the caller's opaque ``study_id``;
 - ``Observation`` referable-DR probability — ``valueQuantity`` in ``%`` (UCUM), the decision threshold
   as ``referenceRange.high``, the diagnosis label as ``interpretation``; for an ungradable image no value
@@ -49,7 +49,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from models.decision import OUTCOME_TEXT, ScreeningOutcome, defers_by_uncertainty, is_uncertain
+from models.outcome.decision import OUTCOME_TEXT, ScreeningOutcome, defers_by_uncertainty, is_uncertain
 from service.screening.payload import MI_THRESHOLD_FIELD, checked_outcome, require_field, words_of
 
 FHIR_MEDIA_TYPE = "application/fhir+json"
@@ -302,8 +302,9 @@ def _quality_observation(quality: dict[str, Any], device_ref: str, issued: str) 
 
 
 def _conclusion(body: dict[str, Any], outcome: ScreeningOutcome) -> str:
-    """One paragraph: the answer's words (models/wording.py: outcome, probability beside the referral threshold or
-    "not graded", uncertainty beside the grader-review threshold), provenance, not-for-clinical-use."""
+    """One paragraph: the answer's words (models/outcome/wording.py: outcome, probability beside the referral
+    threshold or "not graded", uncertainty beside the grader-review threshold), provenance,
+    not-for-clinical-use."""
     m = body.get("model", {})
     words = words_of(body, outcome)
     return (

@@ -32,7 +32,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from models.decision import EXAM_OUTCOME_TEXT, OUTCOME_TEXT, Eye, ScreeningOutcome
+from models.outcome.decision import EXAM_OUTCOME_TEXT, OUTCOME_TEXT, Eye, ScreeningOutcome
 from service.interop.fhir import (
     NOT_FOR_CLINICAL_USE,
     REQUEST_ID_SYSTEM,

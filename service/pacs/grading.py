@@ -21,7 +21,7 @@ from typing import Any
 
 import pydicom
 
-from models.decision import Eye
+from models.outcome.decision import Eye
 from service.inference.imaging import ImageRejected
 from service.inference.prepare import PreparedImage
 from service.model_host import ModelHost

@@ -52,7 +52,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from models.decision import Eye
+from models.outcome.decision import Eye
 from service.inference.dicom import ACCEPTED_SYNTAXES
 from service.inference.dicom_header import DicomHeader, corrupt_is_rejected, pixel_value, read_header
 from service.inference.imaging import ImageRejected

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.decision import Eye
+from models.outcome.decision import Eye
 from service.pacs.intake import DATASET_DOES_NOT_MATCH, OUT_OF_RESOURCES, Accepted, Refused, check_instance
 from service.pacs.store import HeldInstance, Spool, key_of, patient_digest
 

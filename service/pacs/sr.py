@@ -15,7 +15,7 @@ The content tree (highdicom builds and validates every item; nothing here writes
   reference: the referral (decision) threshold in ``%`` and the grader-review MI threshold in nat;
 - algorithm identification (name, version, ``sha256=...``) on every group and measurement;
 - TEXT items: the exam's reason, each eye's reason followed by each of its photographs' words
-  (``models.wording``, the API's ``outcome_reason``: the probability beside the referral threshold, the
+  (``models.outcome.wording``, the API's ``outcome_reason``: the probability beside the referral threshold, the
   uncertainty beside the grader-review threshold, a retake's failed checks), the intended use and the
   not-for-clinical-use note.
 
@@ -47,7 +47,7 @@ from highdicom.coding_schemes import CodingSchemeIdentificationItem
 from pydicom.dataset import Dataset
 from pydicom.sr.codedict import codes
 
-from models.decision import Eye, ScreeningOutcome
+from models.outcome.decision import Eye, ScreeningOutcome
 from service.pacs import sr_header
 from service.screening.exam import ExamResult
 

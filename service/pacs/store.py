@@ -14,7 +14,7 @@ Layout under the spool folder (``RADSCREEN_PACS_SPOOL_DIR``)::
     sent/<result key>.json                    an SR the archive has acknowledged (kept: it is the duplicate check)
 
 Keys are sha256 digests (first 32 hex) of the StudyInstanceUID, SOP Instance UID and SR SOP Instance UID, so no
-identifier appears in a file name. Every write is :func:`models.atomic.atomic_write_bytes` (temporary file,
+identifier appears in a file name. Every write is :func:`models.io.atomic.atomic_write_bytes` (temporary file,
 fsync, rename, fsync of the folder), so an instance is on disk before its receipt is acknowledged and a process
 killed at any point leaves each file either absent or whole. The spool holds each SOP instance once: a resent
 instance whose bytes are identical to the file held is acknowledged without rewriting it, so its arrival time (the
@@ -51,8 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from models.atomic import atomic_write_bytes, fsync_dir, stale_temporaries
-from models.decision import Eye
+from models.io.atomic import atomic_write_bytes, fsync_dir, stale_temporaries
+from models.outcome.decision import Eye
 
 GRADED = "graded.json"
 GRADING = "grading.json"

@@ -1,8 +1,8 @@
 """One screening exam (a patient visit) as one typed value: :class:`ExamResult`.
 
 Plain Python (no FastAPI, no model): each photograph of a visit comes in tagged with its eye and its per-image
-outcome, goes through the one exam rule (:func:`models.decision.exam_decision`), and comes out as an
-:class:`ExamResult` of per-eye :class:`EyeResult` s holding :class:`~models.decision.ScreeningOutcome` s. Every
+outcome, goes through the one exam rule (:func:`models.outcome.decision.exam_decision`), and comes out as an
+:class:`ExamResult` of per-eye :class:`EyeResult` s holding :class:`~models.outcome.decision.ScreeningOutcome` s. Every
 surface renders that value and none re-derives it: the JSON answer of ``POST /v1/exams`` and the PACS exam record
 (:meth:`ExamResult.to_fields`), FHIR (``service.interop.fhir_exam``), the DICOM SR (``service.pacs.sr``) and the batch
 job's exam CSV (``service.batch.exams``). :meth:`ExamResult.from_fields` reads the JSON back into the same value::
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from models.decision import OUTCOME_TEXT, Eye, ScreeningOutcome, exam_decision
+from models.outcome.decision import OUTCOME_TEXT, Eye, ScreeningOutcome, exam_decision
 
 MISSING_EYE_TEXT = "No photograph of this eye: the visit cannot be answered 'no referable DR' without it"
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from models.decision import OUTCOME_TEXT, Eye, ScreeningOutcome
+from models.outcome.decision import OUTCOME_TEXT, Eye, ScreeningOutcome
 from service.inference.imaging import ImageRejected
 from service.inference.prepare import PreparedImage
 from service.inference.scoring import Scorer

@@ -42,7 +42,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from models.decision import Eye
+from models.outcome.decision import Eye
 from service.screening.identifiers import UID_RULE, is_dicom_uid
 
 T = TypeVar("T", bound=Hashable)

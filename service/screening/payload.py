@@ -2,7 +2,7 @@
 
 API layer: the inference core (``service.inference``) returns typed scores and never shapes JSON; the HTTP
 routes, the batch rows and the doc generators all build the body here, so every surface shows the same
-fields. ``outcome_reason`` and ``words`` are ``models.wording.result_words`` of the answer's numbers: the pages
+fields. ``outcome_reason`` and ``words`` are ``models.outcome.wording.result_words`` of the answer's numbers: the pages
 show these words, and :func:`words_of` words a body sent back (FHIR) the same way. Fields added per request
 (``request_id``, ``study_id``, ``timing_ms``) are added by the caller.
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from models.decision import ScreeningOutcome, diagnosis_label, screening_outcome
-from models.wording import ResultWords, result_words
+from models.outcome.decision import ScreeningOutcome, diagnosis_label, screening_outcome
+from models.outcome.wording import ResultWords, result_words
 
 if TYPE_CHECKING:  # the FHIR rendering imports this module without loading the inference core
     from service.inference.scoring import ImageScore, Scorer
@@ -66,7 +66,7 @@ def score_payload(score: ImageScore, scorer: Scorer) -> dict[str, Any]:
 
 
 def words_of(body: dict[str, Any], outcome: ScreeningOutcome) -> ResultWords:
-    """The words of an answer (``models.wording``), from its own numbers and the outcome they give (a body from
+    """The words of an answer (``models.outcome.wording``), from its own numbers and the outcome they give (a body from
     outside is worded from what :func:`checked_outcome` verified, never from its own text)."""
     diagnosis, unc, quality = (require_field(body, key) for key in ("diagnosis", "uncertainty", "quality"))
     return result_words(outcome=outcome, probability=float(diagnosis["referable_dr_probability"]),
@@ -88,7 +88,7 @@ def checked_outcome(body: dict[str, Any]) -> ScreeningOutcome:
 
     For a body that comes back from outside (``POST /v1/fhir``, ``POST /v1/exams`` renderings, an offline
     FHIR conversion): the outcome is re-derived from the body's own gradable flag, MI, probability and
-    thresholds with :func:`models.decision.screening_outcome`; a body whose stated outcome disagrees
+    thresholds with :func:`models.outcome.decision.screening_outcome`; a body whose stated outcome disagrees
     (edited or corrupted JSON) raises ``ValueError`` rather than being rendered into a clinical document, and
     so does a graded image whose label is not its probability's (an ungradable image's label is never
     rendered: answers from before the ``not_graded`` label still render).

@@ -1,6 +1,6 @@
 /* Radial Screen clinician page: choose or drop fundus photographs, send them to the service, show the
    screening outcome as the headline (the service's `outcome`, computed in one place server-side), then
-   probability and uncertainty in the words the service sent (`words`, models/wording.py: the probability
+   probability and uncertainty in the words the service sent (`words`, models/outcome/wording.py: the probability
    beside the referral threshold, the uncertainty low or high beside the grader-review threshold; the same
    words as the API's outcome_reason, FHIR, the SR and the batch CSV) and image quality. A referable finding
    is never green. On a deferral the probability is never worded as a finding: an ungradable image's is
@@ -15,7 +15,7 @@
     uncertain: "the model is uncertain about this image",
     image_quality: "image quality too low to grade",
   };
-  // The four screening outcomes (models.decision.ScreeningOutcome): headline, colour class, what to do.
+  // The four screening outcomes (models.outcome.decision.ScreeningOutcome): headline, colour class, what to do.
   const OUTCOMES = {
     refer_referable_dr: { cls: "outcome-refer", headline: "Refer to an eye-care professional",
       sub: "The probability is at or above the referral threshold and the image is gradable. A clinician must still review this result." },

@@ -1,10 +1,10 @@
 /* Radial Screen exam page: photographs of the right and left eye of one visit go to POST /v1/exams; the
-   patient's outcome (computed once server-side, models/decision.py) is the headline, the two eyes stand side
+   patient's outcome (computed once server-side, models/outcome/decision.py) is the headline, the two eyes stand side
    by side with their own outcome and each photograph's result. A referable finding is never green; an
    ungradable photograph's probability is "not graded"; an uncertain one's is an uncertain estimate, not a
    finding. The patient line under the headline (the server's outcome_reason) names any retake still needed,
    and an eye to be retaken says why (its photographs' failed quality checks). Probability and uncertainty are
-   the words the service sent (`words`, models/wording.py), the same as on the single-image page. Plain browser
+   the words the service sent (`words`, models/outcome/wording.py), the same as on the single-image page. Plain browser
    JavaScript, no build step. */
 "use strict";
 

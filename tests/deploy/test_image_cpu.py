@@ -28,8 +28,8 @@ import httpx
 import pytest
 
 from models.artifact import load_artifact
-from models.compute import resolve
-from models.cpu import detect_cpu
+from models.platform.compute import resolve
+from models.platform.cpu import detect_cpu
 from service.inference.platform import choose_backend
 from support.images import IDRID, fundus_png, synthetic_jpegs
 from support.processes import free_port, running_process, wait_until_ready

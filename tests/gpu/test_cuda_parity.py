@@ -1,7 +1,7 @@
 """CUDA against the CPU reference on the embedded model, or the artifact ``$RADSCREEN_PARITY_ARTIFACT`` names
 (``gpu``: skipped without a CUDA device).
 
-The reference is torch fp32 on the CPU. On CUDA, fp32 is IEEE fp32 (TF32 off, models.cuda), so it differs
+The reference is torch fp32 on the CPU. On CUDA, fp32 is IEEE fp32 (TF32 off, models.platform.cuda), so it differs
 from the CPU only by summation order: probabilities agree to 1e-4 and no screening outcome flips. bf16 and
 fp16 are reduced precisions: their probability error is bounded from the CPU bf16 measurement on trained
 weights (max |Δp| 5.2e-3, docs/results-benchmarks.md) with a 4x margin, and their outcome flips are counted and
@@ -36,7 +36,7 @@ def reference() -> tuple[list[PreparedImage], list[ImageScore]]:
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_cuda_scores_agree_with_the_cpu_reference(precision: PrecisionSetting, reference: tuple[list[PreparedImage],
                                                                                    list[ImageScore]]) -> None:
-    from models.cuda import cuda_native_bf16, ieee_fp32_in_force
+    from models.platform.cuda import cuda_native_bf16, ieee_fp32_in_force
 
     if precision == "bf16" and not cuda_native_bf16():
         pytest.skip("this GPU has no native bf16")

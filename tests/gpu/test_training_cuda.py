@@ -1,6 +1,6 @@
 """Training on CUDA (``gpu``: skipped without a CUDA device): exact resume there, and each precision steps.
 
-On CUDA the trainer uses deterministic cuDNN kernels with TF32 off (models.cuda), so a run interrupted and
+On CUDA the trainer uses deterministic cuDNN kernels with TF32 off (models.platform.cuda), so a run interrupted and
 resumed must end bitwise equal to an uninterrupted one on the same GPU, as on the CPU.
 """
 
@@ -47,7 +47,7 @@ def test_resume_on_cuda_matches_an_uninterrupted_cuda_run(tiny_data: Path, tmp_p
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_each_precision_trains_on_cuda(precision: str, tiny_data: Path, tmp_path: Path) -> None:
-    from models.cuda import cuda_native_bf16
+    from models.platform.cuda import cuda_native_bf16
 
     if precision == "bf16" and not cuda_native_bf16():
         pytest.skip("this GPU has no native bf16")

@@ -31,7 +31,7 @@ def ort_cuda_or_skip(load: Callable[[], T]) -> T:
     """``load()`` (something that opens ONNX Runtime on CUDA), or a skip naming why its CUDA provider is not
     there: left out of this build (a CPU onnxruntime, as on a GPU lease's node: ``ValueError``, "providers not
     available") or present but not activated (``ProviderFallbackError``). Never a silent CPU run."""
-    from models.onnx_backend import ProviderFallbackError
+    from models.serving.onnx_backend import ProviderFallbackError
 
     try:
         return load()

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from models.preprocessing import FOV_LOCAL_MEAN
+from models.image.preprocessing import FOV_LOCAL_MEAN
 from support.artifacts import build_tiny_artifact
 from training.cli import main as train_main
 

@@ -14,8 +14,8 @@ import pydicom
 import pytest
 from pydicom.sr.codedict import codes
 
-from models.decision import Eye, ScreeningOutcome
-from models.wording import result_words
+from models.outcome.decision import Eye, ScreeningOutcome
+from models.outcome.wording import result_words
 from service.inference.prepare import prepare_image
 from service.inference.scoring import Scorer
 from service.pacs.sr import result_uids

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pydicom
 
-from models.decision import ScreeningOutcome
+from models.outcome.decision import ScreeningOutcome
 from service.metrics import ServiceMetrics
 from service.model_host import ModelHost
 from service.pacs.delivery import DeliveryFailed

@@ -23,9 +23,9 @@ from models.artifact import (
 )
 from models.artifact import storage as artifact_storage
 from models.artifact.schema import ServingDraws
-from models.draws import materialise_draws
-from models.sampling import seeded
-from models.vgg import VGGConfig, VGGStar, build_vgg16_star, mc_logits
+from models.nn.draws import materialise_draws
+from models.nn.sampling import seeded
+from models.nn.vgg import VGGConfig, VGGStar, build_vgg16_star, mc_logits
 from support.artifacts import edit_config, resign
 
 ARCH = VGGConfig(width=4, input_size=64, layer="radial", rho_init=-4.0)
@@ -128,8 +128,8 @@ def test_the_artifact_hands_out_its_serving_draws_and_network(tmp_path: Path) ->
 
 
 def test_architecture_is_built_through_the_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``architecture.builder`` names a models.registry entry; build_model() calls that entry, no other."""
-    from models import registry
+    """``architecture.builder`` names a models.nn.registry entry; build_model() calls that entry, no other."""
+    from models.nn import registry
 
     save(tmp_path / "a")
     built: list[VGGConfig] = []

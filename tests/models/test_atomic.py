@@ -1,4 +1,4 @@
-"""models.atomic: the target holds the old content or the whole new one, never a torn or missing file."""
+"""models.io.atomic: the target holds the old content or the whole new one, never a torn or missing file."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from models import atomic
-from models.atomic import atomic_write, atomic_write_bytes
+from models.io import atomic
+from models.io.atomic import atomic_write, atomic_write_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -119,7 +119,7 @@ def test_killed_writer_leaves_old_file_intact(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import sys, time
-        from models.atomic import atomic_write
+        from models.io.atomic import atomic_write
         with atomic_write({str(target)!r}) as tmp:
             with open(tmp, "wb") as fh:
                 fh.write(b"new" * 500)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from models.artifact.schema import Calibration, GuardBand, PrecisionPermit
-from models.compute import CUDA_SPEED_ORDER, Runtime, resolve
-from models.cpu import detect_cpu
+from models.platform.compute import CUDA_SPEED_ORDER, Runtime, resolve
+from models.platform.cpu import detect_cpu
 from service.inference.platform import choose_backend
 
 OLD_CPU = detect_cpu(cpuinfo="model name\t: Old\nflags\t\t: fpu sse sse2 avx\n", isa="DEFAULT")  # the CPU is moot

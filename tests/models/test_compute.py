@@ -1,4 +1,4 @@
-"""The one device, precision and strategy decision (models/compute.py) that training and serving share."""
+"""The one device, precision and strategy decision (models/platform/compute.py) that training and serving share."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from models.artifact.schema import GuardBand, PrecisionPermit
-from models.compute import (
+from models.platform.compute import (
     DEFAULT_FIX,
     PrecisionUnavailableError,
     is_native,
@@ -16,7 +16,7 @@ from models.compute import (
     resolve,
     resolve_device,
 )
-from models.cpu import detect_cpu
+from models.platform.cpu import detect_cpu
 
 AVX2 = detect_cpu(cpuinfo="model name\t: AMD EPYC\nflags\t\t: fpu avx avx2 fma\n", isa="AVX2")
 AMX = detect_cpu(cpuinfo="model name\t: Intel Xeon\nflags\t\t: avx2 avx512f avx512_vnni avx512_bf16 amx_bf16 "

@@ -1,4 +1,4 @@
-"""CUDA math settings (models.cuda): fp32 is IEEE fp32 on CUDA, bf16 counts only when native, cuDNN is
+"""CUDA math settings (models.platform.cuda): fp32 is IEEE fp32 on CUDA, bf16 counts only when native, cuDNN is
 deterministic for training. The flags are plain torch settings, so all of this runs without a GPU."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from models.cuda import (
+from models.platform.cuda import (
     MathFlags,
     apply_math_flags,
     cuda_native_bf16,
@@ -41,8 +41,8 @@ def test_fp32_on_cuda_switches_tf32_off_and_cpu_leaves_the_flags_alone() -> None
 
 @pytest.mark.usefixtures("torch_defaults")
 def test_the_torch_backend_pins_ieee_fp32_before_it_moves_the_network_to_cuda() -> None:
-    from models.draws import materialise_draws
-    from models.vgg import VGGConfig, build_vgg16_star
+    from models.nn.draws import materialise_draws
+    from models.nn.vgg import VGGConfig, build_vgg16_star
     from service.inference.backends import TorchBackend
 
     net = materialise_draws(build_vgg16_star(VGGConfig(width=2, input_size=32)), k=2, seed=0)

@@ -12,7 +12,7 @@ import itertools
 
 import pytest
 
-from models.decision import (
+from models.outcome.decision import (
     EXAM_OUTCOME_TEXT,
     Eye,
     ScreeningOutcome,

@@ -12,8 +12,8 @@ import pytest
 from safetensors import safe_open
 
 from models.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
-from models.preprocessing import FOV_LOCAL_MEAN
-from models.vgg import build_vgg16_star, count_parameters
+from models.image.preprocessing import FOV_LOCAL_MEAN
+from models.nn.vgg import build_vgg16_star, count_parameters
 
 
 def test_default_artifact_verifies_and_states_its_provenance() -> None:

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from models.fov import FIT_SIDE, _small_copy, fit_fov_circle, fov_level, straight_cut_depth, surround_level
+from models.image.fov import FIT_SIDE, _small_copy, fit_fov_circle, fov_level, straight_cut_depth, surround_level
 
 R = 150.0  # disc radius (px)
 

@@ -1,4 +1,4 @@
-"""The int8 serving form (models/int8.py): a range table measured once, quantisation from it alone."""
+"""The int8 serving form (models/serving/int8.py): a range table measured once, quantisation from it alone."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from models.artifact import load_artifact
-from models.draws import DrawnNetwork, materialise_draws
-from models.int8 import Int8DrawnSession, Int8RangesError, calibrate_ranges, check_ranges
-from models.onnx_backend import OnnxDrawnSession
+from models.nn.draws import DrawnNetwork, materialise_draws
+from models.serving.int8 import Int8DrawnSession, Int8RangesError, calibrate_ranges, check_ranges
+from models.serving.onnx_backend import OnnxDrawnSession
 from support.artifacts import build_tiny_artifact
 
 

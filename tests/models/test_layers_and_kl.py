@@ -9,12 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models.kl import kl_divergence
-from models.layers import BayesConv2d, BayesLinear
-from models.posteriors import rho_from_sigma
-from models.priors import PosteriorPrior, ScaleMixturePrior, UnitGaussianPrior, prior_from_config
-from models.sampling import seeded, use_means
-from models.vgg import build_vgg16_star, mc_logits
+from models.nn.kl import kl_divergence
+from models.nn.layers import BayesConv2d, BayesLinear
+from models.nn.posteriors import rho_from_sigma
+from models.nn.priors import PosteriorPrior, ScaleMixturePrior, UnitGaussianPrior, prior_from_config
+from models.nn.sampling import seeded, use_means
+from models.nn.vgg import build_vgg16_star, mc_logits
 
 
 @pytest.mark.parametrize("posterior", ["radial", "gaussian"])

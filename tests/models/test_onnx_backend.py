@@ -12,16 +12,16 @@ import pytest
 import torch
 from onnx import TensorProto, numpy_helper
 
-from models.draws import DrawnNetwork, materialise_draws
-from models.onnx_backend import (
+from models.nn.draws import DrawnNetwork, materialise_draws
+from models.nn.sampling import seeded
+from models.nn.vgg import VGGConfig, build_vgg16_star, mc_logits
+from models.serving.onnx_backend import (
     EXTERNAL_LOCATION,
     OnnxDrawnSession,
     build_onnx_graph,
     export_graph,
     weight_shapes,
 )
-from models.sampling import seeded
-from models.vgg import VGGConfig, build_vgg16_star, mc_logits
 
 Activation = Literal["leaky_relu", "relu"]
 
@@ -161,7 +161,7 @@ def test_a_cuda_request_that_falls_back_to_the_cpu_fails_at_start() -> None:
     on the CPU while the service reports cuda. It must refuse instead, naming what actually runs."""
     import onnxruntime as ort
 
-    from models.onnx_backend import ProviderFallbackError
+    from models.serving.onnx_backend import ProviderFallbackError
 
     assert "CUDAExecutionProvider" in ort.get_available_providers()  # the build claims CUDA ...
     with pytest.raises(ProviderFallbackError, match=r"could not activate CUDAExecutionProvider.*CPUExecutionProvider"):
@@ -171,7 +171,7 @@ def test_a_cuda_request_that_falls_back_to_the_cpu_fails_at_start() -> None:
 
 
 def test_the_onnx_backend_reports_no_device_it_does_not_run_on() -> None:
-    from models.onnx_backend import ProviderFallbackError
+    from models.serving.onnx_backend import ProviderFallbackError
     from service.inference.backends import OnnxBackend
 
     if torch.cuda.is_available():
@@ -182,7 +182,7 @@ def test_the_onnx_backend_reports_no_device_it_does_not_run_on() -> None:
 
 def test_the_cuda_provider_runs_ieee_fp32() -> None:
     """ORT's CUDA provider allows TF32 by default; the session asks for use_tf32=0."""
-    from models.onnx_backend import _provider_options
+    from models.serving.onnx_backend import _provider_options
 
     assert _provider_options(["CUDAExecutionProvider", "CPUExecutionProvider"]) == [{"use_tf32": "0"}, {}]
     assert _provider_options(["CPUExecutionProvider"]) == [{}]

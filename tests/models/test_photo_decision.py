@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from models.artifact import Calibration
-from models.decision import (
+from models.outcome.decision import (
     DiagnosisLabel,
     ScreeningOutcome,
     diagnosis_label,

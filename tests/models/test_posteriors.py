@@ -10,8 +10,8 @@ import pytest
 import torch
 from scipy import stats
 
-from models.layers import BayesConv2d
-from models.posteriors import (
+from models.nn.layers import BayesConv2d
+from models.nn.posteriors import (
     check_family,
     entropy,
     entropy_constant,

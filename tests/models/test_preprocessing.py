@@ -1,4 +1,4 @@
-"""The shared preprocessing (models.preprocessing): FOV crop, local-mean normalisation, the artifact contract.
+"""The shared preprocessing (models.image.preprocessing): FOV crop, local-mean normalisation, the artifact contract.
 
 Real photograph: one IDRiD image from ``<repo>/../shared/data/idrid-lesion-54`` (CC BY 4.0).
 """
@@ -15,8 +15,8 @@ import pytest
 from PIL import Image
 
 from models.artifact import DEFAULT_ARTIFACT_DIR, ArtifactConfig, ArtifactError
-from models.fov import fit_fov_circle
-from models.preprocessing import (
+from models.image.fov import fit_fov_circle
+from models.image.preprocessing import (
     FOV_LOCAL_MEAN,
     LEGACY,
     crop_to_fov,

@@ -1,4 +1,4 @@
-"""Pruning by signal-to-noise (models.pruning): the ranking, the exact share kept, the packed round trip."""
+"""Pruning by signal-to-noise (models.nn.pruning): the ranking, the exact share kept, the packed round trip."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from models.posteriors import rho_from_sigma, sigma_from_rho
-from models.pruning import (
+from models.nn.posteriors import rho_from_sigma, sigma_from_rho
+from models.nn.pruning import (
     PRUNED_RHO,
     pack_state_dict,
     prune_state_dict,

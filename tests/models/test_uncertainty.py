@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.uncertainty import LN2, binary_uncertainty, binary_uncertainty_from_logits
+from models.nn.uncertainty import LN2, binary_uncertainty, binary_uncertainty_from_logits
 
 probs_lists = st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=1, max_size=32)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.draws import materialise_draws
-from models.layers import BayesConv2d, BayesLinear
-from models.registry import MODEL_BUILDERS, create_model
-from models.sampling import StochasticLayer, seeded, stochastic_layers, use_means
-from models.vgg import ConfigFieldError, VGGConfig, VGGStar, build_vgg16_star, count_parameters, mc_logits
+from models.nn.draws import materialise_draws
+from models.nn.layers import BayesConv2d, BayesLinear
+from models.nn.registry import MODEL_BUILDERS, create_model
+from models.nn.sampling import StochasticLayer, seeded, stochastic_layers, use_means
+from models.nn.vgg import ConfigFieldError, VGGConfig, VGGStar, build_vgg16_star, count_parameters, mc_logits
 
 
 def test_vgg16_star_has_the_papers_parameter_count() -> None:
@@ -177,7 +177,7 @@ def test_head_draws_follow_the_radial_posterior(tiny_radial: VGGStar) -> None:
     """Each of the K·M head draws is a radial sample: (w − μ)/σ = r·u with |r| ~ half-normal."""
     from scipy import stats
 
-    from models.posteriors import sigma_from_rho
+    from models.nn.posteriors import sigma_from_rho
 
     net = materialise_draws(tiny_radial, k=8, seed=3, head_draws=256)
     head = tiny_radial.head
@@ -194,7 +194,7 @@ def test_head_draws_follow_the_radial_posterior(tiny_radial: VGGStar) -> None:
 def test_head_draws_steady_the_mutual_information_across_draw_seeds() -> None:
     """The point of head draws: with the spread in the head, the MI of an image moves far less between
     draw seeds at K = 16 when every network draw carries 64 head draws."""
-    from models.uncertainty import binary_uncertainty_from_logits
+    from models.nn.uncertainty import binary_uncertainty_from_logits
 
     torch.manual_seed(0)
     model = build_vgg16_star(VGGConfig(width=4, input_size=32, rho_init=-9.0)).eval()  # convs: tiny σ

@@ -1,4 +1,4 @@
-"""models.wording: the words of one photograph's result say what the numbers say, and no more."""
+"""models.outcome.wording: the words of one photograph's result say what the numbers say, and no more."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from models.decision import OUTCOME_TEXT, ScreeningOutcome, screening_outcome
-from models.wording import percent, probability_words, result_words, uncertainty_words
+from models.outcome.decision import OUTCOME_TEXT, ScreeningOutcome, screening_outcome
+from models.outcome.wording import percent, probability_words, result_words, uncertainty_words
 
 T, MI_T = 0.0558, 0.0028  # model 2.0.0's thresholds: realistic values, fixed here so the words are
 
@@ -77,7 +77,7 @@ def test_the_training_summary_is_one_line_naming_each_source() -> None:
     import json
     from pathlib import Path
 
-    from models.wording import training_summary
+    from models.outcome.wording import training_summary
 
     config = json.loads((Path(__file__).resolve().parents[2] / "models" / "default" / "config.json").read_text())
     assert len(config["training_data"]) > 500  # the paragraph the page used to repeat four times

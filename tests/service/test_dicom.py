@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.decision import Eye
+from models.outcome.decision import Eye
 from service.http.errors import IMAGE_PROBLEM_STATUS
 from service.inference.dicom import decode_dicom_rgb, decode_photograph, is_dicom, read_dicom_tags
 from service.inference.imaging import ImageRejected, decode_rgb

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from models.decision import Eye, ScreeningOutcome
+from models.outcome.decision import Eye, ScreeningOutcome
 from service.batch.exams import exam_of_row
 from service.batch.job import BatchJobConfig, run_job
 from service.inference.spec import ScorerSpec

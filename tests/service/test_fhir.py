@@ -137,9 +137,9 @@ def test_each_outcome_is_the_conclusion_code_and_referral_is_true_only_for_refer
 
 
 def test_the_conclusion_words_the_result_as_every_surface_does() -> None:
-    """The conclusion is models.wording's words of the body's numbers: the probability beside the referral
+    """The conclusion is models.outcome.wording's words of the body's numbers: the probability beside the referral
     threshold, the uncertainty beside the grader-review threshold; a retake names its failed checks."""
-    from models.wording import nats, probability_words
+    from models.outcome.wording import nats, probability_words
 
     body = response()
     words = to_fhir_bundle(body, issued=ISSUED)

@@ -101,7 +101,7 @@ def test_json_fhir_and_rendered_fhir_agree_on_the_outcome(
         Bundle.model_validate(bundle)
         report = next(e["resource"] for e in bundle["entry"] if e["resource"]["resourceType"] == "DiagnosticReport")
         assert report["conclusionCode"][0]["coding"][0]["code"] == outcome
-        # the same words as the JSON (models.wording): outcome, probability beside its threshold, uncertainty
+        # the same words as the JSON (models.outcome.wording): outcome, probability beside its threshold, uncertainty
         assert report["conclusion"].startswith(plain["words"]["outcome"])
         assert plain["words"]["probability"] in report["conclusion"]
         assert plain["words"]["uncertainty"] in report["conclusion"]

@@ -13,9 +13,9 @@ import torch
 
 from models.artifact import load_artifact
 from models.artifact.schema import GuardBand
-from models.draws import materialise_draws
-from models.int8 import calibrate_ranges
-from models.uncertainty import binary_uncertainty_from_logits
+from models.nn.draws import materialise_draws
+from models.nn.uncertainty import binary_uncertainty_from_logits
+from models.serving.int8 import calibrate_ranges
 from service.inference.backends import GuardedBackend, OnnxBackend
 from support.artifacts import build_tiny_artifact
 

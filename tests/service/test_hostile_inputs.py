@@ -409,7 +409,7 @@ def test_integer_alpha_and_16_bit_paths_equal_exact_rounding() -> None:
     """The memory-lean integer decode paths give round(exact value) for every input value."""
     from PIL import Image
 
-    from models.decode import to_rgb8
+    from models.image.decode import to_rgb8
 
     c, a = np.meshgrid(np.arange(256), np.arange(256))  # every (colour, alpha) pair
     rgba = np.stack([c, c, c, a], axis=-1).astype(np.uint8)  # [256, 256, 4]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from models.preprocessing import fov_square
+from models.image.preprocessing import fov_square
 from service.http.errors import IMAGE_PROBLEM_STATUS
 from service.inference.imaging import ImageRejected, decode_rgb, open_image
 from support.hostile import png_claiming

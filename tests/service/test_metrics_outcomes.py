@@ -11,8 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from models.artifact import CALIBRATION_FILE, DEFAULT_ARTIFACT_DIR, Calibration
-from models.decision import ScreeningOutcome
-from models.quality import QualityReport
+from models.image.quality import QualityReport
+from models.outcome.decision import ScreeningOutcome
 from service.inference.scoring import ImageScore, ScorerIdentity
 from service.metrics import ServiceMetrics, mi_buckets
 

@@ -1,7 +1,7 @@
 """What a clinician reads on the pages, in a real browser at desktop and phone widths: the words of a referral near
 the threshold, a confident referral, an uncertain eye, a healthy eye, and a retake on the exam page with its reason.
 
-The words on the page are the service's own (``words`` in the JSON, ``models.wording``): each case is checked
+The words on the page are the service's own (``words`` in the JSON, ``models.outcome.wording``): each case is checked
 against the JSON answer for the same photograph and against what the words must and must not say ("likely" only at
 50 % or more, never "confident" or "borderline"). The calibrated tiny artifact (tests/helpers/outcomes.py) gives
 the near-threshold referral (p̄ 34 % against a threshold of 33.5 %), the uncertain and the healthy eye; a second

@@ -1,4 +1,4 @@
-"""CPU detection and the precision/strategy choice (models.compute.resolve, service/inference/platform.py), end
+"""CPU detection and the precision/strategy choice (models.platform.compute.resolve, service/inference/platform.py), end
 to end through the Scorer, the HTTP service and the batch job, with the CPU capability injected so that "no
 native bf16" and "native bf16" are both exercised on whatever machine runs the tests."""
 
@@ -14,8 +14,8 @@ import pytest
 
 from models.artifact import Calibration, load_artifact, replace_artifact_file, replace_calibration
 from models.artifact.schema import PrecisionPermit
-from models.compute import PrecisionUnavailableError, resolve, resolve_strategy
-from models.cpu import CpuCapability, detect_cpu, parse_cpuinfo
+from models.platform.compute import PrecisionUnavailableError, resolve, resolve_strategy
+from models.platform.cpu import CpuCapability, detect_cpu, parse_cpuinfo
 from service.inference.loading import load_scorer
 from service.inference.platform import SERVICE_FIX
 from service.inference.spec import ScorerSpec
@@ -285,9 +285,9 @@ def test_the_default_cpu_path_equals_the_reference_k_pass_loop(tiny_artifact: Pa
     import numpy as np
     import torch
 
-    from models.sampling import seeded
-    from models.uncertainty import binary_uncertainty_from_logits
-    from models.vgg import mc_logits
+    from models.nn.sampling import seeded
+    from models.nn.uncertainty import binary_uncertainty_from_logits
+    from models.nn.vgg import mc_logits
     from service.inference.prepare import prepare_image
 
     fast = load_scorer(ScorerSpec(model_dir=tiny_artifact, backend="auto", device="cpu"), cpu=NO_BF16)
@@ -327,8 +327,8 @@ def int8_guarded_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     benchmarks/drift_real.py --record writes them)."""
     import numpy as np
 
-    from models.draws import materialise_draws
-    from models.int8 import INT8_RANGES_FILE, calibrate_ranges
+    from models.nn.draws import materialise_draws
+    from models.serving.int8 import INT8_RANGES_FILE, calibrate_ranges
 
     tmp = tmp_path_factory.mktemp("int8")
     path = build_tiny_artifact(tmp / "tiny")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.quality import assess_quality
+from models.image.quality import assess_quality
 from support.nonfundus import NON_FUNDUS
 
 synthetic = pytest.importorskip("training.synthetic.render")

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from models.fov import edge_points, fit_fov_circle, fov_mask
-from models.quality import assess_quality, measure
+from models.image.fov import edge_points, fit_fov_circle, fov_mask
+from models.image.quality import assess_quality, measure
 from support.framings import canonical
 from support.nonfundus import NON_FUNDUS
 
@@ -115,7 +115,7 @@ def test_an_eyelid_over_a_flare_lit_upper_field_is_refused() -> None:
     """ODIR 4539_left: a haze lights the upper half of the field 2.5x the rest. A lid over its top third leaves the
     lid's shade at about a third of the median (the median rule passes it), but far below the lit retina's upper
     quartile: ``deep_shadow_fraction`` names it. The flare-lit photograph without the lid stays gradable."""
-    from models.quality import MAX_DEEP_SHADOW, MAX_SHADOW
+    from models.image.quality import MAX_DEEP_SHADOW, MAX_SHADOW
     from support.degradations import eyelid_shadow
 
     disc = _fundus()
@@ -136,7 +136,7 @@ def test_the_page_names_every_measure_the_gate_can_refuse_on() -> None:
     import re
     from pathlib import Path
 
-    from models.quality import RULES, WASHED_OUT
+    from models.image.quality import RULES, WASHED_OUT
 
     page = (Path(__file__).resolve().parents[2] / "service" / "static" / "app.js").read_text()
     table = page[page.index("const MEASURES = {"):]

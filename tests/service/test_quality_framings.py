@@ -16,8 +16,8 @@ from functools import cache
 import numpy as np
 import pytest
 
-from models.fov import fit_fov_circle
-from models.quality import MIN_PATCH_SHARPNESS, MIN_SHARPNESS, assess_quality, measure
+from models.image.fov import fit_fov_circle
+from models.image.quality import MIN_PATCH_SHARPNESS, MIN_SHARPNESS, assess_quality, measure
 from support.framing_family import (
     CHOSEN,
     DEGRADED,

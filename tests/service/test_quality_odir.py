@@ -3,7 +3,7 @@
 ODIR-5K's copies were cropped and resized to 512 x 512, which stretches most discs into axis-aligned
 ellipses; a circle fits two of their four arcs, so the gate used to call plainly good photographs
 ``no_field_of_view``. The FOV is a circle or, when a circle does not fit, an axis-aligned ellipse
-(``models.fov``); the crop maps it back onto a round disc. Full-set acceptance by category:
+(``models.image.fov``); the crop maps it back onto a round disc. Full-set acceptance by category:
 docs/results-real-eyes.md (``benchmarks/quality_real.py``).
 """
 
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from models.decode import DECODE_SIDE
-from models.fov import fit_fov_circle
-from models.preprocessing import crop_to_fov
-from models.quality import assess_quality
+from models.image.decode import DECODE_SIDE
+from models.image.fov import fit_fov_circle
+from models.image.preprocessing import crop_to_fov
+from models.image.quality import assess_quality
 from service.inference.imaging import decode_rgb
 from support.degradations import DEGRADATIONS
 from support.shared_data import ODIR, missing_reason

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from models.fov import fit_fov_circle
-from models.preprocessing import fov_square
-from models.quality import assess_quality
+from models.image.fov import fit_fov_circle
+from models.image.preprocessing import fov_square
+from models.image.quality import assess_quality
 from support.degradations import DEGRADATIONS
 from support.images import IDRID
 from support.shared_data import missing_reason

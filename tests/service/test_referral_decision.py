@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from models.artifact import Calibration
-from models.quality import QualityReport
+from models.image.quality import QualityReport
 from service.inference.loading import load_scorer
 from service.inference.prepare import PreparedImage
 from service.inference.scoring import Scorer

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from models.artifact import Calibration, load_artifact
-from models.cpu import detect_cpu
-from models.decision import OUTCOME_TEXT, ScreeningOutcome, screening_outcome
-from models.quality import QualityReport
-from models.quality_rules import Finding
-from models.sampling import seeded
-from models.vgg import mc_logits
+from models.image.quality import QualityReport
+from models.image.quality_rules import Finding
+from models.nn.sampling import seeded
+from models.nn.vgg import mc_logits
+from models.outcome.decision import OUTCOME_TEXT, ScreeningOutcome, screening_outcome
+from models.platform.cpu import detect_cpu
 from service.http.schemas import ImageResult, ModelIdentity
 from service.inference.loading import load_scorer
 from service.inference.prepare import PreparedImage, prepare_image
@@ -60,8 +60,8 @@ def test_matches_the_reference_k_pass_loop(tiny_artifact: Path, scorer: Scorer, 
 
 def test_head_draws_artifact_serves_its_k_times_m_posterior_samples(tmp_path: Path, images: list) -> None:
     """An artifact with head draws: both backends score the K·M samples of materialise_draws, and say so."""
-    from models.draws import materialise_draws
-    from models.uncertainty import binary_uncertainty_from_logits
+    from models.nn.draws import materialise_draws
+    from models.nn.uncertainty import binary_uncertainty_from_logits
     from support.artifacts import build_tiny_artifact
 
     path = build_tiny_artifact(tmp_path / "heads", head_draws=8)

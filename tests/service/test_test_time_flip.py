@@ -16,8 +16,8 @@ import torch
 
 from models.artifact import ArtifactError, load_artifact
 from models.artifact.schema import GuardBand
-from models.compute import Runtime
-from models.uncertainty import binary_uncertainty
+from models.nn.uncertainty import binary_uncertainty
+from models.platform.compute import Runtime
 from service.http.schemas import ModelIdentity
 from service.inference.backends import FlipViewsBackend, GuardedBackend
 from service.inference.loading import _draws_backend, load_scorer

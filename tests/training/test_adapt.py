@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from models.artifact import WEIGHTS_FILE, load_artifact
-from models.priors import PosteriorPrior
+from models.nn.priors import PosteriorPrior
 from service.inference.loading import load_scorer
 from service.inference.prepare import prepare_image
 from service.inference.spec import ScorerSpec

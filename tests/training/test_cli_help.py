@@ -130,7 +130,7 @@ def _doc_snippet() -> str:
 
 def test_export_doc_snippet_runs_and_matches_the_torch_draws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from models.artifact import load_artifact
-    from models.draws import materialise_draws
+    from models.nn.draws import materialise_draws
 
     monkeypatch.chdir(tmp_path)
     build_tiny_artifact(tmp_path / "models" / "my-model")

@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from models.transform import ImageTransform
+from models.image.transform import ImageTransform
 from training.data import (
     ImageLoadError,
     ManifestDataset,

@@ -139,9 +139,9 @@ def test_a_cpu_onnxruntime_on_a_gpu_node_is_a_skip_not_a_failure() -> None:
     """A lease's node has a CPU build of onnxruntime: asking it for a provider it was built without raises
     ValueError, not ProviderFallbackError, which the gpu tests let through as a failure (and the drift table as a
     crash before its last rows); ``ort_cuda_or_skip`` makes it a skip naming why, and lets other errors fail."""
-    from models.draws import materialise_draws
-    from models.onnx_backend import OnnxDrawnSession, ProviderFallbackError
-    from models.vgg import VGGConfig, build_vgg16_star
+    from models.nn.draws import materialise_draws
+    from models.nn.vgg import VGGConfig, build_vgg16_star
+    from models.serving.onnx_backend import OnnxDrawnSession, ProviderFallbackError
     from tests.helpers.gpu import ort_cuda_or_skip
 
     net = materialise_draws(build_vgg16_star(VGGConfig(width=2, input_size=32)), k=2, seed=0)

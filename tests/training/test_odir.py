@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from models.preprocessing import FOV_LOCAL_MEAN
-from models.transform import ImageTransform
+from models.image.preprocessing import FOV_LOCAL_MEAN
+from models.image.transform import ImageTransform
 from support.shared_data import ODIR, missing_reason
 from training.data import ManifestDataset, ManifestError, load_image, read_odir, split_by_patient
 from training.data.cache import preprocessed_array

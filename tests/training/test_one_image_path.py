@@ -16,9 +16,9 @@ import pytest
 from PIL import Image
 
 from models.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
-from models.decode import decode_side
-from models.preprocessing import FOV_LOCAL_MEAN, LEGACY, PREPROCESSINGS
-from models.transform import ImageTransform
+from models.image.decode import decode_side
+from models.image.preprocessing import FOV_LOCAL_MEAN, LEGACY, PREPROCESSINGS
+from models.image.transform import ImageTransform
 from service.inference.imaging import ImagePipeline, decode_rgb
 from service.inference.prepare import prepare_image
 from support.shared_data import ODIR, missing_reason

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from models.preprocessing import LEGACY
+from models.image.preprocessing import LEGACY
 from training.cli import FINALISE_OPTIONS, FIT_DEFAULTS, build_parser, config_from_args
 from training.cli_lease import PACK_DEFAULTS, PACK_OPTIONS
 from training.config import TrainConfig

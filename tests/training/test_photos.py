@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.preprocessing import FOV_LOCAL_MEAN, LEGACY
+from models.image.preprocessing import FOV_LOCAL_MEAN, LEGACY
 from service.inference.imaging import ImagePipeline
 from service.inference.prepare import prepare_image
 from support.images import IDRID

@@ -1,6 +1,6 @@
 """Training precision follows the machine: ``--precision auto`` takes bf16 only where it is native, and an
 explicit bf16 where oneDNN would emulate it (~70x slower, docs/results-benchmarks.md) is refused with a message.
-The CPU is injected (models.cpu.detect_cpu) so both kinds are exercised on whatever machine runs the tests."""
+The CPU is injected (models.platform.cpu.detect_cpu) so both kinds are exercised on whatever machine runs the tests."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.cpu import CpuCapability, detect_cpu
+from models.platform.cpu import CpuCapability, detect_cpu
 from training.cli import main as train_main
 from training.config import TrainConfig
 from training.loop import Trainer, training_runtime

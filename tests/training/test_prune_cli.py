@@ -19,8 +19,8 @@ from models.artifact import (
     load_artifact,
     replace_model_card,
 )
-from models.onnx_backend import export_graph
-from models.pruning import PRUNED_RHO, prune_state_dict, snr, weight_prefixes
+from models.nn.pruning import PRUNED_RHO, prune_state_dict, snr, weight_prefixes
+from models.serving.onnx_backend import export_graph
 from service.inference.loading import load_scorer
 from service.inference.prepare import prepare_image
 from service.inference.spec import ScorerSpec

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from models.posteriors import sigma_from_rho
+from models.nn.posteriors import sigma_from_rho
 from training.config import TrainConfig
 from training.data.prepare import prepare_data
 from training.diagnostics import nll_gradient_sd, sigma_stats

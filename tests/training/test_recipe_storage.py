@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from models.layers import BayesLinear
+from models.nn.layers import BayesLinear
 from training.config import TrainConfig
 from training.storage import rounding_to_sd, storage_line
 

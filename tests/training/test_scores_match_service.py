@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from models.artifact import load_artifact
-from models.preprocessing import FOV_LOCAL_MEAN
+from models.image.preprocessing import FOV_LOCAL_MEAN
 from service.inference.loading import load_scorer
 from service.inference.prepare import prepare_image
 from service.inference.spec import BackendSetting, ScorerSpec

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.preprocessing import FOV_LOCAL_MEAN
-from models.transform import ImageTransform
+from models.image.preprocessing import FOV_LOCAL_MEAN
+from models.image.transform import ImageTransform
 from training.config import TrainConfig
 from training.data.cache import cache_key, code_digest, preprocessed_array
 from training.data.manifest import ManifestRow

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.preprocessing import FOV_LOCAL_MEAN, disc_mask
-from models.transform import ImageTransform
+from models.image.preprocessing import FOV_LOCAL_MEAN, disc_mask
+from models.image.transform import ImageTransform
 from training.config import TrainConfig
 from training.data.cache import code_digest
 from training.data.crops import crop_rgba, finish_crop, fov_crops

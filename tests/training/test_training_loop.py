@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from models.artifact import load_artifact
 from models.artifact.schema import ServingDraws
-from models.draws import materialise_draws
+from models.nn.draws import materialise_draws
 from training.cli import main as train_main
 from training.config import TrainConfig
 from training.data.prepare import prepare_data
@@ -220,7 +220,7 @@ def test_baseline_family_is_evaluated_without_a_serving_artifact(tiny_data: Path
 
 
 def test_mc_probabilities_refuses_head_draws_for_a_baseline() -> None:
-    from models.registry import create_model
+    from models.nn.registry import create_model
     from training.predict import mc_probabilities
 
     model = create_model("dropout_vgg16_star", width=2, input_size=32)
@@ -238,7 +238,7 @@ def test_the_cpu_suite_trains_on_the_cpu_on_a_gpu_machine_too(tmp_path: Path, mo
 def test_a_cuda_trainer_runs_ieee_fp32_with_deterministic_cudnn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                                   ) -> None:
     """Exact resume on CUDA needs fixed cuDNN kernels, and fp32 there must not be TF32 (flags only: no GPU)."""
-    from models.cuda import MathFlags, apply_math_flags, current_math_flags, ieee_fp32_in_force
+    from models.platform.cuda import MathFlags, apply_math_flags, current_math_flags, ieee_fp32_in_force
 
     saved = current_math_flags()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from models.artifact import load_artifact
-from models.preprocessing import LEGACY
-from models.vgg import mc_logits
+from models.image.preprocessing import LEGACY
+from models.nn.vgg import mc_logits
 from training.checkpoint import load_checkpoint
 from training.cli import main as train_main
 from training.config import TrainConfig

@@ -14,11 +14,11 @@ import torch
 from scipy import stats
 from torch import nn
 
-from models.kl import kl_divergence
-from models.layers import BayesConv2d, BayesLinear
-from models.posteriors import sample_noise, sigma_from_rho
-from models.priors import PosteriorPrior, ScaleMixturePrior, UnitGaussianPrior
-from models.sampling import seeded
+from models.nn.kl import kl_divergence
+from models.nn.layers import BayesConv2d, BayesLinear
+from models.nn.posteriors import sample_noise, sigma_from_rho
+from models.nn.priors import PosteriorPrior, ScaleMixturePrior, UnitGaussianPrior
+from models.nn.sampling import seeded
 from training.config import TrainConfig
 from training.data.prepare import prepare_data
 from training.device_data import epoch_batches

@@ -6,8 +6,8 @@ DR grade). ``patient`` and ``eye`` are optional; every other column is ignored. 
 image, a missing or unreadable file, a grade outside 0-4, a second row for the same file) is counted with its
 line number and reason and left out; a file without the required columns is refused whole.
 
-Every photograph then meets the service's quality gate (``models.quality``) on the frame the service decodes
-(``models.transform.ImageTransform.decode``): the eyes it refuses are counted, never trained or calibrated on,
+Every photograph then meets the service's quality gate (``models.image.quality``) on the frame the service decodes
+(``models.image.transform.ImageTransform.decode``): the eyes it refuses are counted, never trained or calibrated on,
 because the service answers them ``retake_ungradable`` whatever the network says.
 """
 
@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from models.quality import assess_quality
-from models.transform import ImageTransform
+from models.image.quality import assess_quality
+from models.image.transform import ImageTransform
 from training.data.manifest import ManifestRow
 from training.data.splits import assign_sides
 

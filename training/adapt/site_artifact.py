@@ -36,7 +36,7 @@ from models.artifact import (
     replace_config,
     replace_model_card,
 )
-from models.priors import PARENT_POSTERIOR
+from models.nn.priors import PARENT_POSTERIOR
 from training.adapt.promise import SitePromise
 from training.adapt.site import SiteEye, describe
 from training.adapt.tune import TuneOptions

@@ -4,7 +4,7 @@ Two recipes, one knob apart:
 
 - ``posterior-prior`` (variational continual learning, seed paper §3.1 and appendix C): the ELBO on the site's
   eyes with the **parent's posterior as the prior**, ``NLL + λ · KL(q ‖ q_parent) / N_site``: the KL is to the
-  parent's μ and σ frozen when the run starts (``models.priors.PosteriorPrior``), so a weight moves from where
+  parent's μ and σ frozen when the run starts (``models.nn.priors.PosteriorPrior``), so a weight moves from where
   the old programme put it only as far as the site's photographs pay for. λ (``--prior-weight``) is 1 for the
   full ELBO; a smaller λ tempers it and the card says so.
 - ``finetune``: the parent's means fitted to the site by the NLL alone, its σ kept (the trainer's means-only
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from models.artifact import Artifact
-from models.priors import PARENT_POSTERIOR
+from models.nn.priors import PARENT_POSTERIOR
 from training.checkpoint import load_checkpoint
 from training.config import Precision, TrainConfig
 from training.data.dataset import ManifestDataset

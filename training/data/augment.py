@@ -200,7 +200,7 @@ def color_jitter(x: Tensor, *, generator: torch.Generator, config: JitterConfig 
 class FramingConfig:
     """What the framings screening programmes publish leave of the disc once the service has cropped to it.
 
-    The service crops every photograph to its fitted FOV circle (``models.preprocessing``), so a framing shows
+    The service crops every photograph to its fitted FOV circle (``models.image.preprocessing``), so a framing shows
     up in the network's input as parts of the disc that are missing (neutral ``fill``): a camera frame cuts
     two opposite sides at ``camera_cut`` of the radius (top and bottom, or left and right in portrait), a
     tight square crop cuts all four at ``tight_cut``, and a notch at the rim is a dark square of half-side

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from models.atomic import atomic_write_bytes, file_sha256
-from models.transform import ImageTransform
+from models.image.transform import ImageTransform
+from models.io.atomic import atomic_write_bytes, file_sha256
 from training.data.images import read_square
 from training.data.manifest import ManifestRow
 
@@ -48,13 +48,14 @@ def code_digest() -> str:
 
 def _code_source() -> bytes:
     """The source of the code that turns a file into pixels: a change to it is a new cache."""
-    import models.decode
-    import models.fov
-    import models.preprocessing
-    import models.transform
+    import models.image.decode
+    import models.image.fov
+    import models.image.preprocessing
+    import models.image.transform
     import training.data.images
 
-    modules = (models.decode, models.fov, models.preprocessing, models.transform, training.data.images)
+    modules = (models.image.decode, models.image.fov, models.image.preprocessing, models.image.transform,
+               training.data.images)
     return b"".join(inspect.getsource(m).encode() for m in modules)
 
 

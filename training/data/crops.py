@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.decode import decode_image
-from models.fov import fit_fov_circle
-from models.preprocessing import FOV_LOCAL_MEAN, crop_to_fov, disc_mask, local_mean_normalise
+from models.image.decode import decode_image
+from models.image.fov import fit_fov_circle
+from models.image.preprocessing import FOV_LOCAL_MEAN, crop_to_fov, disc_mask, local_mean_normalise
 from training.data.cache import CHUNK, cache_key, cached_array
 from training.data.images import ImageLoadError
 from training.data.manifest import ManifestRow

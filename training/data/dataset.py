@@ -1,6 +1,6 @@
 """The ``ManifestDataset``: labelled fundus images as float tensors, and their channel statistics.
 
-Every image of a dataset is read through ONE ``models.transform.ImageTransform``, the artifact-to-be's
+Every image of a dataset is read through ONE ``models.image.transform.ImageTransform``, the artifact-to-be's
 (``TrainConfig.image_transform()``) or an artifact's own (``Artifact.image_transform()``, for evaluation):
 its decode and contract run on each file exactly as the service runs them (``training.data.images``;
 tests/training/test_one_image_path.py), then the pixels are scaled to [0, 1]. Channel normalisation is
@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from models.preprocessing import LEGACY
-from models.transform import ImageTransform
+from models.image.preprocessing import LEGACY
+from models.image.transform import ImageTransform
 from training.data.images import load_image, read_square, to_tensor
 from training.data.manifest import ManifestRow
 

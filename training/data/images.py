@@ -1,8 +1,8 @@
-"""One image file as training reads it: the artifact contract's ``models.transform.ImageTransform``.
+"""One image file as training reads it: the artifact contract's ``models.image.transform.ImageTransform``.
 
-An image is read exactly as the service reads it: the transform decodes the file (``models.decode``: JPEG
+An image is read exactly as the service reads it: the transform decodes the file (``models.image.decode``: JPEG
 draft at ``2 * max(size, 512)`` px, EXIF orientation, 8-bit RGB) and preprocesses it
-(``models.preprocessing``: ``FOV_LOCAL_MEAN`` crops to the fitted FOV circle and subtracts the local mean;
+(``models.image.preprocessing``: ``FOV_LOCAL_MEAN`` crops to the fitted FOV circle and subtracts the local mean;
 ``LEGACY`` centres the field of view on a square and resizes bilinearly), so a file gives the service's
 pixels (tests/training/test_one_image_path.py). The datasets (``training.data.dataset``), the preprocessing
 cache (``training.data.cache``) and the photographs (``training.data.photos``) all read through here.
@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.preprocessing import LEGACY
-from models.transform import ImageTransform
+from models.image.preprocessing import LEGACY
+from models.image.transform import ImageTransform
 
 
 class ImageLoadError(OSError):

@@ -2,7 +2,7 @@
 
 Training may not import ``service`` (import-linter contract), and need not: the service
 (``service.inference.prepare.prepare_image``) and training read a file through the same
-``models.transform.ImageTransform`` (decode at ``models.decode``'s size, EXIF orientation, 8-bit RGB, the
+``models.image.transform.ImageTransform`` (decode at ``models.image.decode``'s size, EXIF orientation, 8-bit RGB, the
 artifact's preprocessing contract), so ``serving_square`` gives the pixels a model would see in production
 and its uncertainty on real photographs is measured on them.
 """
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from models.preprocessing import FOV_LOCAL_MEAN
+from models.image.preprocessing import FOV_LOCAL_MEAN
 from training.data.images import load_image, to_tensor
 
 PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png")

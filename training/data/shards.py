@@ -1,7 +1,7 @@
 """Training data that travels: a data set already preprocessed at the training size, packed into small shards.
 
 A GPU lease receives at most 64 MiB a command and has no room to decode JPEGs for minutes, so the images go
-there already preprocessed (``models.transform``: the service's decode and contract at the training size),
+there already preprocessed (``models.image.transform``: the service's decode and contract at the training size),
 as uint8 pixels compressed losslessly (PNG, or WebP lossless: about a quarter smaller, slower to write), with
 their labels, patient ids and source, in shards of at most ``max_bytes`` each (16 MiB: what a command may
 send back, and a size several of which fit beside a slim tree). ``index.json`` lists the shards with their
@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from models.atomic import atomic_write_bytes, file_sha256
-from models.preprocessing import FOV_LOCAL_MEAN
+from models.image.preprocessing import FOV_LOCAL_MEAN
+from models.io.atomic import atomic_write_bytes, file_sha256
 from training.data.crops import finish_crop
 from training.data.manifest import Manifest, ManifestRow
 

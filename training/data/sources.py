@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from models.csv_cells import write_csv
+from models.io.csv_cells import write_csv
 from training.data.manifest import Manifest, ManifestError, ManifestRow, _Layout, _read, read_odir
 
 ODIR, EYEPACS = "odir", "eyepacs"
@@ -79,7 +79,7 @@ def build_sources_manifest(*, odir: Path | None = None, eyepacs: Path | None = N
 def write_sources_manifest(rows: Sequence[ManifestRow], path: Path) -> Path:
     """Write ``rows`` as a ``--layout manifest`` CSV with the columns of :data:`COLUMNS` (image paths relative to
     the CSV's folder when they lie under it, else absolute); atomic, so a reader never sees half a manifest."""
-    from models.atomic import atomic_write
+    from models.io.atomic import atomic_write
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

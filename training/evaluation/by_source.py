@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from models.atomic import atomic_write_bytes
+from models.io.atomic import atomic_write_bytes
 from training.data.manifest import ManifestRow
 from training.evaluation.evaluate import evaluate_predictions
 from training.evaluation.operating_point import outcome_shares

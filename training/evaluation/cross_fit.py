@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 from sklearn.metrics import roc_auc_score
 
-from models.decision import is_referable, is_uncertain
+from models.outcome.decision import is_referable, is_uncertain
 from training.evaluation.operating_point import screening_operating_point
 
 

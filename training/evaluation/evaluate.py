@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from sklearn.metrics import accuracy_score, roc_auc_score
 
-from models.decision import is_referable, is_uncertain
+from models.outcome.decision import is_referable, is_uncertain
 from training.evaluation.calibration import ece_bootstrap_se, ece_calibrated_floor, reliability_bins
 from training.evaluation.paired import strategy_differences
 from training.evaluation.referral import (

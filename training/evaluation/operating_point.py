@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.stats import beta
 
-from models.decision import is_referable, is_uncertain
+from models.outcome.decision import is_referable, is_uncertain
 
 MAX_MI = math.log(2)  # nats: the largest MI a binary prediction can have (MI > this never happens)
 

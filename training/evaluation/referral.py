@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 from scipy.stats import rankdata
 from sklearn.metrics import accuracy_score, roc_auc_score
 
-from models.decision import is_referable
+from models.outcome.decision import is_referable
 from training.evaluation.uncertainty import FloatArray, McUncertainty
 
 Strategy = Literal["mutual_information", "predictive_entropy", "random"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from models.decision import is_referable
+from models.outcome.decision import is_referable
 from training.evaluation.referral import mann_whitney_auc
 
 

@@ -1,8 +1,8 @@
 """The MI referral threshold the service applies: chosen on validation data for a target referral rate.
 
-Rule shared with the service (``models.decision.is_uncertain``): an image is referred as uncertain iff its mutual
-information is strictly **above** the threshold. For a target rate r the threshold is the validation quantile of MI at
-1 - r: with distinct MI values and r · N an integer, exactly r · N validation images lie above it.
+Rule shared with the service (``models.outcome.decision.is_uncertain``): an image is referred as uncertain iff its
+mutual information is strictly **above** the threshold. For a target rate r the threshold is the validation quantile
+of MI at 1 - r: with distinct MI values and r · N an integer, exactly r · N validation images lie above it.
 
 Ties: when many images share one MI value (a deterministic baseline has MI = 0 everywhere; fp16 outputs
 quantise MI), no threshold can split them, so the achievable referral rates jump. The threshold is then the
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from models.decision import is_uncertain
+from models.outcome.decision import is_uncertain
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Binary uncertainty decomposition for numpy arrays of Monte Carlo probabilities.
 
 Evaluation works on the saved outputs of S stochastic forward passes (``mc_probs`` of shape ``[S, N]``),
-so it does not need the model. The maths is delegated to ``models.uncertainty.binary_uncertainty`` (the
+so it does not need the model. The maths is delegated to ``models.nn.uncertainty.binary_uncertainty`` (the
 function the service uses), so that the numbers in an evaluation report and the numbers the service
 returns are the same numbers (docs/architecture.md §3, natural log, unit nat):
 
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike, NDArray
 
-from models.uncertainty import binary_uncertainty
+from models.nn.uncertainty import binary_uncertainty
 
 FloatArray = NDArray[np.float64]
 

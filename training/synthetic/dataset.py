@@ -27,8 +27,8 @@ from typing import Any, Literal
 import numpy as np
 from PIL import Image
 
-from models.atomic import atomic_write, atomic_write_bytes
-from models.csv_cells import write_csv
+from models.io.atomic import atomic_write, atomic_write_bytes
+from models.io.csv_cells import write_csv
 from training.synthetic.fundus import Eye, draw_frame
 from training.synthetic.lesions import CONFOUNDER_KINDS, LESION_KINDS
 from training.synthetic.render import render_fundus

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from models.decision import Eye, ScreeningOutcome, exam_decision
+from models.outcome.decision import Eye, ScreeningOutcome, exam_decision
 from service.batch.cli import main
 from service.batch.exams import exams_path_for
 from service.batch.inputs import InputError

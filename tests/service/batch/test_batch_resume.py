@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from models.atomic import stale_temporaries
+from models.io.atomic import stale_temporaries
 from service.batch.job import BatchJobConfig, parts_dir_for, run_job
 from service.inference.scoring import Scorer
 from service.inference.spec import ScorerSpec

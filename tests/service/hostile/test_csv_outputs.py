@@ -1,6 +1,6 @@
 """Round three, CSV outputs: one rule for every CSV the product writes, and a manifest that cannot stop a job.
 
-The rule (``models.csv_cells``): control characters escaped (no raw NUL, no CR/LF making a multi-line cell),
+The rule (``models.io.csv_cells``): control characters escaped (no raw NUL, no CR/LF making a multi-line cell),
 formula triggers guarded by an apostrophe, no cell over a spreadsheet's 32,767 characters. It used to apply to
 the per-image CSV only; ``<output>.exams.csv`` passed a manifest's ``=HYPERLINK(...)`` patient cell through.
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from models.csv_cells import SPREADSHEET_CELL_LIMIT, cell, safe_text, unguard, write_csv
-from models.decision import Eye
+from models.io.csv_cells import SPREADSHEET_CELL_LIMIT, cell, safe_text, unguard, write_csv
+from models.outcome.decision import Eye
 from service.batch.exams import Membership, exam_rows, write_exams
 from service.batch.inputs import InputItem
 from service.batch.job import BatchJobConfig, run_job
@@ -53,7 +53,7 @@ def test_the_rule_cell_by_cell() -> None:
 
 
 def test_every_csv_writer_goes_through_the_one_rule() -> None:
-    """No module of the product builds a csv writer of its own: models/csv_cells.py is the only one."""
+    """No module of the product builds a csv writer of its own: models/io/csv_cells.py is the only one."""
     writers = []
     for package in ("models", "service", "training"):
         for path in sorted((ROOT / package).rglob("*.py")):
@@ -61,7 +61,7 @@ def test_every_csv_writer_goes_through_the_one_rule() -> None:
                 if isinstance(node, ast.Attribute) and node.attr in ("writer", "DictWriter") and \
                         isinstance(node.value, ast.Name) and node.value.id == "csv":
                     writers.append(path.relative_to(ROOT).as_posix())
-    assert writers == ["models/csv_cells.py"]
+    assert writers == ["models/io/csv_cells.py"]
 
 
 def _manifest(root: Path, rows: list[tuple[str, str, str]], extra: str = "") -> Path:

@@ -27,7 +27,7 @@ import httpx
 import pytest
 from pydicom.uid import generate_uid
 
-from models.decision import Eye
+from models.outcome.decision import Eye
 from service.batch.inputs import MALFORMED_ROW, discover_manifest
 from service.pacs.intake import DATASET_DOES_NOT_MATCH, OUT_OF_RESOURCES, Accepted, Refused, check_instance
 from service.pacs.receive import receive

@@ -24,7 +24,7 @@ from pydicom.multival import MultiValue
 from pydicom.uid import generate_uid
 from pydicom.valuerep import validate_value
 
-from models.decision import Eye, ScreeningOutcome
+from models.outcome.decision import Eye, ScreeningOutcome
 from service.pacs.intake import Accepted, check_instance
 from service.pacs.sr import GradedExam, GradedImage, build_sr
 from service.pacs.sr_header import CARRIED, EQUIPMENT, NOT_CARRIED, TYPE2, EvidenceUidInvalid, emptied, invalid_uids

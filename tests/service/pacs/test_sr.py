@@ -12,7 +12,7 @@ import pydicom
 import pytest
 from pydicom.uid import generate_uid
 
-from models.decision import Eye, ScreeningOutcome
+from models.outcome.decision import Eye, ScreeningOutcome
 from service.pacs.grading import exam_record
 from service.pacs.sr import GradedExam, GradedImage, build_sr
 from service.screening.exam import exam_result

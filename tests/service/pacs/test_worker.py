@@ -17,7 +17,7 @@ import pydicom
 import pytest
 from pydicom.uid import generate_uid
 
-from models.decision import Eye
+from models.outcome.decision import Eye
 from service.model_host import ModelHost
 from service.pacs.delivery import Backoff
 from service.pacs.sr import result_uids

@@ -7,9 +7,9 @@ torch strategy:
   grouped convolution (group = K) over ``[B, K·C, H, W]`` — draw d owns channels ``d·C … (d+1)·C − 1``;
 * LeakyRelu / Relu, MaxPool 2×2;
 * global pooling: ReduceMean and ReduceMax over H, W, reshaped to ``[B, K, C]``, concatenated (mean first,
-  as :class:`models.layers.GlobalMeanMaxPool`) and transposed to ``[K, B, 2C]``;
+  as :class:`models.nn.layers.GlobalMeanMaxPool`) and transposed to ``[K, B, 2C]``;
 * each linear layer is one batched MatMul ``[K, B, F] @ [K, F, O] + [K, 1, O]``; output logits ``[K, B, O]``;
-* with M head draws per network draw (:class:`models.draws.DrawnNetwork`) the last MatMul has M·O outputs
+* with M head draws per network draw (:class:`models.nn.draws.DrawnNetwork`) the last MatMul has M·O outputs
   and a Reshape–Transpose–Reshape tail turns ``[K, B, M·O]`` into ``[K·M, B, O]`` (draw-major, as torch).
 
 ``strategy="loop"`` instead unrolls K independent branches of ordinary convolutions (one per draw, each
@@ -43,8 +43,8 @@ import onnxruntime as ort
 import torch
 from onnx import TensorProto, helper
 
-from models.cuda import ORT_CUDA_OPTIONS
-from models.draws import DrawnNetwork
+from models.nn.draws import DrawnNetwork
+from models.platform.cuda import ORT_CUDA_OPTIONS
 
 OPSET = 17
 IR_VERSION = 8  # the IR version that goes with opset 17; ORT 1.31 reads up to 13

@@ -5,7 +5,7 @@ service checks the image itself before trusting the network. The gate takes the 
 the camera made it (any size, any aspect: 3:2 and 4:3 frames cut the disc, square ones may not):
 
 1. **field of view** (``no_field_of_view``): a circle is fitted robustly to the bright region's
-   edge points that are not on the frame (``models.fov``: RANSAC + least squares, so frame cuts,
+   edge points that are not on the frame (``models.image.fov``: RANSAC + least squares, so frame cuts,
    notches and text overlays do not pull it). It must be plausible *as a circle*: most edge points
    on it (``MIN_INLIER_SHARE``), its in-frame arc supported by edge points (``MIN_ARC_SUPPORT``),
    at least ``MIN_VISIBLE_ARC`` of it inside the frame and spread around it (supported arcs in at
@@ -14,7 +14,7 @@ the camera made it (any size, any aspect: 3:2 and 4:3 frames cut the disc, squar
    from the frame centre), of a radius a fundus camera produces (``MIN_FOV_RADIUS``..``MAX_FOV_RADIUS``
    of the frame's half short side), and the bright region must fill it (IoU >= ``MIN_FOV_IOU``).
 2. every other measure is taken on the FOV cropped to the fitted circle and resampled so that its
-   diameter is ``WORK_SIZE`` px (``models.preprocessing.crop_to_fov``): the thresholds hold at any
+   diameter is ``WORK_SIZE`` px (``models.image.preprocessing.crop_to_fov``): the thresholds hold at any
    camera resolution and copy size (224 px or 4288 px), and the cost does not grow with it. Without a
    plausible FOV the whole frame is measured, unless the circle is centred and of a camera's radius and
    only its edge failed (an eyelid over the rim): then on the circle, so the shadow is named too. Inside
@@ -62,9 +62,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from models.fov import FovCircle, fit_fov_circle
-from models.preprocessing import crop_to_fov, disc_mask, masked_blur
-from models.quality_rules import Finding, Rule
+from models.image.fov import FovCircle, fit_fov_circle
+from models.image.preprocessing import crop_to_fov, disc_mask, masked_blur
+from models.image.quality_rules import Finding, Rule
 
 WORK_SIZE = 256  # FOV diameter (px) at which exposure, shadow, sharpness and colour are measured
 EDGE_MARGIN = 3.0  # px at WORK_SIZE kept between the measured region and the picture's cut edges

@@ -2,7 +2,7 @@
 in which a pruned artifact stores its weights.
 
 **Signal-to-noise of a radial weight.** The radial posterior draws a tensor of D elements as
-w = μ + σ ⊙ u·r, with u uniform on the unit sphere of the *whole flattened tensor* (``models.posteriors``:
+w = μ + σ ⊙ u·r, with u uniform on the unit sphere of the *whole flattened tensor* (``models.nn.posteriors``:
 the sampler normalises once per tensor and Monte Carlo sample; a bias is its own tensor) and r ~ N(0, 1).
 Each coordinate of u has E[u_i²] = 1/D and E[r²] = 1, so weight i's noise has standard deviation σ_i/√D, not
 σ_i. Its signal-to-noise ratio is therefore
@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from models.posteriors import sigma_from_rho
+from models.nn.posteriors import sigma_from_rho
 
 PruneMethod = Literal["snr", "magnitude"]
 PRUNE_METHODS: tuple[PruneMethod, ...] = ("snr", "magnitude")

@@ -18,7 +18,7 @@ opening the file runs nothing and shows one cell per value:
 Numbers, booleans and ``None`` are not text: ints and floats are written in Python's shortest round-trip form
 (a negative number keeps its sign), booleans ``true``/``false``, ``None`` an empty cell. JSON Lines and
 Parquet outputs keep values as they are; only CSV needs this. Used by the batch job's per-image and exam CSVs
-and by training's CSVs alike (as ``models.atomic`` is the one atomic write)::
+and by training's CSVs alike (as ``models.io.atomic`` is the one atomic write)::
 
     with path.open("w", encoding="utf-8", newline="") as fh:
         write_csv(fh, ["id", "note"], [["10_left", "=HYPERLINK(...)"]])   # cell: '=HYPERLINK(...)

@@ -19,9 +19,9 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from models.layers import BayesianLayer
-from models.posteriors import entropy, sigma_from_rho
-from models.priors import PosteriorPrior, Prior, UnitGaussianPrior
+from models.nn.layers import BayesianLayer
+from models.nn.posteriors import entropy, sigma_from_rho
+from models.nn.priors import PosteriorPrior, Prior, UnitGaussianPrior
 
 
 def bayesian_layers(model: nn.Module) -> list[tuple[str, BayesianLayer]]:

@@ -1,7 +1,7 @@
 """Layers that take and return a leading Monte Carlo sample axis: ``[S, B, ...] -> [S, B, ...]``.
 
 Bayesian layers (:class:`BayesConv2d`, :class:`BayesLinear`) draw S independent weight sets per call, one
-for each slice of the sample axis, and keep the last draw so :func:`models.kl.kl_divergence` can estimate the
+for each slice of the sample axis, and keep the last draw so :func:`models.nn.kl.kl_divergence` can estimate the
 prior cross-entropy over the same samples.  Two execution strategies give the same numbers:
 
 * ``"grouped"`` — one grouped convolution (groups = S) / one batched matmul for all S draws;
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.posteriors import PosteriorFamily, check_family, sample_noise, sigma_from_rho
+from models.nn.posteriors import PosteriorFamily, check_family, sample_noise, sigma_from_rho
 
 Strategy = Literal["grouped", "loop"]
 STRATEGIES: tuple[Strategy, ...] = ("grouped", "loop")

@@ -13,7 +13,7 @@ service sent); none restates it. What the words promise:
   ungradable photograph's is not worded at all ("not graded"), and its retake reason names the quality checks
   it failed.
 - **The uncertainty has two words**, "low" (mutual information at or below the calibrated grader-review
-  threshold) and "high" (above it: a grader decides), the comparison :func:`models.decision.is_uncertain` makes.
+  threshold) and "high" (above it: a grader decides), the comparison :func:`models.outcome.decision.is_uncertain` makes.
   With a threshold at ln 2 (the operating point defers nothing by uncertainty) it says so. No word claims more
   confidence than the comparison gives ("confident" is never used).
 
@@ -31,11 +31,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from models.decision import OUTCOME_TEXT, ScreeningOutcome, defers_by_uncertainty, is_uncertain
+from models.outcome.decision import OUTCOME_TEXT, ScreeningOutcome, defers_by_uncertainty, is_uncertain
 
 LIKELY_AT = 0.5  # "referable DR likely" only at or above an even chance
 
-# The quality gate's issues (models.quality) in plain words, for a retake reason.
+# The quality gate's issues (models.image.quality) in plain words, for a retake reason.
 ISSUE_TEXT: dict[str, str] = {
     "no_field_of_view": "no circular field of view found",
     "too_dark": "too dark",

@@ -24,17 +24,17 @@ from pathlib import Path
 
 import numpy as np
 
-from models.decode import decode_image
-from models.fov import FovCircle
-from models.preprocessing import LEGACY, check_preprocessing, preprocess
+from models.image.decode import decode_image
+from models.image.fov import FovCircle
+from models.image.preprocessing import LEGACY, check_preprocessing, preprocess
 
 
 @dataclass(frozen=True)
 class ImageTransform:
-    """Decode, preprocess (the artifact's contract, ``models.preprocessing``) and normalise for one model."""
+    """Decode, preprocess (the artifact's contract, ``models.image.preprocessing``) and normalise for one model."""
 
     size: int  # square input side in px
-    preprocessing: str = LEGACY  # a models.preprocessing contract
+    preprocessing: str = LEGACY  # a models.image.preprocessing contract
     mean: tuple[float, float, float] = (0.0, 0.0, 0.0)  # per-channel mean of [0, 1] RGB
     std: tuple[float, float, float] = (1.0, 1.0, 1.0)
 
@@ -44,7 +44,7 @@ class ImageTransform:
         check_preprocessing(self.preprocessing)
 
     def decode(self, source: bytes | Path | str) -> np.ndarray:
-        """Image bytes or file -> uint8 [H, W, 3] (``models.decode.decode_image``)."""
+        """Image bytes or file -> uint8 [H, W, 3] (``models.image.decode.decode_image``)."""
         return decode_image(source, self.size)
 
     def square(self, rgb: np.ndarray, circle: FovCircle | None = None) -> np.ndarray:

@@ -34,9 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.layers import BayesConv2d, BayesLinear, PerSample, Strategy, check_strategy
-from models.sampling import seeded
-from models.vgg import VGGStar
+from models.nn.layers import BayesConv2d, BayesLinear, PerSample, Strategy, check_strategy
+from models.nn.sampling import seeded
+from models.nn.vgg import VGGStar
 
 Op = tuple[str] | tuple[str, int]
 

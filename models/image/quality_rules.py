@@ -1,4 +1,4 @@
-"""A quality-gate threshold and how a refusal explains itself (``models.quality`` applies them).
+"""A quality-gate threshold and how a refusal explains itself (``models.image.quality`` applies them).
 
 A ``Rule`` says what a gradable photograph satisfies (``measure >= threshold`` or ``<=``) and scores a value
 (0.5 exactly at the threshold, a logistic of the margin); a ``Finding`` is a rule a photograph missed: the

@@ -10,7 +10,7 @@ preprocessing is part of what a model learnt and travels with its weights:
 - ``FOV_LOCAL_MEAN`` (``"fov-local-mean/1"``), for new models, so a real photograph lands where the
   training images were:
 
-  1. **crop to the fitted FOV circle** (``models.fov.fit_fov_circle``): the output square is the
+  1. **crop to the fitted FOV circle** (``models.image.fov.fit_fov_circle``): the output square is the
      circle's bounding box, so the FOV is centred and its diameter is exactly ``size`` px whatever
      the camera, frame format (3:2, 4:3, square) or resolution. A disc clipped by the frame is
      cropped to the part inside the frame, resized, and only then padded *at output scale*: no
@@ -27,7 +27,7 @@ preprocessing is part of what a model learnt and travels with its weights:
   3. then, as for every model, scaling to [0, 1] and ``(x - mean) / std`` with the artifact's
      statistics (``channel_stats`` over preprocessed training images).
 
-Both start from the decoded frame of ``models.decode``; ``models.transform.ImageTransform`` puts decode,
+Both start from the decoded frame of ``models.image.decode``; ``models.image.transform.ImageTransform`` puts decode,
 contract and normalisation together as the one callable an artifact hands out.
 
 Example::
@@ -42,7 +42,7 @@ import math
 import numpy as np
 from PIL import Image
 
-from models.fov import FovCircle, fit_fov_circle
+from models.image.fov import FovCircle, fit_fov_circle
 
 LEGACY = "decode to RGB, resize to size x size (bilinear), scale to [0, 1], normalise each channel: (x - mean) / std"
 FOV_LOCAL_MEAN = "fov-local-mean/1"

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from torch import Tensor, nn
 
-from models.layers import (
+from models.nn.layers import (
     BayesConv2d,
     BayesLinear,
     DetConv2d,

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import nn
 
-from models.vgg import VGGConfig, VGGStar, build_vgg16_star
+from models.nn.vgg import VGGConfig, VGGStar, build_vgg16_star
 
 DEFAULT_ARCHITECTURE = "vgg16_star"
 ARCHITECTURES: dict[str, Callable[[VGGConfig], VGGStar]] = {

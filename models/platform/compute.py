@@ -8,8 +8,8 @@ than fp32 on a CPU with native bf16 but ~70x slower where oneDNN emulates it (AV
 docs/results-benchmarks.md). What a machine runs natively:
 
 * CPU: bf16 with AVX-512-BF16, AMX or ARM bf16; fp16 with AVX-512-FP16, AMX-FP16 or ARM fphp; int8 (ONNX
-  Runtime's quantised convolutions) with AVX2, VNNI, AMX or the ARM dot product (``models.cpu``);
-* CUDA: bf16 at compute capability >= 8.0 (``models.cuda.cuda_native_bf16``: torch's own answer counts
+  Runtime's quantised convolutions) with AVX2, VNNI, AMX or the ARM dot product (``models.platform.cpu``);
+* CUDA: bf16 at compute capability >= 8.0 (``models.platform.cuda.cuda_native_bf16``: torch's own answer counts
   emulation on a T4/V100), fp16 always; no int8 path.
 
 ``precision="auto"`` for a served artifact (``permits`` given: ``Calibration.permits``, what its drift
@@ -42,17 +42,17 @@ from typing import Any
 import torch
 
 from models.artifact.schema import GuardBand, PrecisionPermit
-from models.cpu import CpuCapability, detect_cpu
-from models.cuda import cuda_native_bf16
-from models.layers import Strategy, check_strategy
+from models.nn.layers import Strategy, check_strategy
+from models.platform.cpu import CpuCapability, detect_cpu
+from models.platform.cuda import cuda_native_bf16
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 # Fastest first on a CPU that runs each natively (benchmarks/bench_peer.py, docs/results-benchmarks.md): ONNX Runtime
 # int8 ~3x and torch bf16 ~1.6x the fp32 per-draw graph on AVX-512 VNNI + BF16.
 CPU_SPEED_ORDER = ("int8", "bf16")
 # On a GPU (torch, grouped draws): bf16 and fp16 run on the tensor cores at the same peak rate from Ampere on,
-# several times IEEE fp32's (which keeps TF32 off, models.cuda); bf16 first, with fp32's exponent range. Not yet
-# measured against each other on the served network (docs/results-benchmarks.md, "On a GPU").
+# several times IEEE fp32's (which keeps TF32 off, models.platform.cuda); bf16 first, with fp32's exponent range.
+# Not yet measured against each other on the served network (docs/results-benchmarks.md, "On a GPU").
 CUDA_SPEED_ORDER = ("bf16", "fp16")
 _BACKEND_OF = {"int8": "onnxruntime", "bf16": "torch", "fp16": "torch"}
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -76,7 +76,7 @@ def resolve_device(device: str, *, gpu_visible: bool | None = None) -> str:
 
 def is_native(precision: str, *, device: str, cpu: CpuCapability, cuda_bf16: bool | None = None) -> bool:
     """Whether ``device`` runs ``precision`` natively (fp32 always). ``cuda_bf16`` replaces the GPU probe
-    (tests); default: :func:`models.cuda.cuda_native_bf16`."""
+    (tests); default: :func:`models.platform.cuda.cuda_native_bf16`."""
     if precision == "fp32":
         return True
     if device == "cpu":

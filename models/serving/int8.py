@@ -1,6 +1,6 @@
 """int8 serving form: the per-draw ONNX graph with statically quantised convolutions (ONNX Runtime, CPU).
 
-The K fixed draws' per-draw graph (:func:`models.onnx_backend.build_onnx_graph`, ``loop``) gets its drawn
+The K fixed draws' per-draw graph (:func:`models.serving.onnx_backend.build_onnx_graph`, ``loop``) gets its drawn
 weights stored inside, and ONNX Runtime's static quantiser turns every convolution into QDQ form: int8
 weights per output channel, uint8 activations with one scale per tensor. The activation scales come from a
 **range table** (``int8_ranges.json`` in the artifact): the smallest and largest value each convolution
@@ -34,8 +34,8 @@ import onnxruntime as ort
 from onnx import TensorProto, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
-from models.draws import DrawnNetwork
-from models.onnx_backend import INPUT_NAME, OUTPUT_NAME, build_onnx_graph, drawn_weights
+from models.nn.draws import DrawnNetwork
+from models.serving.onnx_backend import INPUT_NAME, OUTPUT_NAME, build_onnx_graph, drawn_weights
 
 INT8_RANGES_FILE = "int8_ranges.json"
 STRATEGY = "loop"  # one branch of ordinary convolutions per draw: what the int8 kernels are fast at
@@ -105,7 +105,7 @@ def check_ranges(net: DrawnNetwork, ranges: Path | str) -> None:
 
 class Int8DrawnSession:
     """An ONNX Runtime CPU session running all K draws with int8 convolutions; same ``run`` as
-    :class:`models.onnx_backend.OnnxDrawnSession`. Quantising at construction takes seconds to a minute at
+    :class:`models.serving.onnx_backend.OnnxDrawnSession`. Quantising at construction takes seconds to a minute at
     full size (the service does it once, at start-up)."""
 
     providers: ClassVar[list[str]] = ["CPUExecutionProvider"]

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from models.posteriors import sigma_from_rho
+from models.nn.posteriors import sigma_from_rho
 
 _LOG_2PI = math.log(2.0 * math.pi)
 

@@ -27,9 +27,9 @@ ellipse along a line that is not quite straight, whose points lie off it), the e
 Everything runs on a copy whose long side is ``FIT_SIDE`` px, so the cost does not grow with the
 camera's resolution; the circle is returned in the input image's pixel coordinates.
 
-This module lives in ``models`` because the shared preprocessing (``models.preprocessing``, used
+This module lives in ``models`` because the shared preprocessing (``models.image.preprocessing``, used
 by training, service and batch job alike) crops to the fitted circle, and the service's quality gate
-judges the same fit (``models.quality``).
+judges the same fit (``models.image.quality``).
 
 Example::
 
