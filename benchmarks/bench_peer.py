@@ -48,6 +48,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.artifact import load_artifact
+from models.nn.draws import run_views
 from models.platform.cpu import detect_cpu
 from models.serving.int8 import INT8_RANGES_FILE
 from service.inference.backends import FlipViewsBackend, make_backend
@@ -109,8 +110,8 @@ def peer_runner(k: int, views: int, seed: int, model_dir: Path | None = None) ->
 
     @torch.inference_mode()
     def run(images: np.ndarray) -> np.ndarray:
-        shown = [torch.from_numpy(images), torch.from_numpy(np.ascontiguousarray(images[..., ::-1]))][:views]
-        return torch.stack([peer(x) for x in shown for _ in range(k)]).numpy()
+        passes = lambda x: torch.stack([peer(x) for _ in range(k)])  # noqa: E731  [K, B, O]
+        return run_views(passes, torch.from_numpy(images), flip=views == 2).numpy()  # the order ours serves
 
     return run
 

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from models.artifact.schema import ServingDraws
+from models.nn.draws import DrawnNetwork, run_views
 from models.nn.sampling import seeded
 from models.nn.vgg import VGGStar, mc_logits
 from models.platform.compute import resolve_strategy
@@ -31,6 +32,13 @@ def is_bayesian(model: nn.Module) -> TypeGuard[VGGStar]:
 
 
 @torch.no_grad()
+def _scored(x: torch.Tensor, drawn: DrawnNetwork | None, model: nn.Module, samples: int) -> torch.Tensor:
+    """One batch's logits ``[S, B, 1]``: the fixed draws (channels-last, as the service), or a baseline's
+    ``samples`` seeded stochastic passes."""
+    x = x.contiguous(memory_format=torch.channels_last)
+    return drawn(x) if drawn is not None else mc_logits(model, x, samples)
+
+
 def mc_probabilities(
     model: nn.Module,
     dataset: Dataset[tuple[torch.Tensor, torch.Tensor, int]],
@@ -66,10 +74,8 @@ def mc_probabilities(
         desc = f"scoring {n} images x {draws.mc_samples} draws" + (" x 2 views" if draws.test_time_flip else "")
         for x, y, _ in tqdm(loader, desc=desc, unit="batch", disable=not progress):
             x = normalise(x.to(device), mean, std).contiguous(memory_format=torch.channels_last)  # as the service
-            views = (x, torch.flip(x, dims=(3,)).contiguous(memory_format=torch.channels_last)) \
-                if draws.test_time_flip else (x,)  # as the service's FlipViewsBackend
-            logits = torch.cat([drawn(v) if drawn is not None else mc_logits(model, v, draws.mc_samples)
-                                for v in views])  # [S, B, 1], the views' draws one after the other
+            logits = run_views(lambda v: _scored(v, drawn, model, draws.mc_samples), x,
+                               flip=draws.test_time_flip)  # [S, B, 1], as the service (models.nn.draws)
             probs.append(torch.sigmoid(logits[..., 0].double()).cpu())
             labels.append(y.cpu())
     model.train(was_training)

@@ -28,8 +28,11 @@ draw-major: index ``k·M + m``.  With ``M = 1`` the draws and the graph are exac
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -53,6 +56,25 @@ class DrawnConv:
 class DrawnLinear:
     weight: Tensor  # [K, out, in]
     bias: Tensor  # [K, out]
+
+
+Images = TypeVar("Images", np.ndarray, Tensor)
+
+
+def run_views(run: Callable[[Images], Images], x: Images, *, flip: bool) -> Images:
+    """Test-time flip, written once for every path that scores (the service's backends, training's and
+    calibration's scoring): ``x`` ``[B, C, H, W]`` as taken and mirrored left-right (the width axis) go through
+    ``run`` as one batch of 2B, and the predictions come back ``[2·S, B, O]``, **the image as taken first**
+    (rows 0 … S − 1, S = K·M), then its mirror image (rows S … 2S − 1). Without ``flip``: ``run(x)``, ``[S, B, O]``.
+    NumPy arrays (ONNX Runtime, the service's backends) and torch tensors (training) alike."""
+    if not flip:
+        return run(x)
+    b = x.shape[0]
+    if isinstance(x, np.ndarray):
+        out = run(np.ascontiguousarray(np.concatenate([x, x[..., ::-1]])))
+        return np.concatenate([out[:, :b], out[:, b:]])
+    out = run(torch.cat([x, torch.flip(x, dims=(-1,))]))
+    return torch.cat([out[:, :b], out[:, b:]])
 
 
 class DrawnNetwork(nn.Module):

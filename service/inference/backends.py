@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from models.artifact.schema import GuardBand
-from models.nn.draws import DrawnNetwork
+from models.nn.draws import DrawnNetwork, run_views
 from models.nn.uncertainty import binary_uncertainty_from_logits
 from models.platform.compute import resolve_strategy
 from models.platform.cuda import use_ieee_fp32
@@ -155,10 +155,10 @@ class GuardedBackend:
 
 
 class FlipViewsBackend:
-    """Test-time flip (``ServingDraws.test_time_flip``): each image is run as taken and mirrored left-right in
-    one batch of 2B, and the two orientations' K draws are returned one after the other, ``[2K, B, O]``: the
-    scorer then takes p̄ and the mutual information over all 2K predictions. It wraps each backend that runs
-    draws (inside ``GuardedBackend``, so the guard judges the pooled answer that is served).
+    """Test-time flip (``ServingDraws.test_time_flip``) around a backend that runs draws: each image and its
+    mirror image in one batch, the two orientations' draws one after the other (``models.nn.draws.run_views``,
+    the one place the order is written). It wraps each backend that runs draws (inside ``GuardedBackend``, so
+    the guard judges the pooled answer that is served).
     """
 
     def __init__(self, inner: Backend) -> None:
@@ -167,9 +167,7 @@ class FlipViewsBackend:
         self.strategy = inner.strategy
 
     def run(self, x: np.ndarray) -> np.ndarray:
-        b = x.shape[0]
-        logits = self.inner.run(np.ascontiguousarray(np.concatenate([x, x[..., ::-1]])))  # [K, 2B, O]
-        return np.concatenate([logits[:, :b], logits[:, b:]])
+        return run_views(self.inner.run, x, flip=True)
 
 
 def make_backend(net: DrawnNetwork, *, backend: str, device: str, precision: str, strategy: str = "auto",

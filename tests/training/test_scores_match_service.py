@@ -61,5 +61,7 @@ def test_training_scores_are_the_services(tmp_path: Path, backend: BackendSettin
     served = scorer.score_batch([prepare_image(p.read_bytes(), scorer.pipeline) for p in files])
 
     assert np.ptp(trained.probability) > 1e-3  # the images differ, so a mix-up of images would show
-    np.testing.assert_allclose([s.probability for s in served], trained.probability, atol=2e-5)
-    np.testing.assert_allclose([s.mutual_information for s in served], trained.mutual_information, atol=2e-6)
+    # the flip is one function on both sides (models.nn.draws.run_views): torch agrees to the bit here, ONNX
+    # Runtime's kernels to ~1e-8
+    np.testing.assert_allclose([s.probability for s in served], trained.probability, rtol=0, atol=1e-6)
+    np.testing.assert_allclose([s.mutual_information for s in served], trained.mutual_information, rtol=0, atol=1e-7)
