@@ -92,3 +92,24 @@ def test_pack_and_evaluate_read_fits_own_options() -> None:
     assert TrainConfig(out="o", **pack) == fit
     evaluate = _parse(["evaluate", "--data", "d", "--out", "o", "--layout", "odir", "--include-ungradable"])
     assert (evaluate.layout, evaluate.gradable_only, evaluate.n_bootstrap) == ("odir", False, 200)
+
+
+def test_adapt_flags_are_the_requests_fields() -> None:
+    from pathlib import Path
+
+    from training.adapt import AdaptRequest, TuneOptions
+    from training.cli_adapt import CLI_DEFAULTS
+
+    args = _parse(["adapt", "--data", "site/labels.csv", "--image-root", "site/images", "--mode", "finetune",
+                   "--artifact", "out/site", "--epochs", "3", "--precision", "fp32", "--seed", "4",
+                   "--miss-share", "0.05"])
+    request = values_of(args, AdaptRequest, defaults=CLI_DEFAULTS)
+    assert request == {
+        "parent": Path("models/default"), "labels": Path("site/labels.csv"), "image_root": Path("site/images"),
+        "mode": "finetune", "out": Path("out/site"), "run_dir": None, "miss_share": 0.05,
+        "calibration_share": 0.5, "name": None, "version": None, "repeats": 200, "seed": 4,
+    }
+    tune = values_of(args, TuneOptions, defaults=TuneOptions())
+    assert TuneOptions(**tune) == TuneOptions(epochs=3, precision="fp32")
+    with pytest.raises(SystemExit):
+        _parse(["adapt", "--data", "l.csv", "--image-root", "i", "--mode", "average", "--artifact", "o"])

@@ -23,7 +23,7 @@ import shutil
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -33,29 +33,46 @@ from training.adapt.site import AdaptError, SiteEye, check_enough, gate_verdicts
 from training.adapt.site_artifact import SiteRecord, write_site_artifact
 from training.adapt.tune import TUNING_MODES, TuneOptions, tune, tune_config
 from training.data.dataset import ManifestDataset
+from training.options import option
 from training.predict import mc_probabilities
 
 log = logging.getLogger(__name__)
 
 MODES = ("recalibrate", *TUNING_MODES)
+Mode = Literal["recalibrate", "posterior-prior", "finetune"]
+ADAPT = "adaptation"
 OPTIONS_FILE = "adapt.json"
 
 
 @dataclass(frozen=True)
 class AdaptRequest:
-    parent: Path
-    labels: Path
-    image_root: Path
-    mode: str
-    out: Path
-    run_dir: Path
-    miss_share: float | None = None  # None: the parent's own bound
-    calibration_share: float = 0.5
+    """One adaptation: what adapts what, and how; each option declared once here and in :class:`TuneOptions`
+    (``training.options``: ``radscreen-train adapt``'s flags are generated from these fields)."""
+
+    parent: Path = field(metadata=option("the parent artifact (default: the embedded model)", ADAPT,
+                                         flag="--from", parse=Path, metavar="ARTIFACT"))
+    labels: Path = field(metadata=option(
+        "LABELS.csv: image (relative to --image-root), grade (0-4) or referable (0/1), optional patient and eye",
+        ADAPT, flag="--data", parse=Path, required=True, metavar="LABELS.csv"))
+    image_root: Path = field(metadata=option("the folder the image column is relative to", ADAPT, parse=Path,
+                                             required=True, metavar="DIR"))
+    mode: Mode = field(metadata=option("what adaptation does", ADAPT, required=True))
+    out: Path = field(metadata=option("folder of the site artifact (new or empty)", ADAPT, flag="--artifact",
+                                      parse=Path, required=True, metavar="DIR"))
+    run_dir: Path = field(metadata=option(
+        "the run folder: gate verdicts, checkpoints, scores; rerun to resume (default: <artifact>.run)", ADAPT,
+        flag="--run", parse=Path, metavar="DIR"))
+    miss_share: float | None = field(default=None, metadata=option(
+        "the operating point's bound on referable calibration eyes answered no_referable_dr (default: the "
+        "parent's)", ADAPT))
+    calibration_share: float = field(default=0.5, metadata=option(
+        "share of the patients kept for the thresholds (fine-tuning modes)", ADAPT))
     tune: TuneOptions = field(default_factory=TuneOptions)
-    name: str | None = None
-    version: str | None = None
-    repeats: int = 200
-    seed: int = 0
+    name: str | None = field(default=None, metadata=option(
+        "the site artifact's name (default: <parent>-site)", ADAPT))
+    version: str | None = field(default=None, metadata=option("its version (default: <parent's>+site)", ADAPT))
+    repeats: int = field(default=200, metadata=option("random patient halves of the cross-fitted promise", ADAPT))
+    seed: int = field(default=0, metadata=option("split, fine-tuning and cross-fitting seed", ADAPT))
 
     def key(self) -> dict[str, Any]:
         """What must not change between a run and its resumption."""

@@ -17,9 +17,9 @@ eyes, which only the operating point and its promise see.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
@@ -33,19 +33,27 @@ from training.data.manifest import ManifestRow
 from training.data.prepare import PreparedData
 from training.data.splits import DataSplit
 from training.loop import Trainer, build_model
+from training.options import option
 
 TUNING_MODES = ("posterior-prior", "finetune")
+TUNING = "fine-tuning (posterior-prior, finetune)"
 
 
 @dataclass(frozen=True)
 class TuneOptions:
-    epochs: int = 8
-    lr: float = 5e-5  # the means: small, the parent is already a screening network
-    rho_lr: float = 1e-3
-    prior_weight: float = 1.0  # λ of posterior-prior: 1 = the full ELBO
-    batch_size: int = 16
-    seed: int = 0
-    precision: str = "auto"
+    """How the fine-tuning modes train; each option declared once here (``training.options``: the flags of
+    ``radscreen-train adapt`` are generated from these fields)."""
+
+    epochs: int = field(default=8, metadata=option("fine-tuning epochs", TUNING))
+    lr: float = field(default=5e-5, metadata=option(
+        "learning rate of the means (small: the parent is already a screening network)", TUNING))
+    rho_lr: float = field(default=1e-3, metadata=option("learning rate of ρ", TUNING))
+    prior_weight: float = field(default=1.0, metadata=option(
+        "posterior-prior: λ in NLL + λ·KL(q ‖ parent)/N; 1 = the full ELBO", TUNING))
+    batch_size: int = field(default=16, metadata=option("fine-tuning batch", TUNING))
+    seed: int = 0  # the request's seed (adapt --seed): split, fine-tuning and cross-fitting alike
+    precision: Precision = field(default="auto", metadata=option(
+        "fine-tuning autocast (auto: bf16 where the CPU runs it natively)", TUNING))
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -65,7 +73,7 @@ def tune_config(parent_dir: Path, parent: Artifact, mode: str, out: Path, option
         epochs=options.epochs, nll_epochs=0 if prior else options.epochs, batch_size=options.batch_size,
         lr=options.lr, rho_lr=options.rho_lr, kl_weight=options.prior_weight if prior else 1.0,
         eval_samples=4, val_every=options.epochs, checkpoint_every=10, preprocessing=cfg.preprocessing,
-        precision=cast(Precision, options.precision), seed=options.seed, draw_seed=cfg.draw_seed,
+        precision=options.precision, seed=options.seed, draw_seed=cfg.draw_seed,
         mc_samples=cfg.mc_samples, head_draws=cfg.head_draws, test_time_flip="on" if cfg.test_time_flip else "off",
         pass_budget=cfg.pass_budget, grad_sd_samples=0, init_from=str(parent_dir), cache_dir=str(cache_dir),
         workers=0)
