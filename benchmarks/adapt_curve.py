@@ -106,7 +106,8 @@ def scores(artifact: Artifact, rows: list[ManifestRow], out: Path, name: str) ->
     if path.is_file():
         return np.load(path)
     dataset = ManifestDataset(rows, transform=artifact.image_transform()).use_cache(out / "cache", progress=True)
-    probs, _ = mc_probabilities(artifact.build_model(), dataset, mean=artifact.config.mean, std=artifact.config.std,
+    inp = artifact.image_transform()
+    probs, _ = mc_probabilities(artifact.build_model(), dataset, mean=inp.mean, std=inp.std,
                                 draws=artifact.serving_draws(), progress=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.save(path, probs)

@@ -65,14 +65,16 @@ def tiny_artifact(directory: Path, width: int, input_size: int) -> Path:
     """An untrained radial VGG-16* artifact of the given width and input size."""
     import torch
 
-    from models.artifact import ArtifactConfig, Calibration, save_artifact
+    from models.artifact import ArtifactConfig, Calibration, ServingDraws, save_artifact
+    from models.image.transform import ImageTransform
     from models.nn.vgg import VGGConfig, build_vgg16_star
 
     torch.manual_seed(0)
     arch = VGGConfig(width=width, input_size=input_size, layer="radial", rho_init=-4.0)
     config = ArtifactConfig(
-        name=f"bench-w{width}-{input_size}px", version="0", architecture=arch, mean=(0.45, 0.25, 0.15),
-        std=(0.25, 0.15, 0.1), posterior="radial", prior={"kind": "unit_gaussian"}, draw_seed=0,
+        name=f"bench-w{width}-{input_size}px", version="0", architecture=arch,
+        input=ImageTransform(size=input_size, mean=(0.45, 0.25, 0.15), std=(0.25, 0.15, 0.1)),
+        serving=ServingDraws(mc_samples=16, draw_seed=0), posterior="radial", prior={"kind": "unit_gaussian"},
         training_data="synthetic", intended_use="Benchmarks only: untrained.",
     )
     calibration = Calibration(referral_threshold_mi=0.01, target_referral_rate=0.2, decision_threshold=0.5,

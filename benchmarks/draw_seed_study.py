@@ -110,18 +110,18 @@ def main(argv: list[str] | None = None) -> None:
         images = synthetic_jpegs(args.images, args.image_size, args.image_seed)
     prepared = [prepare_image(b, scorer.pipeline) for b in images]
     x = torch.from_numpy(np.stack([pi.pixels for pi in prepared]))  # [N, 3, S, S]
-    base = artifact.config.draw_seed
+    base = artifact.config.serving.draw_seed
     source = (f"{len(images)} photographs from {args.photos}" if args.photos is not None
               else f"{len(images)} synthetic images ({args.image_size} px, seed {args.image_seed})")
     print(f"model {artifact.config.name} {artifact.config.version} sha256 {artifact.sha256[:12]}; {source}; "
-          f"MI threshold {cal.referral_threshold_mi:.3g} nat (calibrated at K = {artifact.config.mc_samples}, "
-          f"M = {artifact.config.head_draws}), decision threshold {cal.decision_threshold}")
+          f"MI threshold {cal.referral_threshold_mi:.3g} nat (calibrated at K = {artifact.config.serving.mc_samples}, "
+          f"M = {artifact.config.serving.head_draws}), decision threshold {cal.decision_threshold}")
     print(f"machine: {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}")
     print("| K | M | seed pairs | Spearman MI (min / mean) | Jaccard referred @ threshold (min / mean) | "
           f"Jaccard top {args.refer:.0%} by MI (min / mean) | referred @ threshold per seed | "
           "labels differing (max) | max abs Δp̄ | median MI per seed (max/min) | s per image per seed |")
     print("| ---: | ---: | ---: | --- | --- | --- | --- | ---: | ---: | --- | ---: |")
-    for k, m in itertools.product(args.k, args.head_draws or [artifact.config.head_draws]):
+    for k, m in itertools.product(args.k, args.head_draws or [artifact.config.serving.head_draws]):
         runs = []
         start = time.perf_counter()
         for s in range(args.seeds):

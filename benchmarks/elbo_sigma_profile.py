@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     arch = artifact.config.architecture
     cfg = TrainConfig(data=args.data, out="", layout=args.layout, width=arch.width, input_size=arch.input_size,
                       split=tuple(args.split), seed=args.split_seed, init_from=str(args.model_dir),
-                      preprocessing=artifact.config.preprocessing, cache_images=False,
+                      preprocessing=artifact.config.input.preprocessing, cache_images=False,
                       train_only_copies=tuple(args.train_only_copy))
     data = prepare_data(cfg)  # the artifact's channel statistics, the run's split (images decoded when scored)
     n_train = args.n_train or len(data.train)

@@ -71,8 +71,8 @@ def draws_for(artifact: Artifact, rows: list[ManifestRow], k: int, out: Path, ca
     dataset = ManifestDataset(rows, transform=artifact.image_transform()).use_cache(cache, workers=2, progress=True)
     cfg = artifact.config
     start = time.perf_counter()
-    probs, labels = mc_probabilities(artifact.build_model(), dataset, mean=cfg.mean, std=cfg.std, draws=draws,
-                                     progress=True)
+    probs, labels = mc_probabilities(artifact.build_model(), dataset, mean=cfg.input.mean, std=cfg.input.std,
+                                     draws=draws, progress=True)
     print(f"scored {len(rows)} eyes x {k} draws x 2 views in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     save_draws(path, probs, labels.astype(np.int64), ids)
     return probs

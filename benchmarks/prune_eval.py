@@ -99,8 +99,8 @@ def score_stage(art: Artifact, rows: dict[str, list[ManifestRow]], out: Path, ar
         t = time.perf_counter()
         ctx = torch.autocast("cpu", dtype=torch.bfloat16) if args.precision == "bf16" else nullcontext()
         with ctx:
-            probs, labels = mc_probabilities(model, dataset, mean=art.config.mean, std=art.config.std, draws=draws,
-                                             progress=True)
+            probs, labels = mc_probabilities(model, dataset, mean=art.config.input.mean, std=art.config.input.std,
+                                             draws=draws, progress=True)
         save_draws(path, probs, labels, ids)
         logger.info("%s: %d eyes x %d draws in %.0f s", name, probs.shape[1], probs.shape[0], time.perf_counter() - t)
 

@@ -97,7 +97,7 @@ def score(artifact: Artifact, rows: Sequence[ManifestRow], cache: Path) -> np.nd
     cfg = artifact.config
     dataset = ManifestDataset(rows, transform=artifact.image_transform())
     dataset.use_cache(cache, workers=2, progress=True)
-    probs, _ = mc_probabilities(artifact.build_model(), dataset, mean=cfg.mean, std=cfg.std,
+    probs, _ = mc_probabilities(artifact.build_model(), dataset, mean=cfg.input.mean, std=cfg.input.std,
                                 draws=artifact.serving_draws(), progress=True)
     return probs  # [S, N]
 

@@ -52,7 +52,8 @@ def build_tiny_artifact(
     """
     import torch
 
-    from models.artifact import PASS_BUDGET, ArtifactConfig, Calibration, save_artifact
+    from models.artifact import PASS_BUDGET, ArtifactConfig, Calibration, ServingDraws, save_artifact
+    from models.image.transform import ImageTransform
     from models.nn.vgg import VGGConfig, build_vgg16_star
 
     torch.manual_seed(seed)
@@ -63,18 +64,14 @@ def build_tiny_artifact(
         name=name,
         version=version,
         architecture=arch,
-        mean=(0.45, 0.25, 0.15),
-        std=(0.25, 0.15, 0.1),
+        input=ImageTransform(size=input_size, mean=(0.45, 0.25, 0.15), std=(0.25, 0.15, 0.1), **contract),
+        serving=ServingDraws(mc_samples=mc_samples if mc_samples is not None else (8 if test_time_flip else 16),
+                             draw_seed=draw_seed, head_draws=head_draws, test_time_flip=test_time_flip),
         posterior="radial",
         prior={"kind": "unit_gaussian"},
-        draw_seed=draw_seed,
         training_data="synthetic",
         intended_use=intended_use,
-        head_draws=head_draws,
-        test_time_flip=test_time_flip,
-        mc_samples=mc_samples if mc_samples is not None else (8 if test_time_flip else 16),
         pass_budget=pass_budget if pass_budget is not None else PASS_BUDGET,
-        **contract,
     )
     calibration = Calibration(
         referral_threshold_mi=referral_threshold_mi,

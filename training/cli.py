@@ -237,7 +237,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     listed = len(rows) if not args.gradable_only else len(read_rows(TrainConfig(
         data=args.data, out=args.out, layout=args.layout, gradable_only=False)))
     dataset = ManifestDataset(list(rows), transform=artifact.image_transform())
-    probs, labels = mc_probabilities(artifact.build_model(), dataset, mean=cfg.mean, std=cfg.std,
+    probs, labels = mc_probabilities(artifact.build_model(), dataset, mean=cfg.input.mean, std=cfg.input.std,
                                      draws=artifact.serving_draws(), progress=not args.no_progress)
     report = evaluate_predictions(probs, labels, n_bootstrap=args.n_bootstrap,
                                   decision_threshold=artifact.calibration.decision_threshold,

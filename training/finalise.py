@@ -248,10 +248,9 @@ def _artifact_config(config: TrainConfig, model: Any, data: PreparedData, draws:
                      synthetic: bool) -> ArtifactConfig:
     """The served network's config: architecture, input statistics, posterior and prior, the serving draws."""
     return ArtifactConfig(
-        name=config.name, version=config.version, architecture=model.config, mean=data.mean, std=data.std,
-        posterior=model.config.layer, prior=dict(config.prior), draw_seed=config.draw_seed,
-        mc_samples=draws.mc_samples, head_draws=draws.head_draws, test_time_flip=draws.test_time_flip,
-        pass_budget=config.pass_budget, preprocessing=config.preprocessing,
+        name=config.name, version=config.version, architecture=model.config,
+        input=replace(config.image_transform(), mean=data.mean, std=data.std), serving=draws,
+        posterior=model.config.layer, prior=dict(config.prior), pass_budget=config.pass_budget,
         training_data="synthetic" if synthetic else f"real: {description}",
         intended_use=SYNTHETIC_USE if synthetic else REAL_USE)
 

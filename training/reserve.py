@@ -124,9 +124,7 @@ def reserve_artifact(artifact: Artifact, out: Path, *, draws: ServingDraws, val:
     calibration = dataclasses.replace(
         old, referral_threshold_mi=op.referral_threshold_mi, decision_threshold=op.decision_threshold,
         achieved_referral_rate=val_summary["achieved_referral_rate"], validation=validation, precision_drift={})
-    config = dataclasses.replace(artifact.config, mc_samples=draws.mc_samples, head_draws=draws.head_draws,
-                                 draw_seed=draws.draw_seed, test_time_flip=draws.test_time_flip,
-                                 pass_budget=budget,
+    config = dataclasses.replace(artifact.config, serving=draws, pass_budget=budget,
                                  version=version or artifact.config.version,
                                  created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
     card = _card(artifact, config.version, draws, budget, choice, command, val_summary, test_summary,

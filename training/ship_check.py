@@ -67,7 +67,7 @@ def photo_outcomes(artifact_dir: Path, photos: Path, *, workers: int = 0) -> tup
     rows = [ManifestRow(path=p, grade=2, patient_id=p.stem, eye=None, row_no=i, category="check")
             for i, p in enumerate(paths)]
     probs, _ = mc_probabilities(artifact.build_model(), ManifestDataset(rows, transform=artifact.image_transform()),
-                                mean=cfg.mean, std=cfg.std, draws=artifact.serving_draws(), workers=workers)
+                                mean=cfg.input.mean, std=cfg.input.std, draws=artifact.serving_draws(), workers=workers)
     u = mc_uncertainty(probs)
     outcomes = [screening_outcome(gradable=True, mutual_information=float(mi), probability=float(p),
                                   referral_threshold_mi=cal.referral_threshold_mi,

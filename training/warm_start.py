@@ -67,9 +67,9 @@ def _open(directory: str, preprocessing: str) -> Artifact:
         artifact = load_artifact(directory)
     except ArtifactError as exc:
         raise ValueError(f"--init-from {directory}: {exc}") from None
-    if artifact.config.preprocessing != preprocessing:
+    if artifact.config.input.preprocessing != preprocessing:
         raise ValueError(f"--init-from {directory}: the artifact was trained with preprocessing "
-                         f"{artifact.config.preprocessing!r}, this run uses {preprocessing!r}; its features "
+                         f"{artifact.config.input.preprocessing!r}, this run uses {preprocessing!r}; its features "
                          "would not fit the new input (pass --preprocessing to match)")
     return artifact
 
@@ -78,7 +78,7 @@ def input_statistics(directory: str, *, preprocessing: str) -> tuple[tuple[float
                                                                      tuple[float, float, float]]:
     """The artifact's channel (mean, std): a warm-started run normalises with these, not its own."""
     cfg = _open(directory, preprocessing).config
-    return tuple(cfg.mean), tuple(cfg.std)  # type: ignore[return-value]
+    return tuple(cfg.input.mean), tuple(cfg.input.std)  # type: ignore[return-value]
 
 
 def load_into(model: nn.Module, directory: str, *, preprocessing: str) -> InitSource:
@@ -99,8 +99,8 @@ def load_into(model: nn.Module, directory: str, *, preprocessing: str) -> InitSo
     model.load_state_dict(stored.state_dict(), strict=True)
     cfg = artifact.config
     return InitSource(directory=str(directory), name=cfg.name, version=cfg.version, sha256=artifact.sha256,
-                      training_command=_card_command(artifact.model_card), mean=tuple(cfg.mean),  # type: ignore[arg-type]
-                      std=tuple(cfg.std), preprocessing=cfg.preprocessing,  # type: ignore[arg-type]
+                      training_command=_card_command(artifact.model_card), mean=tuple(cfg.input.mean),  # type: ignore[arg-type]
+                      std=tuple(cfg.input.std), preprocessing=cfg.input.preprocessing,  # type: ignore[arg-type]
                       sigma_mean=initial_sigma_mean(rho_reference(model)), input_size=stored.config.input_size)
 
 

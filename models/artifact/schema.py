@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 from models.image.preprocessing import LEGACY as LEGACY_PREPROCESSING
 from models.image.preprocessing import PREPROCESSINGS
@@ -189,31 +189,29 @@ class ServingDraws:
 
 @dataclass(frozen=True)
 class ArtifactConfig:
-    """Everything serving needs to rebuild the model and its input pipeline (``config.json``).
+    """Everything serving needs to rebuild the model and its input pipeline (``config.json``), in its sections:
+    ``input`` is the image transform (``config.json``'s ``input``: size, preprocessing, channel mean/std) and
+    ``serving`` the serving draws (``serving``: K, seed, head draws, test-time flip), each one value that the
+    artifact hands out as it is (:meth:`image_transform`, :meth:`serving_draws`); ``pass_budget`` is
+    ``serving.pass_budget``.
 
-    ``input_size`` must equal ``architecture.input_size``: the service resizes to it and the
+    ``input.size`` must equal ``architecture.input_size``: the service resizes to it and the
     architecture was built for it, and two numbers that can drift apart are a bug waiting to happen.
     """
 
     name: str
     version: str
     architecture: VGGConfig
-    mean: tuple[float, float, float]
-    std: tuple[float, float, float]
+    input: ImageTransform
+    serving: ServingDraws
     posterior: str
     prior: dict[str, Any]
-    draw_seed: int
     training_data: str
     intended_use: str
-    input_size: int = 0  # 0 = take architecture.input_size
-    mc_samples: int = 16
-    head_draws: int = 1  # draws of the last linear layer per network draw (models.nn.draws); 1 before 0.3.0
-    test_time_flip: bool = False  # ServingDraws.test_time_flip: the image and its mirror, draws pooled
     pass_budget: int = PASS_BUDGET  # most forward passes per image (draws x views) the artifact may serve
     positive_class: str = "referable"
     positive_definition: str = "EyePACS grade >= 2"
     channel_order: str = "RGB"
-    preprocessing: str = DEFAULT_PREPROCESSING
     created: str = ""  # ISO-8601 UTC; save_artifact fills it when empty
     format_version: int = CONFIG_FORMAT_VERSION
     builder: str = DEFAULT_ARCHITECTURE  # models.nn.registry.ARCHITECTURES name; stored as architecture.builder
@@ -224,10 +222,9 @@ class ArtifactConfig:
             check_architecture(self.builder)
         except ValueError as exc:
             raise ArtifactError(f"{f}: field 'architecture.builder': {exc}") from None
-        if self.input_size == 0:
-            object.__setattr__(self, "input_size", self.architecture.input_size)
-        object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
-        object.__setattr__(self, "std", tuple(float(v) for v in self.std))
+        object.__setattr__(self, "input", replace(self.input, mean=_floats(self.input.mean),
+                                                  std=_floats(self.input.std)))
+        inp, serving = self.input, self.serving
         _check(bool(self.name.strip()), f, "name", "must be a non-empty string")
         _check(bool(self.version.strip()), f, "version", "must be a non-empty string")
         _check(
@@ -248,44 +245,41 @@ class ArtifactConfig:
             f"is '{self.architecture.layer}' but the posterior is '{self.posterior}'; an artifact holds a "
             f"Bayesian model whose layers use its posterior family ({', '.join(POSTERIORS)})",
         )
-        _check(0 < self.input_size <= MAX_INPUT_SIZE, f, "input.size",
-               f"must be in [1, {MAX_INPUT_SIZE}] px, got {self.input_size}")
+        _check(0 < inp.size <= MAX_INPUT_SIZE, f, "input.size", f"must be in [1, {MAX_INPUT_SIZE}] px, got {inp.size}")
         _check_serving_shape(self.architecture, f)
         _check(
-            self.input_size == self.architecture.input_size,
+            inp.size == self.architecture.input_size,
             f,
             "input.size",
-            f"is {self.input_size} but architecture.input_size is {self.architecture.input_size}",
+            f"is {inp.size} but architecture.input_size is {self.architecture.input_size}",
         )
-        _check(len(self.mean) == 3, f, "input.mean", f"must have 3 values (RGB), got {len(self.mean)}")
-        _check(len(self.std) == 3, f, "input.std", f"must have 3 values (RGB), got {len(self.std)}")
-        _check(
-            all(math.isfinite(s) and s > 0 for s in self.std), f, "input.std", f"must be > 0, got {self.std}"
-        )
-        _check(all(math.isfinite(m) for m in self.mean), f, "input.mean", f"must be finite, got {self.mean}")
+        _check(len(inp.mean) == 3, f, "input.mean", f"must have 3 values (RGB), got {len(inp.mean)}")
+        _check(len(inp.std) == 3, f, "input.std", f"must have 3 values (RGB), got {len(inp.std)}")
+        _check(all(math.isfinite(s) and s > 0 for s in inp.std), f, "input.std", f"must be > 0, got {inp.std}")
+        _check(all(math.isfinite(m) for m in inp.mean), f, "input.mean", f"must be finite, got {inp.mean}")
         _check(
             self.channel_order == "RGB", f, "input.channel_order",
             f"must be 'RGB', got {self.channel_order!r}",
         )
         _check(
-            self.preprocessing in PREPROCESSINGS,
+            inp.preprocessing in PREPROCESSINGS,
             f,
             "input.preprocessing",
-            f"is {self.preprocessing!r}; expected one of: {', '.join(map(repr, PREPROCESSINGS))} "
+            f"is {inp.preprocessing!r}; expected one of: {', '.join(map(repr, PREPROCESSINGS))} "
             "(models/image/preprocessing.py)",
         )
-        _check(1 <= self.mc_samples <= MAX_MC_SAMPLES, f, "serving.mc_samples",
-               f"must be in [1, {MAX_MC_SAMPLES}], got {self.mc_samples}")
-        _check(self.draw_seed >= 0, f, "serving.draw_seed", f"must be >= 0, got {self.draw_seed}")
-        _check(1 <= self.head_draws <= MAX_HEAD_DRAWS, f, "serving.head_draws",
-               f"must be in [1, {MAX_HEAD_DRAWS}], got {self.head_draws}")
-        _check(isinstance(self.test_time_flip, bool), f, "serving.test_time_flip",
-               f"must be true or false, got {self.test_time_flip!r}")
+        _check(1 <= serving.mc_samples <= MAX_MC_SAMPLES, f, "serving.mc_samples",
+               f"must be in [1, {MAX_MC_SAMPLES}], got {serving.mc_samples}")
+        _check(serving.draw_seed >= 0, f, "serving.draw_seed", f"must be >= 0, got {serving.draw_seed}")
+        _check(1 <= serving.head_draws <= MAX_HEAD_DRAWS, f, "serving.head_draws",
+               f"must be in [1, {MAX_HEAD_DRAWS}], got {serving.head_draws}")
+        _check(isinstance(serving.test_time_flip, bool), f, "serving.test_time_flip",
+               f"must be true or false, got {serving.test_time_flip!r}")
         _check(1 <= self.pass_budget <= MAX_PASS_BUDGET, f, "serving.pass_budget",
                f"must be in [1, {MAX_PASS_BUDGET}], got {self.pass_budget}")
-        passes = self.serving_draws().passes
+        passes = serving.passes
         _check(passes <= self.pass_budget, f, "serving",
-               f"serves {passes} forward passes per image ({self.serving_draws().split_text()}), over its pass "
+               f"serves {passes} forward passes per image ({serving.split_text()}), over its pass "
                f"budget of {self.pass_budget}; spend the budget differently (fewer draws, or one view) or state a "
                "larger serving.pass_budget")
         _check(
@@ -299,12 +293,11 @@ class ArtifactConfig:
 
     def image_transform(self) -> ImageTransform:
         """The callable that turns an image file or bytes into this model's input (its declared preprocessing)."""
-        return ImageTransform(size=self.input_size, preprocessing=self.preprocessing, mean=self.mean, std=self.std)
+        return self.input
 
     def serving_draws(self, mc_samples: int | None = None) -> ServingDraws:
         """The serving form: K draws with the artifact's seed and head draws; ``mc_samples`` replaces its K."""
-        return ServingDraws(self.mc_samples if mc_samples is None else mc_samples, self.draw_seed, self.head_draws,
-                            self.test_time_flip)
+        return self.serving if mc_samples is None else replace(self.serving, mc_samples=mc_samples)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``config.json`` layout (nested sections, JSON types only)."""
@@ -315,19 +308,19 @@ class ArtifactConfig:
             "created": self.created,
             "architecture": {"builder": self.builder, **self.architecture.to_dict()},
             "input": {
-                "size": self.input_size,
-                "mean": list(self.mean),
-                "std": list(self.std),
+                "size": self.input.size,
+                "mean": list(self.input.mean),
+                "std": list(self.input.std),
                 "channel_order": self.channel_order,
-                "preprocessing": self.preprocessing,
+                "preprocessing": self.input.preprocessing,
             },
             "classes": {"positive": self.positive_class, "definition": self.positive_definition},
             "posterior": self.posterior,
             "prior": self.prior,
             # head_draws and test_time_flip only when used, so an older artifact re-serialises byte for byte
-            "serving": {"mc_samples": self.mc_samples, "draw_seed": self.draw_seed,
-                        **({"head_draws": self.head_draws} if self.head_draws != 1 else {}),
-                        **({"test_time_flip": True} if self.test_time_flip else {}),
+            "serving": {"mc_samples": self.serving.mc_samples, "draw_seed": self.serving.draw_seed,
+                        **({"head_draws": self.serving.head_draws} if self.serving.head_draws != 1 else {}),
+                        **({"test_time_flip": True} if self.serving.test_time_flip else {}),
                         **({"pass_budget": self.pass_budget} if self.pass_budget != PASS_BUDGET else {})},
             "training_data": self.training_data,
             "intended_use": self.intended_use,
@@ -354,23 +347,38 @@ class ArtifactConfig:
             created=top.raw("created", ""),
             builder=builder,
             architecture=architecture,
-            input_size=inp.int_("size"),
-            mean=triple("mean"),
-            std=triple("std"),
+            input=_transform(inp.int_("size"), inp.str_("preprocessing", DEFAULT_PREPROCESSING),  # missing: legacy
+                             triple("mean"), triple("std")),
             channel_order=inp.str_("channel_order"),
-            preprocessing=inp.str_("preprocessing", DEFAULT_PREPROCESSING),  # missing: legacy
             positive_class=classes.str_("positive"),
             positive_definition=classes.str_("definition"),
             posterior=top.str_("posterior"),
             prior=top.dict_("prior"),
-            mc_samples=serving.int_("mc_samples"),
-            draw_seed=serving.int_("draw_seed"),
-            head_draws=serving.int_("head_draws", 1),  # missing: an artifact from before head draws
-            test_time_flip=serving.raw("test_time_flip", False),  # missing: one view; __post_init__ checks the type
+            serving=ServingDraws(
+                mc_samples=serving.int_("mc_samples"),
+                draw_seed=serving.int_("draw_seed"),
+                head_draws=serving.int_("head_draws", 1),  # missing: an artifact from before head draws
+                test_time_flip=serving.raw("test_time_flip", False),  # missing: one view; checked after
+            ),
             pass_budget=_pass_budget(serving),
             training_data=top.str_("training_data"),
             intended_use=top.str_("intended_use"),
         )
+
+
+def _floats(values: Any) -> tuple[float, float, float]:
+    """A channel triple as floats (its length is checked with the other fields, naming the field)."""
+    return cast(tuple[float, float, float], tuple(float(v) for v in values))
+
+
+def _transform(size: int, preprocessing: str, mean: tuple[float, float, float], std: tuple[float, float, float]
+               ) -> ImageTransform:
+    """``config.json``'s ``input`` section; its own checks (size, preprocessing) as errors naming the field."""
+    try:
+        return ImageTransform(size=size, preprocessing=preprocessing, mean=mean, std=std)
+    except ValueError as exc:
+        field = "input.size" if size < 1 else "input.preprocessing"
+        raise ArtifactError(f"{CONFIG_FILE}: field '{field}': {exc}") from None
 
 
 def _pass_budget(serving: JsonFields) -> int:

@@ -119,9 +119,9 @@ def _checked_draws(artifact: Artifact, spec: ScorerSpec) -> ServingDraws:
     if cfg.pass_budget > PASS_BUDGET:
         logger.warning("the artifact serves up to %d forward passes per image (%s), over the design's %d",
                        cfg.pass_budget, draws.split_text(), PASS_BUDGET)
-    if draws.mc_samples != cfg.mc_samples:
+    if draws.mc_samples != cfg.serving.mc_samples:
         logger.warning("mc_samples=%d differs from the artifact's %d, for which its MI referral threshold was set",
-                       draws.mc_samples, cfg.mc_samples)
+                       draws.mc_samples, cfg.serving.mc_samples)
     return draws
 
 
@@ -145,7 +145,7 @@ def _draws_backend(net: DrawnNetwork, backend: str, artifact: Artifact, spec: Sc
     ranges = artifact.directory / INT8_RANGES_FILE if INT8_RANGES_FILE in artifact.files else None
 
     def views(b: Backend) -> Backend:
-        return FlipViewsBackend(b) if artifact.config.test_time_flip else b
+        return FlipViewsBackend(b) if artifact.config.serving.test_time_flip else b
 
     draws_backend = views(make_backend(net, backend=backend, device=dev, precision=runtime.precision,
                                        strategy=runtime.strategy, intra_op_threads=spec.threads, int8_ranges=ranges))

@@ -23,6 +23,7 @@ from models.artifact import (
 )
 from models.artifact import storage as artifact_storage
 from models.artifact.schema import ServingDraws
+from models.image.transform import ImageTransform
 from models.nn.draws import materialise_draws
 from models.nn.sampling import seeded
 from models.nn.vgg import VGGConfig, VGGStar, build_vgg16_star, mc_logits
@@ -42,15 +43,17 @@ def make_config(arch: VGGConfig = ARCH, **overrides: Any) -> ArtifactConfig:
         "name": "tiny-radial",
         "version": "0.0.1",
         "architecture": arch,
-        "mean": (0.5, 0.4, 0.3),
-        "std": (0.2, 0.2, 0.25),
+        "input": ImageTransform(size=arch.input_size, mean=(0.5, 0.4, 0.3), std=(0.2, 0.2, 0.25)),
         "posterior": arch.layer,
         "prior": {"kind": "unit_gaussian"},
-        "draw_seed": 1234,
         "training_data": "synthetic",
         "intended_use": "Unit tests of the artifact format; not for clinical use.",
         "created": "2026-11-21T12:00:00Z",
     }
+    # the serving section's fields by their config.json names: mc_samples, draw_seed, head_draws, test_time_flip
+    serving = {k: overrides.pop(k) for k in ("mc_samples", "draw_seed", "head_draws", "test_time_flip")
+               if k in overrides}
+    fields["serving"] = ServingDraws(**{"mc_samples": 16, "draw_seed": 1234, **serving})
     fields.update(overrides)
     return ArtifactConfig(**fields)
 
@@ -102,10 +105,10 @@ def test_config_json_layout(tmp_path: Path) -> None:
 def test_head_draws_round_trip_and_default_to_one_for_older_artifacts(tmp_path: Path) -> None:
     save(tmp_path / "a", config=make_config(head_draws=64))
     assert json.loads((tmp_path / "a" / "config.json").read_text())["serving"]["head_draws"] == 64
-    assert load_artifact(tmp_path / "a").config.head_draws == 64
+    assert load_artifact(tmp_path / "a").config.serving.head_draws == 64
     save(tmp_path / "b")  # M = 1: config.json as written before head draws existed
     assert "head_draws" not in json.loads((tmp_path / "b" / "config.json").read_text())["serving"]
-    assert load_artifact(tmp_path / "b").config.head_draws == 1
+    assert load_artifact(tmp_path / "b").config.serving.head_draws == 1
 
 
 def test_the_artifact_hands_out_its_serving_draws_and_network(tmp_path: Path) -> None:

@@ -36,15 +36,16 @@ def test_default_artifact_verifies_and_states_its_provenance() -> None:
     assert op["referral_threshold_mi"] == artifact.calibration.referral_threshold_mi
     assert op["missed_share"] <= op["max_missed_share"]
     assert cfg.architecture.width == 46 and cfg.architecture.layer == "radial"
-    assert cfg.input_size in (256, 512)
+    assert cfg.input.size in (256, 512)
     assert count_parameters(build_vgg16_star(cfg.architecture)) == 15_207_142
     draws = artifact.serving_draws()
     assert (draws.mc_samples, draws.views, draws.passes, cfg.pass_budget) == (8, 2, 16, 16)  # the design's budget
     assert "16 forward passes per image (8 draws × 2 views; pass budget 16)" in card
-    assert cfg.head_draws == 64  # 1,024 posterior samples per image (docs/results-serving-estimator.md, "Head draws")
+    # 1,024 posterior samples per image (docs/results-serving-estimator.md, "Head draws")
+    assert cfg.serving.head_draws == 64
     assert "bf16" in artifact.calibration.permits()  # the precision record was measured at this split
     assert 0.0 < artifact.calibration.referral_threshold_mi <= np.log(2)  # ln 2: the operating point defers none
-    assert cfg.preprocessing == FOV_LOCAL_MEAN  # trained the way the service prepares real photographs
+    assert cfg.input.preprocessing == FOV_LOCAL_MEAN  # trained the way the service prepares real photographs
     size = sum(p.stat().st_size for p in Path(DEFAULT_ARTIFACT_DIR).iterdir())
     assert size < 64 * 2**20  # fp32 μ and ρ fit the 64 MB cap
 

@@ -146,7 +146,7 @@ def test_legacy_contract_is_unchanged() -> None:
 def test_artifact_field_missing_means_legacy_and_unknown_is_refused() -> None:
     data = json.loads((DEFAULT_ARTIFACT_DIR / "config.json").read_text())
     del data["input"]["preprocessing"]
-    assert ArtifactConfig.from_dict(data).preprocessing == LEGACY
+    assert ArtifactConfig.from_dict(data).input.preprocessing == LEGACY
     data["input"]["preprocessing"] = FOV_LOCAL_MEAN
     assert ArtifactConfig.from_dict(data).to_dict()["input"]["preprocessing"] == FOV_LOCAL_MEAN
     data["input"]["preprocessing"] = "fov-local-mean/2"

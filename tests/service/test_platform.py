@@ -297,8 +297,8 @@ def test_the_default_cpu_path_equals_the_reference_k_pass_loop(tiny_artifact: Pa
     art = load_artifact(tiny_artifact)
     model = art.build_model()
     x = torch.from_numpy(np.stack([im.pixels for im in images]))  # [B, C, H, W]
-    with seeded(model, art.config.draw_seed), torch.no_grad():
-        ref = binary_uncertainty_from_logits(mc_logits(model, x, art.config.mc_samples)[..., 0].double())
+    with seeded(model, art.config.serving.draw_seed), torch.no_grad():
+        ref = binary_uncertainty_from_logits(mc_logits(model, x, art.config.serving.mc_samples)[..., 0].double())
     got = fast.score_batch(images)
     np.testing.assert_allclose([s.probability for s in got], ref.probability.numpy(), atol=1e-5, rtol=0)
     np.testing.assert_allclose([s.mutual_information for s in got], ref.mutual_information.numpy(),
@@ -333,7 +333,7 @@ def int8_guarded_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("int8")
     path = build_tiny_artifact(tmp / "tiny")
     art = load_artifact(path)
-    net = materialise_draws(art.build_model(), k=art.config.mc_samples, seed=art.config.draw_seed)
+    net = materialise_draws(art.build_model(), k=art.config.serving.mc_samples, seed=art.config.serving.draw_seed)
     rng = np.random.default_rng(0)
     ranges = calibrate_ranges(net, [rng.normal(size=(2, 3, 64, 64)).astype(np.float32) for _ in range(3)],
                               tmp / INT8_RANGES_FILE)

@@ -51,8 +51,8 @@ def test_matches_the_reference_k_pass_loop(tiny_artifact: Path, scorer: Scorer, 
     art = load_artifact(tiny_artifact)
     model = art.build_model()
     x = torch.from_numpy(np.stack([im.pixels for im in images]))
-    with seeded(model, art.config.draw_seed), torch.no_grad():
-        ref = torch.sigmoid(mc_logits(model, x, art.config.mc_samples)[..., 0].double())  # [K, B]
+    with seeded(model, art.config.serving.draw_seed), torch.no_grad():
+        ref = torch.sigmoid(mc_logits(model, x, art.config.serving.mc_samples)[..., 0].double())  # [K, B]
     p_ref = ref.mean(0).numpy()
     got = _pm(scorer.score_batch(images))
     np.testing.assert_allclose(got[:, 0], p_ref, atol=FP32_TOL)
@@ -68,9 +68,9 @@ def test_head_draws_artifact_serves_its_k_times_m_posterior_samples(tmp_path: Pa
     art = load_artifact(path)
     x = torch.from_numpy(np.stack([im.pixels for im in images]))
     with torch.no_grad():
-        ref = binary_uncertainty_from_logits(materialise_draws(art.build_model(), k=16, seed=art.config.draw_seed,
-                                                               head_draws=8)(x))
-    plain = binary_uncertainty_from_logits(materialise_draws(art.build_model(), k=16, seed=art.config.draw_seed)(x))
+        seed = art.config.serving.draw_seed
+        ref = binary_uncertainty_from_logits(materialise_draws(art.build_model(), k=16, seed=seed, head_draws=8)(x))
+    plain = binary_uncertainty_from_logits(materialise_draws(art.build_model(), k=16, seed=seed)(x))
     for backend in ("torch", "onnxruntime"):
         scorer = load_scorer(ScorerSpec(model_dir=path, backend=backend, device="cpu"))
         got = _pm(scorer.score_batch(images))

@@ -75,7 +75,7 @@ def test_the_guard_band_judges_the_pooled_answer(artifacts: tuple[Path, Path]) -
     assert isinstance(backend, GuardedBackend)
     assert isinstance(backend.fast, FlipViewsBackend) and isinstance(backend.exact, FlipViewsBackend)
     x = np.random.default_rng(0).normal(size=(3, 3, 64, 64)).astype(np.float32)
-    assert backend.run(x).shape[0] == 2 * art.config.mc_samples
+    assert backend.run(x).shape[0] == 2 * art.config.serving.mc_samples
 
 
 def test_the_option_is_named_wherever_the_model_is(artifacts: tuple[Path, Path], images: list[PreparedImage]

@@ -21,6 +21,7 @@ from service.inference.spec import ScorerSpec
 from support.artifacts import build_tiny_artifact
 from support.images import blank_png, encode, fundus_like, fundus_png
 from training.adapt import AdaptError, AdaptRequest, TuneOptions, adapt, needed_referable, read_site_labels
+from training.adapt.run import Mode
 from training.adapt.site import check_enough
 from training.checkpoint import CHECKPOINT_FILE
 from training.cli import main
@@ -53,7 +54,7 @@ def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                validation={"operating_point": {"max_missed_share": 0.25}, "auc": 0.5})
 
 
-def _request(tmp: Path, parent: Path, labels: Path, mode: str, name: str = "adapted", **kw: object) -> AdaptRequest:
+def _request(tmp: Path, parent: Path, labels: Path, mode: Mode, name: str = "adapted", **kw: object) -> AdaptRequest:
     tune = TuneOptions(epochs=3, batch_size=8, precision="fp32", lr=1e-3)
     return AdaptRequest(parent=parent, labels=labels, image_root=labels.parent / "images", mode=mode,
                         out=tmp / name, run_dir=tmp / f"{name}.run", tune=tune, repeats=20, **kw)  # type: ignore[arg-type]
@@ -106,7 +107,7 @@ def test_posterior_prior_is_the_parents_posterior(tmp_path: Path, parent: Path) 
     rows = [e.row(labels.parent / "images") for e in read_site_labels(labels, labels.parent / "images").eyes[:2]]
     probe = ManifestDataset(rows, transform=art.image_transform())
     run = Trainer(cfg, progress=False)._start(PreparedData(DataSplit([], [], []), probe, probe, empty,
-                                                          art.config.mean, art.config.std))
+                                                          art.config.input.mean, art.config.input.std))
     assert isinstance(run.prior, PosteriorPrior)
     expected = PosteriorPrior.from_model(art.build_model())
     for name, mu in expected.mu.items():

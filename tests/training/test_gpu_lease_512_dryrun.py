@@ -51,7 +51,7 @@ def test_the_512_lease_trains_both_sizes_from_shards_sent_in_parts(tiny_data: Pa
         tar.extractall(tmp_path / "back", filter="data")
     for size, parent_size in ((64, 64), (32, 64)):
         artifact = load_artifact(tmp_path / "back" / f"artifact-{size}")
-        assert artifact.config.input_size == size
+        assert artifact.config.input.size == size
         init = json.loads((tmp_path / "back" / f"run-{size}" / "init.json").read_text())
         assert init["input_size"] == parent_size  # the 32 px run started from the 64 px weights
         history = (tmp_path / "back" / f"run-{size}" / "history.csv").read_text().splitlines()

@@ -89,7 +89,7 @@ def test_the_arms_lease_trains_four_arms_at_once_and_returns_the_chosen_weights(
         assert checks[choice["chosen"]]["ships"]
     assert (back / f"run-{choice['chosen']}" / "ship_check.json").is_file()
     chosen = load_artifact(back / f"artifact-{choice['chosen']}")
-    assert chosen.config.input_size == 32 and chosen.config.version == "2.0.0"
+    assert chosen.config.input.size == 32 and chosen.config.version == "2.0.0"
     for arm in (other, "half", "quarter"):  # the others come back as their records, without weights
         assert (back / f"artifact-{arm}" / "MODEL_CARD.md").is_file()
         assert not (back / f"artifact-{arm}" / "weights.safetensors").exists()

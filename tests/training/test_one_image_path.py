@@ -97,12 +97,13 @@ def test_the_artifact_hands_out_the_transform_the_service_runs(tiny_data: Path) 
     cfg = artifact.config
     transform = artifact.image_transform()
     assert (transform.size, transform.preprocessing, transform.mean, transform.std) == (
-        cfg.input_size, cfg.preprocessing, cfg.mean, cfg.std)
+        cfg.input.size, cfg.input.preprocessing, cfg.input.mean, cfg.input.std)
     assert transform.preprocessing == FOV_LOCAL_MEAN != LEGACY
     path = next(iter(read_synthetic(tiny_data))).path
     pipeline = ImagePipeline.of(transform)
     assert pipeline.transform == transform
-    assert pipeline == ImagePipeline(size=cfg.input_size, mean=cfg.mean, std=cfg.std, preprocessing=cfg.preprocessing)
+    assert pipeline == ImagePipeline(size=cfg.input.size, mean=cfg.input.mean, std=cfg.input.std,
+                                     preprocessing=cfg.input.preprocessing)
     expected = prepare_image(path.read_bytes(), pipeline).pixels  # float32 [3, 256, 256]
     np.testing.assert_array_equal(transform(path), expected)
     np.testing.assert_array_equal(transform(path.read_bytes()), expected)

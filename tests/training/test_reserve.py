@@ -43,7 +43,7 @@ def flip_artifact(tmp_path: Path) -> Path:
 def test_the_reserved_artifact_serves_the_new_split_with_thresholds_from_its_draws(flip_artifact, tmp_path):
     old = load_artifact(flip_artifact)
     val, test = _split(200, 16, 0), _split(120, 16, 1)
-    draws = ServingDraws(mc_samples=16, draw_seed=old.config.draw_seed, head_draws=1, test_time_flip=False)
+    draws = ServingDraws(mc_samples=16, draw_seed=old.config.serving.draw_seed, head_draws=1, test_time_flip=False)
     sha = reserve_artifact(old, tmp_path / "new", draws=draws, val=val, test=test, choice=None, version="0.0.2",
                            command="benchmarks/pass_split.py --apply new")
     new = load_artifact(tmp_path / "new")
@@ -77,7 +77,7 @@ def test_the_card_names_the_pass_split_choice(flip_artifact, tmp_path):
                                                                             served=True)],
                                val.labels, patients=patients, sources=["odir"] * 200, budget=16,
                                max_missed_share=0.05, repeats=5, n_bootstrap=50)
-    draws = ServingDraws(mc_samples=16, draw_seed=old.config.draw_seed)
+    draws = ServingDraws(mc_samples=16, draw_seed=old.config.serving.draw_seed)
     reserve_artifact(old, tmp_path / "new", draws=draws, val=val, test=None, choice=choice, version=None,
                      command="x")
     new = load_artifact(tmp_path / "new")

@@ -52,7 +52,7 @@ def test_training_scores_are_the_services(tmp_path: Path, backend: BackendSettin
     dataset = ManifestDataset(rows, transform=art.image_transform())
     if cached:
         dataset.use_cache(tmp_path / "cache")
-    probs, _ = mc_probabilities(art.build_model(), dataset, mean=art.config.mean, std=art.config.std,
+    probs, _ = mc_probabilities(art.build_model(), dataset, mean=art.config.input.mean, std=art.config.input.std,
                                 draws=art.serving_draws())
     assert probs.shape == (art.serving_draws().samples, len(files))
     trained = mc_uncertainty(probs)

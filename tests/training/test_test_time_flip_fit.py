@@ -29,7 +29,7 @@ def _fit(data: Path, run: Path, mode: str, *extra: str) -> None:
 def test_on_serves_and_calibrates_both_orientations(tiny_data: Path, tmp_path: Path) -> None:
     _fit(tiny_data, tmp_path / "run", "on", "--mc-samples", "8")
     artifact = load_artifact(tmp_path / "run" / "artifact")
-    assert artifact.config.test_time_flip and artifact.serving_draws().samples == 8 * 2 * 2
+    assert artifact.config.serving.test_time_flip and artifact.serving_draws().samples == 8 * 2 * 2
     assert artifact.serving_draws().passes == 16
     for split in ("val", "test"):  # calibration and the test figures were scored the way the service scores
         assert load_draws(tmp_path / "run" / f"eval_{split}" / DRAWS_FILENAME).probs.shape[0] == 8 * 2 * 2
@@ -46,7 +46,7 @@ def test_auto_serves_what_the_validation_eyes_chose_and_says_why(tiny_data: Path
     choice = json.loads((tmp_path / "run" / "eval_val" / "serving_choice.json").read_text())
     assert choice["chosen"] in (ONE_VIEW, TEST_TIME_FLIP)
     flip = choice["chosen"] == TEST_TIME_FLIP
-    assert artifact.config.test_time_flip is flip
+    assert artifact.config.serving.test_time_flip is flip
     assert artifact.calibration.validation["serving_option"] == choice  # the record travels with the artifact
     # the two options spend the same 16 passes: 16 draws x 1 view, or 8 draws x 2 views
     assert artifact.serving_draws().mc_samples == (8 if flip else 16) and artifact.serving_draws().passes == 16
@@ -64,13 +64,13 @@ def test_finalise_re_serves_a_finished_run_with_another_option(tiny_data: Path, 
     run = tmp_path / "run"
     _fit(tiny_data, run, "off")
     before = load_artifact(run / "artifact")
-    assert not before.config.test_time_flip
+    assert not before.config.serving.test_time_flip
     over = ["finalise", "--run", str(run), "--test-time-flip", "on", "--artifact", str(tmp_path / "b")]
     assert train_main(over) == 2  # 16 draws x 2 views is over the budget of 16 passes
     assert "32 forward passes per image, over the pass budget of 16" in capsys.readouterr().err
     assert train_main([*over, "--mc-samples", "8"]) == 0
     after = load_artifact(tmp_path / "b")
-    assert after.config.test_time_flip and "**test-time flip**" in after.model_card
+    assert after.config.serving.test_time_flip and "**test-time flip**" in after.model_card
     # the card keeps the command that trained the run (a warm start from it reads that line as its parent's
     # training) and names the finalise that re-served it beside it
     fit_line = (run / "command.txt").read_text().strip()

@@ -147,7 +147,7 @@ def test_cli_fit_evaluate_export_round_trip(tiny_data: Path, tmp_path: Path, cap
         in artifact.model_card
     assert str(tmp_path) not in artifact.model_card
     assert 0.0 <= artifact.calibration.referral_threshold_mi <= 0.6932
-    assert artifact.config.mc_samples == 16 and artifact.config.head_draws == 64  # the CLI's defaults
+    assert artifact.config.serving.mc_samples == 16 and artifact.config.serving.head_draws == 64  # the CLI's defaults
     assert "16 posterior draws, seed 20260, each with 64 draws of the final layer (1024 posterior samples" \
         in artifact.model_card
     assert "Storage: μ and ρ in fp32" in artifact.model_card and "Δρ/(lr·steps) = " in artifact.model_card
@@ -155,7 +155,7 @@ def test_cli_fit_evaluate_export_round_trip(tiny_data: Path, tmp_path: Path, cap
     assert stored and all(t.dtype == torch.float32 for t in stored.values() if t.is_floating_point())
     # The artifact's weights are the run's best weights.
     model = artifact.build_model()
-    net = materialise_draws(model, k=16, seed=artifact.config.draw_seed, head_draws=64)
+    net = materialise_draws(model, k=16, seed=artifact.config.serving.draw_seed, head_draws=64)
     assert net(torch.zeros(1, 3, 32, 32)).shape == (16 * 64, 1, 1)
     # calibration scored with the draws the artifact now hands out (TrainConfig.serving_draws before it existed)
     assert TrainConfig.load(tmp_path / "run" / "config.json").serving_draws() == artifact.serving_draws()
@@ -184,7 +184,7 @@ def test_cli_fit_evaluate_export_round_trip(tiny_data: Path, tmp_path: Path, cap
                        "--eval-samples", "2", "--no-progress", "--rho-init", "-3", "--head-draws", "4",
                        "--device", "cpu"]) == 0
     rescored = load_artifact(art)
-    assert rescored.config.head_draws == 4 and rescored.sha256 != artifact.sha256
+    assert rescored.config.serving.head_draws == 4 and rescored.sha256 != artifact.sha256
     assert (art / "weights.safetensors").read_bytes() == weights
     assert load_draws(tmp_path / "run" / "eval_test" / DRAWS_FILENAME).probs.shape == (16 * 4, saved["n_images"])
 

@@ -54,8 +54,9 @@ def test_a_warm_started_run_begins_at_the_artifact_and_measures_rho_from_it(tiny
                   init_from=str(parent), max_steps_per_epoch=3, split_seed=5)  # another split: other stats
     data = prepare_data(cfg)
     own = prepare_data(_config(tiny_data, tmp_path / "x", split_seed=5))
-    assert own.mean != artifact.config.mean
-    assert (data.mean, data.std) == (artifact.config.mean, artifact.config.std)  # not the run's own statistics
+    assert own.mean != artifact.config.input.mean
+    # not the run's own statistics
+    assert (data.mean, data.std) == (artifact.config.input.mean, artifact.config.input.std)
 
     state = Trainer(cfg, progress=False).fit(data)
     after = load_checkpoint(tmp_path / "child")
@@ -128,15 +129,15 @@ def test_the_card_names_the_parent_and_its_training(tiny_data: Path, parent: Pat
     assert str(tmp_path) not in card
     assert "- That model's training: `radscreen-train fit --the-parent-command`." in card
     assert "ρ from parent-model 9.9.9 (mean σ0 = " in card and "rho init -3.0" not in card
-    assert (child.config.mean, child.config.std) == (load_artifact(parent).config.mean,
-                                                     load_artifact(parent).config.std)
+    assert (child.config.input.mean, child.config.input.std) == (load_artifact(parent).config.input.mean,
+                                                     load_artifact(parent).config.input.std)
 
 
 def test_what_does_not_fit_is_refused(tiny_data: Path, parent: Path, tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     wider = build_model(_config(tiny_data, tmp_path / "x", width=4))
     with pytest.raises(ValueError, match=r"architecture differs.*'width': \(2, 4\)"):
-        load_into(wider, str(parent), preprocessing=load_artifact(parent).config.preprocessing)
+        load_into(wider, str(parent), preprocessing=load_artifact(parent).config.input.preprocessing)
     with pytest.raises(ValueError, match="preprocessing 'fov-local-mean/1', this run uses 'decode to RGB"):
         load_into(build_model(_config(tiny_data, tmp_path / "x")), str(parent), preprocessing=LEGACY)
     # through the CLI: one line, exit status 2, nothing trained
@@ -171,7 +172,7 @@ def test_a_run_at_another_input_size_starts_from_the_same_weights_and_names_the_
     """Every layer is a 3x3 convolution or follows the global pooling: the weights apply at any input size, so a
     run may fine-tune a 32 px artifact at 64 px (as the 512 px recipe starts from the 256 px model)."""
     larger = build_model(_config(tiny_data, tmp_path / "x", input_size=64))
-    source = load_into(larger, str(parent), preprocessing=load_artifact(parent).config.preprocessing)
+    source = load_into(larger, str(parent), preprocessing=load_artifact(parent).config.input.preprocessing)
     stored = load_artifact(parent).state_dict()
     assert all(torch.equal(larger.state_dict()[k].cpu(), v.cpu()) for k, v in stored.items())
     assert source.input_size == 32 and "(32 px, sha256" in source.describe()

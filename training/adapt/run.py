@@ -167,7 +167,8 @@ def _scores(artifact: Artifact, eyes: list[SiteEye], req: AdaptRequest, which: s
                 return np.asarray(saved["probs"])
     dataset = ManifestDataset([e.row(req.image_root) for e in eyes], transform=artifact.image_transform())
     dataset.use_cache(req.run_dir / "cache", progress=progress)
-    probs, _ = mc_probabilities(artifact.build_model(), dataset, mean=artifact.config.mean, std=artifact.config.std,
+    inp = artifact.image_transform()
+    probs, _ = mc_probabilities(artifact.build_model(), dataset, mean=inp.mean, std=inp.std,
                                 draws=artifact.serving_draws(), progress=progress)
     tmp = path.with_name(path.stem + ".tmp.npz")
     np.savez(tmp, probs=probs, lines=lines)

@@ -72,9 +72,10 @@ def tune_config(parent_dir: Path, parent: Artifact, mode: str, out: Path, option
         prior={"kind": PARENT_POSTERIOR} if prior else {"kind": "unit_gaussian"},
         epochs=options.epochs, nll_epochs=0 if prior else options.epochs, batch_size=options.batch_size,
         lr=options.lr, rho_lr=options.rho_lr, kl_weight=options.prior_weight if prior else 1.0,
-        eval_samples=4, val_every=options.epochs, checkpoint_every=10, preprocessing=cfg.preprocessing,
-        precision=options.precision, seed=options.seed, draw_seed=cfg.draw_seed,
-        mc_samples=cfg.mc_samples, head_draws=cfg.head_draws, test_time_flip="on" if cfg.test_time_flip else "off",
+        eval_samples=4, val_every=options.epochs, checkpoint_every=10, preprocessing=cfg.input.preprocessing,
+        precision=options.precision, seed=options.seed, draw_seed=cfg.serving.draw_seed,
+        mc_samples=cfg.serving.mc_samples, head_draws=cfg.serving.head_draws,
+        test_time_flip="on" if cfg.serving.test_time_flip else "off",
         pass_budget=cfg.pass_budget, grad_sd_samples=0, init_from=str(parent_dir), cache_dir=str(cache_dir),
         workers=0)
 
@@ -89,7 +90,7 @@ def tune(config: TrainConfig, train: list[ManifestRow], calibration: list[Manife
                 for rows in (train, calibration)]
     empty = ManifestDataset([], transform=transform)
     data = PreparedData(DataSplit(train, calibration, []), datasets[0], datasets[1], empty,
-                        tuple(parent.config.mean), tuple(parent.config.std))  # type: ignore[arg-type]
+                        tuple(parent.config.input.mean), tuple(parent.config.input.std))  # type: ignore[arg-type]
     Trainer(config, progress=progress).fit(data)
     ckpt = load_checkpoint(Path(config.out))
     if ckpt is None:
