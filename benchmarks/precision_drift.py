@@ -3,7 +3,7 @@
 Scores the same synthetic fundus images through ``Scorer`` in each mode and prints, per mode, the largest
 and mean absolute deviation from torch fp32 in the referable-DR probability and in the mutual
 information, how many decisions (label or uncertainty referral) flip, and the time per image. One run,
-side by side. Example (figures in docs/results-benchmarks.md, "Precision on trained weights")::
+side by side. Example (figures in docs/results-benchmarks.md, "Backends and precision")::
 
     .venv/bin/python benchmarks/precision_drift.py --model-dir models/default --images 48
 

@@ -52,7 +52,8 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 CPU_SPEED_ORDER = ("int8", "bf16")
 # On a GPU (torch, grouped draws): bf16 and fp16 run on the tensor cores at the same peak rate from Ampere on,
 # several times IEEE fp32's (which keeps TF32 off, models.platform.cuda); bf16 first, with fp32's exponent range.
-# Not yet measured against each other on the served network (docs/results-benchmarks.md, "On a GPU").
+# Not yet measured against each other on the served network
+# (docs/results-benchmarks.md, "Serving on a GPU: not measured").
 CUDA_SPEED_ORDER = ("bf16", "fp16")
 _BACKEND_OF = {"int8": "onnxruntime", "bf16": "torch", "fp16": "torch"}
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
