@@ -1,6 +1,6 @@
 """How the referral set depends on the draw seed and on K: is K = 16 enough?
 
-The service fixes K posterior draws per artifact (``config.mc_samples`` with ``config.draw_seed``).
+The service fixes K posterior draws per artifact (``config.serving``: ``mc_samples`` draws with ``draw_seed``).
 Another seed is another equally valid set of draws; if the mutual information (MI) ranking or the set
 of images referred as uncertain changes a lot between seeds, K is too small for the decision it drives.
 

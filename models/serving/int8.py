@@ -14,7 +14,7 @@ shifts p̄ and MI a little: whether it may serve is decided from its measured dr
 
 Example::
 
-    net = materialise_draws(model, k=16, seed=artifact.config.draw_seed)
+    net = materialise_draws(model, k=16, seed=artifact.config.serving.draw_seed)
     session = Int8DrawnSession(net, artifact.directory / INT8_RANGES_FILE, intra_op_threads=2)
     logits = session.run(images)        # np.float32 [B, C, H, W] -> [K·M, B, O]
 """

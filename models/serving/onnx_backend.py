@@ -27,7 +27,7 @@ does not declare).
 
 Example::
 
-    net = materialise_draws(model, k=16, seed=artifact.config.draw_seed)
+    net = materialise_draws(model, k=16, seed=artifact.config.serving.draw_seed)
     session = OnnxDrawnSession(net, device="cpu", intra_op_threads=2)
     logits = session.run(images)        # np.float32 [B, C, H, W] -> [K, B, O]
 """
