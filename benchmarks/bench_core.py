@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     cfg = VGGConfig(width=args.width, input_size=args.size)
     model = build_vgg16_star(cfg).to(device).eval()
-    grouped = materialise_draws(model, k=args.k, seed=args.seed).to(device)
+    grouped = materialise_draws(model, mc_samples=args.k, seed=args.seed).to(device)
     grouped = grouped.to(memory_format=torch.channels_last).eval()  # type: ignore[call-overload]  # as served
     cuda = (f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda}, cuDNN "
             f"{torch.backends.cudnn.version()}, fp32 = {'IEEE' if ieee_fp32_in_force() else 'TF32'})"

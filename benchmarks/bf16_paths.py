@@ -41,7 +41,7 @@ from support.shared_data import IDRID, missing_reason
 
 def precast(net: DrawnNetwork) -> Callable[[torch.Tensor], torch.Tensor]:
     """The per-draw loop with bf16 convolution weights cast once; pooled features and the head in fp32."""
-    k = net.k
+    k = net.mc_samples
     weights = []
     for i in range(net.n_convs):
         w, b = getattr(net, f"conv{i}_weight"), getattr(net, f"conv{i}_bias")

@@ -68,7 +68,7 @@ def top_share(mi: np.ndarray, share: float) -> np.ndarray:
 def score(model: torch.nn.Module, x: torch.Tensor, k: int, seed: int, batch: int,
           head_draws: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Mean probability and MI ``[N]`` of images ``x`` [N, C, H, W] under ``k`` draws made with ``seed``."""
-    net = materialise_draws(model, k=k, seed=seed, strategy="loop", head_draws=head_draws)  # type: ignore[arg-type]
+    net = materialise_draws(model, mc_samples=k, seed=seed, strategy="loop", head_draws=head_draws)  # type: ignore[arg-type]
     means, mis = [], []
     with torch.inference_mode():
         for i in range(0, x.shape[0], batch):

@@ -104,7 +104,7 @@ def ort_cuda_session() -> str:
     except ImportError as exc:
         return f"skipped: ONNX Runtime not importable ({exc})"
     found = f"{line.package} {line.version}, built for CUDA {line.build_cuda or 'none'}"
-    net = materialise_draws(build_vgg16_star(VGGConfig(width=2, input_size=32)), k=2, seed=0)
+    net = materialise_draws(build_vgg16_star(VGGConfig(width=2, input_size=32)), mc_samples=2, seed=0)
     try:
         return f"{found}: active providers {OnnxDrawnSession(net, device='cuda').active_providers}"
     except ValueError as exc:  # a CPU build: the CUDA provider is not even offered

@@ -183,7 +183,7 @@ class ServingDraws:
 
     def materialise(self, model: VGGStar, *, strategy: str = "grouped") -> DrawnNetwork:
         """The fixed network of these draws of ``model``'s posterior (:func:`materialise_draws`)."""
-        return materialise_draws(model, k=self.mc_samples, seed=self.draw_seed, strategy=strategy,
+        return materialise_draws(model, mc_samples=self.mc_samples, seed=self.draw_seed, strategy=strategy,
                                  head_draws=self.head_draws)
 
 

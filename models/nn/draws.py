@@ -91,7 +91,7 @@ class DrawnNetwork(nn.Module):
             raise ValueError(f"head_draws must be >= 1 and divide the last layer's {linears[-1].weight.shape[1]} "
                              f"rows, got {head_draws}.")
         self.plan = plan
-        self.k = convs[0].weight.shape[0]
+        self.mc_samples = convs[0].weight.shape[0]  # K
         self.head_draws = head_draws
         self.num_outputs = linears[-1].weight.shape[1] // head_draws
         self.activation = activation
@@ -112,8 +112,8 @@ class DrawnNetwork(nn.Module):
         out = []
         for i, (stride, padding) in enumerate(self.conv_meta):
             w: Tensor = getattr(self, f"conv{i}_weight")
-            out.append(DrawnConv(w.reshape(self.k, -1, *w.shape[1:]), getattr(self, f"conv{i}_bias")
-                                 .reshape(self.k, -1), stride, padding))
+            out.append(DrawnConv(w.reshape(self.mc_samples, -1, *w.shape[1:]), getattr(self, f"conv{i}_bias")
+                                 .reshape(self.mc_samples, -1), stride, padding))
         return out
 
     @property
@@ -127,13 +127,13 @@ class DrawnNetwork(nn.Module):
     @property
     def total_draws(self) -> int:
         """K·M: the logits per image (complete posterior samples) that one forward returns."""
-        return self.k * self.head_draws
+        return self.mc_samples * self.head_draws
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() != 4:
             raise ValueError(f"DrawnNetwork expects images [B, C, H, W], got shape {tuple(x.shape)}.")
         if self.strategy == "loop":
-            h = torch.stack([self._forward_one(x, d) for d in range(self.k)])
+            h = torch.stack([self._forward_one(x, d) for d in range(self.mc_samples)])
         else:
             h = self._forward_grouped(x)
         return self.split_head_draws(h)
@@ -147,7 +147,7 @@ class DrawnNetwork(nn.Module):
             k * self.head_draws, b, self.num_outputs)
 
     def _forward_grouped(self, x: Tensor) -> Tensor:
-        k, b = self.k, x.shape[0]
+        k, b = self.mc_samples, x.shape[0]
         h = x  # [B, C, H, W], becomes [B, K*C', H', W'] after the first conv
         for op in self.plan:
             if op[0] == "conv":
@@ -179,7 +179,7 @@ class DrawnNetwork(nn.Module):
                 i = op[1]  # type: ignore[misc]
                 stride, padding = self.conv_meta[i]
                 w = getattr(self, f"conv{i}_weight")
-                out = w.shape[0] // self.k
+                out = w.shape[0] // self.mc_samples
                 bias = getattr(self, f"conv{i}_bias")
                 h = F.conv2d(h, w[d * out:(d + 1) * out], bias[d * out:(d + 1) * out], stride, padding)
             elif op[0] == "act":
@@ -196,9 +196,9 @@ class DrawnNetwork(nn.Module):
 
 
 @torch.no_grad()
-def materialise_draws(model: VGGStar, *, k: int = 16, seed: int, strategy: str = "grouped",
+def materialise_draws(model: VGGStar, *, mc_samples: int = 16, seed: int, strategy: str = "grouped",
                       head_draws: int = 1) -> DrawnNetwork:
-    """Draw ``k`` weight sets from ``model``'s posterior with ``seed`` and build the fixed network.
+    """Draw ``mc_samples`` (K) weight sets from ``model``'s posterior with ``seed`` and build the fixed network.
 
     The draws are made on the CPU generator in forward order, so they are identical across devices.
     ``head_draws`` (M) draws of the last linear layer are made per network draw, after the convolutions'
@@ -206,8 +206,9 @@ def materialise_draws(model: VGGStar, *, k: int = 16, seed: int, strategy: str =
     """
     if not model.config.is_bayesian:
         raise ValueError(f"materialise_draws needs a Bayesian model (radial/gaussian), got {model.config.layer!r}.")
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}.")
+    if mc_samples < 1:
+        raise ValueError(f"mc_samples must be >= 1, got {mc_samples}.")
+    k = mc_samples
     if head_draws < 1:
         raise ValueError(f"head_draws must be >= 1, got {head_draws}.")
     plan: list[Op] = []

@@ -14,7 +14,7 @@ shifts p̄ and MI a little: whether it may serve is decided from its measured dr
 
 Example::
 
-    net = materialise_draws(model, k=16, seed=artifact.config.serving.draw_seed)
+    net = materialise_draws(model, mc_samples=16, seed=artifact.config.serving.draw_seed)
     session = Int8DrawnSession(net, artifact.directory / INT8_RANGES_FILE, intra_op_threads=2)
     logits = session.run(images)        # np.float32 [B, C, H, W] -> [K·M, B, O]
 """
@@ -112,7 +112,7 @@ class Int8DrawnSession:
 
     def __init__(self, net: DrawnNetwork, ranges: Path | str, *, intra_op_threads: int | None = None) -> None:
         check_ranges(net, ranges)
-        self.k = net.k
+        self.mc_samples = net.mc_samples
         self.in_channels = int(net.convs[0].weight.shape[2])
         self.strategy = STRATEGY
         options = ort.SessionOptions()

@@ -27,7 +27,7 @@ does not declare).
 
 Example::
 
-    net = materialise_draws(model, k=16, seed=artifact.config.serving.draw_seed)
+    net = materialise_draws(model, mc_samples=16, seed=artifact.config.serving.draw_seed)
     session = OnnxDrawnSession(net, device="cpu", intra_op_threads=2)
     logits = session.run(images)        # np.float32 [B, C, H, W] -> [K, B, O]
 """
@@ -97,14 +97,14 @@ def _weight_layouts(net: DrawnNetwork, strategy: str, *, materialise: bool) -> d
         if strategy == "grouped":
             out[f"conv{i}.weight"], out[f"conv{i}.bias"] = w.reshape(-1, *w.shape[2:]), b.reshape(-1)
         else:
-            for d in range(net.k):
+            for d in range(net.mc_samples):
                 out[f"conv{i}.d{d}.weight"], out[f"conv{i}.d{d}.bias"] = w[d], b[d]
     for i, lin in enumerate(net.linears):
         w, b = host(lin.weight), host(lin.bias)  # [K, out, in], [K, out]
         if strategy == "grouped":
             out[f"linear{i}.weight_t"], out[f"linear{i}.bias"] = w.transpose(0, 2, 1), b[:, None, :]
         else:
-            for d in range(net.k):
+            for d in range(net.mc_samples):
                 out[f"linear{i}.d{d}.weight_t"], out[f"linear{i}.d{d}.bias"] = w[d].T, b[d]
     return out
 
@@ -115,7 +115,7 @@ def _plan_nodes(net: DrawnNetwork, strategy: str, draw: int | None) -> tuple[lis
     Grouped layout: [B, C, H, W] -> [B, K*C', H', W'] -> [K, B, F]; per-draw layout: [B, C', H', W'] ->
     [B, F]. Returns the nodes and the name of the last output.
     """
-    k, grouped = net.k, draw is None
+    k, grouped = net.mc_samples, draw is None
     tag = "" if grouped else f".d{draw}"
     nodes: list[onnx.NodeProto] = []
     h, replicated, pooled = INPUT_NAME, False, False
@@ -177,7 +177,7 @@ def build_onnx_graph(net: DrawnNetwork, strategy: str = "grouped") -> onnx.Model
     ``grouped``: one network of grouped convolutions for all K draws; ``loop``: K independent branches of
     ordinary convolutions (ORT may run them in parallel with inter-op threads), stacked at the end.
     """
-    k = net.k
+    k = net.mc_samples
     in_channels = net.convs[0].weight.shape[2]
     num_outputs = net.num_outputs
     inits = [_external_initializer(name, shape) for name, shape in weight_shapes(net, strategy).items()]
@@ -249,7 +249,7 @@ def _load_graph(graph: onnx.ModelProto | str | Path, net: DrawnNetwork, strategy
     if declared != expected:
         wrong = sorted(set(declared.items()) ^ set(expected.items()))
         raise ValueError(
-            f"ONNX graph does not fit this DrawnNetwork (K={net.k}, M={net.head_draws}): mismatched weights "
+            f"ONNX graph does not fit this DrawnNetwork (K={net.mc_samples}, M={net.head_draws}): mismatched weights "
             f"{wrong[:4]}; export the graph from the same artifact, K and strategy"
         )
     return model
@@ -308,7 +308,7 @@ class OnnxDrawnSession:
         graph: onnx.ModelProto | str | Path | None = None,
         strategy: str = "grouped",
     ) -> None:
-        self.k = net.k
+        self.mc_samples = net.mc_samples
         self.in_channels = int(net.convs[0].weight.shape[2])
         self.providers = providers or default_providers(device)
         available = set(ort.get_available_providers())

@@ -121,12 +121,12 @@ def test_the_artifact_hands_out_its_serving_draws_and_network(tmp_path: Path) ->
     assert art.serving_draws(mc_samples=5) == ServingDraws(5, 77, 4)  # another K, the same seed and M
     net = art.serving_network()
     x = torch.randn(2, 3, ARCH.input_size, ARCH.input_size)
-    reference = materialise_draws(art.build_model(), k=3, seed=77, head_draws=4)
+    reference = materialise_draws(art.build_model(), mc_samples=3, seed=77, head_draws=4)
     with torch.no_grad():
         assert torch.equal(net(x), reference(x)) and net(x).shape == (3 * 4, 2, 1)
-        other_seed = materialise_draws(art.build_model(), k=3, seed=78, head_draws=4)
+        other_seed = materialise_draws(art.build_model(), mc_samples=3, seed=78, head_draws=4)
         assert not torch.equal(net(x), other_seed(x))  # the seed really reaches the draws
-    assert art.serving_network(mc_samples=2, strategy="loop").k == 2
+    assert art.serving_network(mc_samples=2, strategy="loop").mc_samples == 2
 
 
 

@@ -45,7 +45,7 @@ def test_the_torch_backend_pins_ieee_fp32_before_it_moves_the_network_to_cuda() 
     from models.nn.vgg import VGGConfig, build_vgg16_star
     from service.inference.backends import TorchBackend
 
-    net = materialise_draws(build_vgg16_star(VGGConfig(width=2, input_size=32)), k=2, seed=0)
+    net = materialise_draws(build_vgg16_star(VGGConfig(width=2, input_size=32)), mc_samples=2, seed=0)
     if torch.cuda.is_available():
         TorchBackend(net, device="cuda", precision="fp32")
     else:  # no GPU: moving the network fails, after the flags were set

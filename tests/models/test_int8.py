@@ -17,7 +17,7 @@ from support.artifacts import build_tiny_artifact
 
 def drawn(tmp: Path, k: int) -> DrawnNetwork:
     art = load_artifact(build_tiny_artifact(tmp / f"a{k}", width=8))
-    return materialise_draws(art.build_model(), k=k, seed=art.config.serving.draw_seed)
+    return materialise_draws(art.build_model(), mc_samples=k, seed=art.config.serving.draw_seed)
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ def tiny_net(activation: Activation, k: int, strategy: str = "grouped") -> Drawn
     torch.manual_seed(0)
     # rho_init -3 (σ ≈ 0.05) so that the K draws differ visibly in their logits.
     model = build_vgg16_star(VGGConfig(width=4, input_size=64, activation=activation, rho_init=-3.0))
-    return materialise_draws(model, k=k, seed=11, strategy=strategy)
+    return materialise_draws(model, mc_samples=k, seed=11, strategy=strategy)
 
 
 def images(batch: int, size: int = 64, seed: int = 0) -> np.ndarray:
@@ -65,7 +65,7 @@ def test_onnx_matches_the_seeded_reference_loop() -> None:
     x = images(2, seed=3)
     with torch.no_grad(), seeded(model, 5):
         reference = mc_logits(model, torch.from_numpy(x), 16).numpy()  # [S, B, O]
-    net = materialise_draws(model, k=16, seed=5, strategy="loop")
+    net = materialise_draws(model, mc_samples=16, seed=5, strategy="loop")
     np.testing.assert_allclose(OnnxDrawnSession(net).run(x), reference, atol=1e-4, rtol=1e-4)
 
 
@@ -74,7 +74,7 @@ def test_head_draws_match_torch_draw_for_draw(strategy: str, tmp_path: Path) -> 
     """M head draws per network draw: ORT returns the same [K·M, B, O] logits, in the same (draw-major) order."""
     torch.manual_seed(0)
     model = build_vgg16_star(VGGConfig(width=4, input_size=64, rho_init=-3.0)).eval()
-    net = materialise_draws(model, k=3, seed=2, head_draws=8)
+    net = materialise_draws(model, mc_samples=3, seed=2, head_draws=8)
     x = images(4, seed=1)
     expected = net(torch.from_numpy(x)).numpy()
     got = OnnxDrawnSession(net, intra_op_threads=1, strategy=strategy).run(x)
@@ -85,7 +85,7 @@ def test_head_draws_match_torch_draw_for_draw(strategy: str, tmp_path: Path) -> 
     dims = [d.dim_value or d.dim_param for d in graph.graph.output[0].type.tensor_type.shape.dim]
     assert dims == [24, "batch", 1]
     with pytest.raises(ValueError, match=r"does not fit this DrawnNetwork \(K=3, M=1\)"):
-        OnnxDrawnSession(materialise_draws(model, k=3, seed=2), graph=tmp_path / "g.onnx", strategy=strategy)
+        OnnxDrawnSession(materialise_draws(model, mc_samples=3, seed=2), graph=tmp_path / "g.onnx", strategy=strategy)
 
 
 def test_dynamic_batch_and_image_size() -> None:
@@ -129,7 +129,7 @@ def test_exported_graph_is_small_and_runs_with_injected_weights(tmp_path: Path) 
 def test_full_width_graph_is_under_a_megabyte(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = build_vgg16_star(VGGConfig(width=46, input_size=64))
-    net = materialise_draws(model, k=16, seed=0)  # ≈ 490 MB of drawn weights in memory
+    net = materialise_draws(model, mc_samples=16, seed=0)  # ≈ 490 MB of drawn weights in memory
     path = export_graph(net, tmp_path / "graph.onnx")
     assert path.stat().st_size < 1_000_000
     drawn_bytes = sum(4 * int(np.prod(s)) for s in weight_shapes(net).values())

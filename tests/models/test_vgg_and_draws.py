@@ -91,7 +91,7 @@ def tiny_radial() -> VGGStar:
 
 def test_drawn_network_equals_seeded_16_sample_forward(tiny_radial: VGGStar) -> None:
     x = torch.randn(3, 3, 64, 64)
-    net = materialise_draws(tiny_radial, k=16, seed=123)
+    net = materialise_draws(tiny_radial, mc_samples=16, seed=123)
     with torch.no_grad(), seeded(tiny_radial, 123):
         reference = mc_logits(tiny_radial, x, 16)
     with torch.no_grad():
@@ -103,7 +103,7 @@ def test_drawn_network_equals_seeded_16_sample_forward(tiny_radial: VGGStar) -> 
 
 def test_grouped_draws_equal_16_separate_forward_passes(tiny_radial: VGGStar) -> None:
     x = torch.randn(2, 3, 64, 64)
-    net = materialise_draws(tiny_radial, k=16, seed=9, strategy="grouped")
+    net = materialise_draws(tiny_radial, mc_samples=16, seed=9, strategy="grouped")
     with torch.no_grad():
         grouped = net(x)
         separate = torch.stack([net._forward_one(x, d) for d in range(16)])
@@ -111,28 +111,28 @@ def test_grouped_draws_equal_16_separate_forward_passes(tiny_radial: VGGStar) ->
 
 
 def test_draws_are_fixed_by_the_seed(tiny_radial: VGGStar) -> None:
-    a = materialise_draws(tiny_radial, k=4, seed=5)
-    b = materialise_draws(tiny_radial, k=4, seed=5)
-    c = materialise_draws(tiny_radial, k=4, seed=6)
+    a = materialise_draws(tiny_radial, mc_samples=4, seed=5)
+    b = materialise_draws(tiny_radial, mc_samples=4, seed=5)
+    c = materialise_draws(tiny_radial, mc_samples=4, seed=6)
     assert torch.equal(a.get_buffer("conv0_weight"), b.get_buffer("conv0_weight"))
     assert not torch.equal(a.get_buffer("conv0_weight"), c.get_buffer("conv0_weight"))
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
         assert torch.equal(a(x), b(x))
-        assert torch.equal(a(x)[:2], materialise_draws(tiny_radial, k=4, seed=5)(x)[:2])
+        assert torch.equal(a(x)[:2], materialise_draws(tiny_radial, mc_samples=4, seed=5)(x)[:2])
     assert all(not m.last_sample for m in tiny_radial.modules() if isinstance(m, BayesConv2d))
 
 
 def test_drawn_network_rejects_non_bayesian_models() -> None:
     with pytest.raises(ValueError, match="needs a Bayesian model"):
-        materialise_draws(create_model("dropout_vgg16_star", width=2, input_size=32), k=2, seed=0)  # type: ignore[arg-type]
+        materialise_draws(create_model("dropout_vgg16_star", width=2, input_size=32), mc_samples=2, seed=0)  # type: ignore[arg-type]
 
 
 @pytest.mark.slow
 def test_full_vgg16_star_at_512px_draws_match_the_loop() -> None:
     torch.manual_seed(0)
     model = build_vgg16_star(VGGConfig(width=46, input_size=512)).eval()
-    net = materialise_draws(model, k=16, seed=0)
+    net = materialise_draws(model, mc_samples=16, seed=0)
     x = torch.randn(1, 3, 512, 512)
     with torch.no_grad():
         grouped = net(x)
@@ -144,8 +144,8 @@ def test_full_vgg16_star_at_512px_draws_match_the_loop() -> None:
 
 def test_head_draws_keep_the_network_draws_and_add_head_draws_per_draw(tiny_radial: VGGStar) -> None:
     k, m = 4, 5
-    plain = materialise_draws(tiny_radial, k=k, seed=21)
-    nested = materialise_draws(tiny_radial, k=k, seed=21, head_draws=m)
+    plain = materialise_draws(tiny_radial, mc_samples=k, seed=21)
+    nested = materialise_draws(tiny_radial, mc_samples=k, seed=21, head_draws=m)
     for i in range(plain.n_convs):  # the K expensive networks are the very same draws
         assert torch.equal(plain.get_buffer(f"conv{i}_weight"), nested.get_buffer(f"conv{i}_weight"))
     x = torch.randn(3, 3, 64, 64)
@@ -163,7 +163,7 @@ def test_head_draws_keep_the_network_draws_and_add_head_draws_per_draw(tiny_radi
 
 
 def test_head_draws_grouped_equals_loop(tiny_radial: VGGStar) -> None:
-    net = materialise_draws(tiny_radial, k=3, seed=4, head_draws=7)
+    net = materialise_draws(tiny_radial, mc_samples=3, seed=4, head_draws=7)
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         grouped = net(x)
@@ -179,7 +179,7 @@ def test_head_draws_follow_the_radial_posterior(tiny_radial: VGGStar) -> None:
 
     from models.nn.posteriors import sigma_from_rho
 
-    net = materialise_draws(tiny_radial, k=8, seed=3, head_draws=256)
+    net = materialise_draws(tiny_radial, mc_samples=8, seed=3, head_draws=256)
     head = tiny_radial.head
     assert isinstance(head, BayesLinear)
     w = net.linears[0].weight.reshape(8 * 256, *head.weight_mu.shape)  # draw-major [K·M, O, in]
@@ -207,7 +207,7 @@ def test_head_draws_steady_the_mutual_information_across_draw_seeds() -> None:
         out = []
         with torch.no_grad():
             for seed in range(12):
-                logits = materialise_draws(model, k=16, seed=seed, head_draws=m)(x)
+                logits = materialise_draws(model, mc_samples=16, seed=seed, head_draws=m)(x)
                 out.append(binary_uncertainty_from_logits(logits).mutual_information)
         return torch.stack(out)  # [seeds, B]
 
@@ -223,4 +223,4 @@ def test_head_draws_steady_the_mutual_information_across_draw_seeds() -> None:
 
 def test_head_draws_must_be_positive(tiny_radial: VGGStar) -> None:
     with pytest.raises(ValueError, match="head_draws must be >= 1"):
-        materialise_draws(tiny_radial, k=2, seed=0, head_draws=0)
+        materialise_draws(tiny_radial, mc_samples=2, seed=0, head_draws=0)

@@ -26,7 +26,7 @@ Pair = tuple[OnnxBackend, OnnxBackend, np.ndarray]  # int8, fp32, images [B, C, 
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Pair:
     tmp = tmp_path_factory.mktemp("guard")
     art = load_artifact(build_tiny_artifact(tmp / "a", width=8))
-    net = materialise_draws(art.build_model(), k=4, seed=art.config.serving.draw_seed)
+    net = materialise_draws(art.build_model(), mc_samples=4, seed=art.config.serving.draw_seed)
     rng = np.random.default_rng(0)
     ranges = calibrate_ranges(net, [rng.normal(size=(2, 3, 64, 64)).astype(np.float32) for _ in range(4)],
                               Path(tmp) / "ranges.json")

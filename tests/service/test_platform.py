@@ -333,7 +333,8 @@ def int8_guarded_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("int8")
     path = build_tiny_artifact(tmp / "tiny")
     art = load_artifact(path)
-    net = materialise_draws(art.build_model(), k=art.config.serving.mc_samples, seed=art.config.serving.draw_seed)
+    served = art.config.serving
+    net = materialise_draws(art.build_model(), mc_samples=served.mc_samples, seed=served.draw_seed)
     rng = np.random.default_rng(0)
     ranges = calibrate_ranges(net, [rng.normal(size=(2, 3, 64, 64)).astype(np.float32) for _ in range(3)],
                               tmp / INT8_RANGES_FILE)

@@ -69,8 +69,9 @@ def test_head_draws_artifact_serves_its_k_times_m_posterior_samples(tmp_path: Pa
     x = torch.from_numpy(np.stack([im.pixels for im in images]))
     with torch.no_grad():
         seed = art.config.serving.draw_seed
-        ref = binary_uncertainty_from_logits(materialise_draws(art.build_model(), k=16, seed=seed, head_draws=8)(x))
-    plain = binary_uncertainty_from_logits(materialise_draws(art.build_model(), k=16, seed=seed)(x))
+        eight = materialise_draws(art.build_model(), mc_samples=16, seed=seed, head_draws=8)
+        ref = binary_uncertainty_from_logits(eight(x))
+    plain = binary_uncertainty_from_logits(materialise_draws(art.build_model(), mc_samples=16, seed=seed)(x))
     for backend in ("torch", "onnxruntime"):
         scorer = load_scorer(ScorerSpec(model_dir=path, backend=backend, device="cpu"))
         got = _pm(scorer.score_batch(images))

@@ -141,7 +141,7 @@ def test_export_doc_snippet_runs_and_matches_the_torch_draws(tmp_path: Path, mon
     assert isinstance(logits, np.ndarray)
     artifact = load_artifact("models/my-model")
     draws = artifact.serving_draws()
-    net = materialise_draws(artifact.build_model(), k=draws.mc_samples, seed=draws.draw_seed)
+    net = materialise_draws(artifact.build_model(), mc_samples=draws.mc_samples, seed=draws.draw_seed)
     size = artifact.config.architecture.input_size
     with torch.no_grad():
         expected = net(torch.zeros(1, 3, size, size)).numpy()  # [K, B, 1]

@@ -144,7 +144,7 @@ def test_a_cpu_onnxruntime_on_a_gpu_node_is_a_skip_not_a_failure() -> None:
     from models.serving.onnx_backend import OnnxDrawnSession, ProviderFallbackError
     from tests.helpers.gpu import ort_cuda_or_skip
 
-    net = materialise_draws(build_vgg16_star(VGGConfig(width=2, input_size=32)), k=2, seed=0)
+    net = materialise_draws(build_vgg16_star(VGGConfig(width=2, input_size=32)), mc_samples=2, seed=0)
     absent = ["NoSuchExecutionProvider", "CPUExecutionProvider"]  # as CUDA is absent from a CPU build
     with pytest.raises(ValueError, match="providers not available") as raised:
         OnnxDrawnSession(net, providers=absent)
@@ -153,4 +153,4 @@ def test_a_cpu_onnxruntime_on_a_gpu_node_is_a_skip_not_a_failure() -> None:
         ort_cuda_or_skip(lambda: OnnxDrawnSession(net, providers=absent))
     with pytest.raises(ValueError, match="Unknown ONNX graph strategy"):
         ort_cuda_or_skip(lambda: OnnxDrawnSession(net, strategy="sideways"))
-    assert ort_cuda_or_skip(lambda: OnnxDrawnSession(net)).k == 2
+    assert ort_cuda_or_skip(lambda: OnnxDrawnSession(net)).mc_samples == 2

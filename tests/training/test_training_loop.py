@@ -155,7 +155,7 @@ def test_cli_fit_evaluate_export_round_trip(tiny_data: Path, tmp_path: Path, cap
     assert stored and all(t.dtype == torch.float32 for t in stored.values() if t.is_floating_point())
     # The artifact's weights are the run's best weights.
     model = artifact.build_model()
-    net = materialise_draws(model, k=16, seed=artifact.config.serving.draw_seed, head_draws=64)
+    net = materialise_draws(model, mc_samples=16, seed=artifact.config.serving.draw_seed, head_draws=64)
     assert net(torch.zeros(1, 3, 32, 32)).shape == (16 * 64, 1, 1)
     # calibration scored with the draws the artifact now hands out (TrainConfig.serving_draws before it existed)
     assert TrainConfig.load(tmp_path / "run" / "config.json").serving_draws() == artifact.serving_draws()
