@@ -10,7 +10,7 @@
 #
 # The arms train at once on the one GPU (a 256 px step of batch 128 leaves it mostly idle), each within MINUTES
 # (default 8): `fit --time-budget-min` stops at an epoch end and writes the artifact from the best epoch. full
-# and copy are served as validation chooses (`--test-time-flip auto`), and each is put to the ship rule on the
+# and copy are served as validation chooses (`--views auto`), and each is put to the ship rule on the
 # node (training.ship_check: above the warm start on validation from every source, and no_referable_dr for none
 # of the lesion photographs carried in .lease/idrid). Of the two, the arm that passes it with the higher pooled
 # validation AUC comes back with its fp32 weights (choice.json says which, why, and whether it ships); the others
@@ -70,8 +70,8 @@ common=(--data "$shards" --layout shards --init-from "$lease/init-fp16" --nll-ep
         --time-budget-min "$minutes")
 arm_options() {  # the options that make each arm
     case $1 in
-    full) echo "--exclude-copy stretched-256 --epochs $epochs --weights-dtype fp32 --test-time-flip auto" ;;
-    copy) echo "--train-only-copy stretched-256 --epochs $copy_epochs --weights-dtype fp32 --test-time-flip auto" ;;
+    full) echo "--exclude-copy stretched-256 --epochs $epochs --weights-dtype fp32 --views auto" ;;
+    copy) echo "--train-only-copy stretched-256 --epochs $copy_epochs --weights-dtype fp32 --views auto" ;;
     half) echo "--exclude-copy stretched-256 --epochs $epochs --train-fraction 0.5 --weights-dtype fp16 --grad-sd-samples 0" ;;
     quarter) echo "--exclude-copy stretched-256 --epochs $epochs --train-fraction 0.25 --weights-dtype fp16 --grad-sd-samples 0" ;;
     *) echo "unknown arm $1" >&2; return 2 ;;

@@ -53,7 +53,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
 
 FIT_DEFAULTS = TrainConfig(data="", out="")
 # what finalise may change of a finished run (how it is served and where its data now are); the rest as recorded
-FINALISE_OPTIONS = ("data", "artifact", "device", "test_time_flip", "mc_samples", "pass_budget", "workers",
+FINALISE_OPTIONS = ("data", "artifact", "device", "views", "mc_samples", "pass_budget", "workers",
                     "max_missed_share")
 SYNTH_ENTRIES = frozenset({"train", "trainLabels.csv", "metadata.csv", "dataset.json"})
 
@@ -244,7 +244,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                                   referral_threshold_mi=artifact.calibration.referral_threshold_mi)
     paths = write_report(report, args.out)
     # the per-draw probabilities (the mirrored images' after the images' own when the artifact serves with
-    # test_time_flip), so referral comparisons and serving options need no re-scoring
+    # test-time flip), so referral comparisons and serving options need no re-scoring
     paths["draws"] = save_draws(Path(args.out) / DRAWS_FILENAME, probs, labels, image_ids(rows))
     by_source = Path(args.out) / "by_source.json"
     if report_by_source(probs, labels, rows, by_source, n_bootstrap=args.n_bootstrap,

@@ -24,8 +24,9 @@ SELECT_BY: tuple[str, ...] = ("val_nll", "val_elbo")
 WeightsDtype = Literal["fp32", "fp16"]
 Precision = Literal["auto", "fp32", "bf16"]
 PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
-FlipMode = Literal["off", "on", "auto"]
-FLIP_MODES: tuple[str, ...] = ("off", "on", "auto")
+Views = Literal["1", "2", "auto"]  # the served views: 1 (as taken), 2 (and mirrored: test-time flip), chosen
+VIEWS: tuple[str, ...] = ("1", "2", "auto")
+OLD_FLIP_SPELLING = {"off": "1", "on": "2", "auto": "auto"}  # --test-time-flip / config.json's test_time_flip
 
 
 def parse_prior(text: str) -> dict[str, Any]:
@@ -131,11 +132,12 @@ class TrainConfig:
     head_draws: int = field(default=64, metadata=option(
         "draws of the last layer per serving draw: steadies the MI estimate at no real cost "
         "(docs/results-serving-estimator.md, 'Head draws'); 1 = the plain K draws", SERVING))
-    test_time_flip: FlipMode = field(default="off", metadata=option(
-        "on: serve on each image and its mirror image, p and MI over both orientations' draws (each draw costs two "
-        "passes; calibration and the test figures use it too); auto: choose on the validation eyes between the "
-        "serving draws x 1 view and half as many draws x 2 views, at equal passes "
-        "(training.evaluation.serving_choice, docs/uncertainty.md)", SERVING))
+    views: Views = field(default="1", metadata=option(
+        "the views the artifact serves: 1 = each image as taken; 2 = as taken and mirrored left-right (test-time "
+        "flip: p and MI over both orientations' draws, each draw costs two passes; calibration and the test "
+        "figures use it too); auto = chosen on the validation eyes between the serving draws x 1 view and half as "
+        "many draws x 2 views, at equal passes (training.evaluation.serving_choice, docs/uncertainty.md)", SERVING,
+        old_flag=("--test-time-flip", OLD_FLIP_SPELLING)))
     pass_budget: int = field(default=PASS_BUDGET, metadata=option(
         "most forward passes per image (draws x views) the artifact may serve; the design's budget is 16, a "
         "larger one is an explicit choice the card states", SERVING))
@@ -214,7 +216,7 @@ class TrainConfig:
                                    SCHEDULES), ("select_by", self.select_by, SELECT_BY),
                                    ("precision", self.precision, PRECISIONS),
                                    ("weights_dtype", self.weights_dtype, ("fp32", "fp16")),
-                                   ("test_time_flip", self.test_time_flip, FLIP_MODES)):
+                                   ("views", self.views, VIEWS)):
             if value not in valid:
                 raise ValueError(f"Unknown {name} {value!r}; expected one of: {', '.join(valid)}.")
         if self.lr <= 0 or (self.rho_lr is not None and self.rho_lr <= 0):
@@ -242,8 +244,8 @@ class TrainConfig:
     def _check_pass_budget(self) -> None:
         if not 1 <= self.pass_budget <= MAX_PASS_BUDGET:
             raise ValueError(f"pass_budget must be in [1, {MAX_PASS_BUDGET}], got {self.pass_budget}.")
-        if self.test_time_flip == "auto" and self.mc_samples % 2:
-            raise ValueError(f"test_time_flip 'auto' compares {self.mc_samples} draws x 1 view with half as many "
+        if self.views == "auto" and self.mc_samples % 2:
+            raise ValueError(f"views 'auto' compares {self.mc_samples} draws x 1 view with half as many "
                              f"draws x 2 views: mc_samples must be even, got {self.mc_samples}.")
         draws = self.serving_draws()
         if draws.passes > self.pass_budget:
@@ -253,12 +255,12 @@ class TrainConfig:
 
     def serving_draws(self) -> ServingDraws:
         """The serving form the run's artifact will carry (``config.json``'s ``serving``): what calibration and
-        the test evaluation score with, before the artifact exists. With ``test_time_flip="auto"`` this is the
+        the test evaluation score with, before the artifact exists. With ``views="auto"`` this is the
         one-view option; :meth:`flip_option` is the other, at the same passes."""
-        return ServingDraws(self.mc_samples, self.draw_seed, self.head_draws, self.test_time_flip == "on")
+        return ServingDraws(self.mc_samples, self.draw_seed, self.head_draws, test_time_flip=self.views == "2")
 
     def flip_option(self) -> ServingDraws:
-        """``test_time_flip="auto"``'s second option: half the draws on both views, the same forward passes."""
+        """``views="auto"``'s second option: half the draws on both views, the same forward passes."""
         return ServingDraws(self.mc_samples // 2, self.draw_seed, self.head_draws, True)
 
     def image_transform(self) -> ImageTransform:
@@ -284,15 +286,17 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        d = dict(d)
+        if "test_time_flip" in d:  # the option's name in runs saved before it was named for the views it serves
+            d.setdefault("views", OLD_FLIP_SPELLING[d.pop("test_time_flip")])
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"Unknown training config fields: {sorted(unknown)}.")
-        d = dict(d)
         d.setdefault("head_draws", 1)  # a run saved before head draws existed was scored with the plain K draws
-        d.setdefault("test_time_flip", "off")  # and with one view
+        d.setdefault("views", "1")  # and with one view
         # a run saved before the pass budget: its own passes if over the design's (it was served that way)
-        d.setdefault("pass_budget", max(PASS_BUDGET, d.get("mc_samples", 16) * (2 if d["test_time_flip"] == "on"
+        d.setdefault("pass_budget", max(PASS_BUDGET, d.get("mc_samples", 16) * (2 if d["views"] == "2"
                                                                                   else 1)))
         d.setdefault("color_jitter", False)  # runs saved before photometric augmentation existed trained without it
         d.setdefault("frame_cuts", False)  # likewise for the framing augmentation
@@ -310,11 +314,11 @@ class TrainConfig:
 
     def resume_key(self) -> dict[str, Any]:
         """The fields that must not change when a run is resumed (everything but epochs, I/O and how the
-        finished run is served: ``head_draws`` and ``test_time_flip`` only change the final scoring, never a
+        finished run is served: ``head_draws`` and ``views`` only change the final scoring, never a
         training step)."""
         d = self.to_dict()
         for k in ("epochs", "artifact", "workers", "n_bootstrap", "out", "weights_dtype", "head_draws",
-                  "test_time_flip", "pass_budget",
+                  "views", "pass_budget",
                   "cache_images", "max_missed_share", "checkpoint_every", "checkpoint_minutes", "cache_dir"):
             d.pop(k)
         return d

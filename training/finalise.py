@@ -187,7 +187,7 @@ def finalise_run(config: TrainConfig, *, data: PreparedData | None = None, comma
                                 referral_threshold_mi=float(report.referral_threshold.threshold))
 
     choice: ServingChoice | None = None
-    if config.test_time_flip == "auto" and bayesian:  # each option scored with the draws it would serve
+    if config.views == "auto" and bayesian:  # each option scored with the draws it would serve
         draws, choice, (val_probs, val_labels) = _choose_views(config, lambda served: score("val", served), run_dir)
         save_draws(run_dir / "eval_val" / DRAWS_FILENAME, val_probs, val_labels, image_ids(data.val.rows))
     else:
@@ -303,7 +303,7 @@ def _calibration(val_summary: dict[str, Any], test: EvaluationReport | None, cho
 
 def _choose_views(config: TrainConfig, score: Callable[[ServingDraws], tuple[Any, Any]],
                   run_dir: Path) -> tuple[ServingDraws, ServingChoice, tuple[Any, Any]]:
-    """``test_time_flip="auto"``: K draws x 1 view against K/2 draws x 2 views, the same forward passes, each
+    """``views="auto"``: K draws x 1 view against K/2 draws x 2 views, the same forward passes, each
     scored with the draws it would serve; the validation eyes choose (``choose_serving_option``)."""
     one, flip = config.serving_draws(), config.flip_option()
     options = {draws: score(draws) for draws in (one, flip)}

@@ -99,7 +99,7 @@ def render_model_card(*, config: TrainConfig, command: str, dataset: dict[str, A
                       draws: ServingDraws | None = None, serving_choice: ServingChoice | None = None,
                       reserved_by: str | None = None) -> str:
     """The card's markdown. ``draws``: the serving form the artifact carries (default: the config's);
-    ``serving_choice``: the validation measurement that chose it (``test_time_flip="auto"``)."""
+    ``serving_choice``: the validation measurement that chose it (``views="auto"``)."""
     draws = draws or config.serving_draws()
     sigma0 = init.sigma_mean if init is not None and init.sigma_mean is not None else softplus(config.rho_init)
     lines = [

@@ -47,6 +47,9 @@ class Option:
     value_type: Callable[[str], Any] | None = None  # one value's type where the annotation does not give it
     required: bool = False
     default_text: str | None = None  # how the default reads in --help where the field's value would not
+    # the flag's former spelling and its values in the field's words, kept (hidden from --help) so that commands
+    # recorded before a rename still run, e.g. ("--test-time-flip", {"off": "1", "on": "2", "auto": "auto"})
+    old_flag: tuple[str, dict[str, str]] | None = None
 
 
 def option(help: str, group: str = RUN, **kw: Any) -> dict[str, Option]:
@@ -92,6 +95,22 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, *, defaults: Any, name
             target = sections[opt.group]
         target.add_argument(flag_of(f, opt), dest=f.name, **_argument(f, opt, _scalar(hints[f.name]),
                                                                        defaults, as_recorded))
+        if opt.old_flag is not None:
+            old, words = opt.old_flag
+            target.add_argument(old, dest=f.name, action=_OldSpelling, words=words, choices=tuple(words),
+                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
+class _OldSpelling(argparse.Action):
+    """A renamed flag's former spelling: its value in the new flag's words (:attr:`Option.old_flag`)."""
+
+    def __init__(self, option_strings: list[str], dest: str, words: dict[str, str], **kw: Any) -> None:
+        super().__init__(option_strings, dest, **kw)
+        self.words = words
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, self.words[str(values)])
 
 
 def _argument(f: Field[Any], opt: Option, annotation: Any, defaults: Any, as_recorded: bool) -> dict[str, Any]:

@@ -31,7 +31,7 @@ GIVEN: dict[str, tuple[list[str], Any]] = {
     "include_other_disease": ([], False), "augment": ([], False), "color_jitter": ([], False),
     "frame_cuts": ([], False), "cache_images": ([], False), "preprocessing": (["legacy"], LEGACY),
     "precision": (["bf16"], "bf16"), "seed": (["5"], 5), "split_seed": (["6"], 6), "draw_seed": (["11"], 11),
-    "mc_samples": (["8"], 8), "head_draws": (["2"], 2), "test_time_flip": (["auto"], "auto"),
+    "mc_samples": (["8"], 8), "head_draws": (["2"], 2), "views": (["auto"], "auto"),
     "pass_budget": (["32"], 32), "target_referral_rate": (["0.1"], 0.1), "max_missed_share": (["0.03"], 0.03),
     "n_bootstrap": (["50"], 50), "workers": (["3"], 3), "device": (["cpu"], "cpu"), "rho_lr": (["0.002"], 0.002),
     "kl_weight": (["0.5"], 0.5), "optimizer": (["adamw"], "adamw"), "amsgrad": ([], False),
@@ -77,8 +77,8 @@ def test_each_fit_flag_sets_its_field_and_nothing_else(name: str) -> None:
 
 
 def test_finalise_changes_only_the_flags_given() -> None:
-    args = _parse(["finalise", "--run", "r", "--mc-samples", "8", "--test-time-flip", "auto"])
-    assert values_of(args, TrainConfig, names=FINALISE_OPTIONS) == {"mc_samples": 8, "test_time_flip": "auto"}
+    args = _parse(["finalise", "--run", "r", "--mc-samples", "8", "--views", "auto"])
+    assert values_of(args, TrainConfig, names=FINALISE_OPTIONS) == {"mc_samples": 8, "views": "auto"}
     assert values_of(_parse(["finalise", "--run", "r"]), TrainConfig, names=FINALISE_OPTIONS) == {}
 
 
@@ -113,3 +113,20 @@ def test_adapt_flags_are_the_requests_fields() -> None:
     assert TuneOptions(**tune) == TuneOptions(epochs=3, precision="fp32")
     with pytest.raises(SystemExit):
         _parse(["adapt", "--data", "l.csv", "--image-root", "i", "--mode", "average", "--artifact", "o"])
+
+
+@pytest.mark.parametrize(("old", "views"), [("off", "1"), ("on", "2"), ("auto", "auto")])
+def test_a_recorded_command_with_the_old_flip_flag_still_runs(old: str, views: str) -> None:
+    """``--test-time-flip off|on|auto`` (commands recorded before the option was named for the views it serves,
+    e.g. the embedded model's card) sets ``views``; it is not shown in --help."""
+    assert config_from_args(_parse([*BASE, "--mc-samples", "8", "--test-time-flip", old])).views == views
+    assert values_of(_parse(["finalise", "--run", "r", "--test-time-flip", old]), TrainConfig,
+                     names=FINALISE_OPTIONS) == {"views": views}
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert "--test-time-flip" not in sub.choices["fit"].format_help() and "--views" in sub.choices["fit"].format_help()
+
+
+def test_a_run_saved_with_the_old_flip_key_reads_as_views(tmp_path: Any) -> None:
+    old = TrainConfig(data="d", out="o", views="2", mc_samples=8).to_dict()
+    old["test_time_flip"] = {"1": "off", "2": "on", "auto": "auto"}[old.pop("views")]
+    assert TrainConfig.from_dict(old) == TrainConfig(data="d", out="o", views="2", mc_samples=8)

@@ -1,6 +1,7 @@
-"""A run's serving option: ``--test-time-flip on`` calibrates and serves both orientations; ``auto`` chooses on
-the validation eyes (training.evaluation.serving_choice) and the artifact, its calibration, its saved draws and
-its card all follow the choice."""
+"""A run's serving option: ``--views 2`` (test-time flip) calibrates and serves both orientations; ``auto``
+chooses on the validation eyes (training.evaluation.serving_choice) and the artifact, its calibration, its saved
+draws and its card all follow the choice. The option's former spelling (``--test-time-flip off|on|auto``, in
+commands recorded before) still runs."""
 
 from __future__ import annotations
 
@@ -22,12 +23,12 @@ def _fit(data: Path, run: Path, mode: str, *extra: str) -> None:
     assert train_main(["fit", "--data", str(data), "--out", str(run), "--width", "2", "--input-size", "32",
                        "--epochs", "1", "--batch-size", "8", "--eval-samples", "2", "--head-draws", "2",
                        "--no-progress", "--rho-init", "-3",
-                       "--device", "cpu", "--test-time-flip", mode, *extra]) == 0
+                       "--device", "cpu", "--views", mode, *extra]) == 0
 
 
 @pytest.mark.training
 def test_on_serves_and_calibrates_both_orientations(tiny_data: Path, tmp_path: Path) -> None:
-    _fit(tiny_data, tmp_path / "run", "on", "--mc-samples", "8")
+    _fit(tiny_data, tmp_path / "run", "2", "--mc-samples", "8")
     artifact = load_artifact(tmp_path / "run" / "artifact")
     assert artifact.config.serving.test_time_flip and artifact.serving_draws().samples == 8 * 2 * 2
     assert artifact.serving_draws().passes == 16
@@ -62,7 +63,7 @@ def test_auto_serves_what_the_validation_eyes_chose_and_says_why(tiny_data: Path
 def test_finalise_re_serves_a_finished_run_with_another_option(tiny_data: Path, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
-    _fit(tiny_data, run, "off")
+    _fit(tiny_data, run, "1")
     before = load_artifact(run / "artifact")
     assert not before.config.serving.test_time_flip
     over = ["finalise", "--run", str(run), "--test-time-flip", "on", "--artifact", str(tmp_path / "b")]
@@ -74,7 +75,7 @@ def test_finalise_re_serves_a_finished_run_with_another_option(tiny_data: Path, 
     # the card keeps the command that trained the run (a warm start from it reads that line as its parent's
     # training) and names the finalise that re-served it beside it
     fit_line = (run / "command.txt").read_text().strip()
-    assert fit_line.startswith("radscreen-train fit --data") and "--test-time-flip off" in fit_line
+    assert fit_line.startswith("radscreen-train fit --data") and "--views 1" in fit_line
     assert f"- Command: `{portable(fit_line)}`" in after.model_card
     assert "- Re-served from the run's best weights" in after.model_card
     assert "`radscreen-train finalise --run" in after.model_card
@@ -84,12 +85,12 @@ def test_finalise_re_serves_a_finished_run_with_another_option(tiny_data: Path, 
     weights = "weights.safetensors"
     assert (tmp_path / "b" / weights).read_bytes() == (run / "artifact" / weights).read_bytes()
     saved = TrainConfig.load(run / "config.json")  # the run records what its artifact now is
-    assert saved.test_time_flip == "on" and saved.artifact == str(tmp_path / "b")
+    assert saved.views == "2" and saved.artifact == str(tmp_path / "b")  # --test-time-flip on: its old spelling
     # a run directory without best weights is refused with one line, not a traceback, and its record is kept
     (run / "best.safetensors").unlink()
-    assert train_main(["finalise", "--run", str(run), "--test-time-flip", "off"]) == 2
+    assert train_main(["finalise", "--run", str(run), "--views", "1"]) == 2
     assert "best.safetensors" in capsys.readouterr().err
-    assert TrainConfig.load(run / "config.json").test_time_flip == "on"
+    assert TrainConfig.load(run / "config.json").views == "2"
     # a run made before fit kept its command: the card names the finalise alone, and it says so
     (run / "command.txt").unlink()
     (run / "best.safetensors").write_bytes((run / "artifact" / weights).read_bytes())
@@ -104,7 +105,7 @@ def test_finalise_refits_the_operating_point_to_another_bound(tiny_data: Path, t
     """``finalise --max-missed-share`` fits the screening operating point again on the same validation draws:
     a stricter bound answers no more referable eyes no_referable_dr, and the run records the bound it now has."""
     run = tmp_path / "run"
-    _fit(tiny_data, run, "off")
+    _fit(tiny_data, run, "1")
     points = {}
     for bound in (0.0, 0.5):
         out = tmp_path / f"bound-{bound}"

@@ -75,7 +75,7 @@ def tune_config(parent_dir: Path, parent: Artifact, mode: str, out: Path, option
         eval_samples=4, val_every=options.epochs, checkpoint_every=10, preprocessing=cfg.input.preprocessing,
         precision=options.precision, seed=options.seed, draw_seed=cfg.serving.draw_seed,
         mc_samples=cfg.serving.mc_samples, head_draws=cfg.serving.head_draws,
-        test_time_flip="on" if cfg.serving.test_time_flip else "off",
+        views="2" if cfg.serving.test_time_flip else "1",
         pass_budget=cfg.pass_budget, grad_sd_samples=0, init_from=str(parent_dir), cache_dir=str(cache_dir),
         workers=0)
 
