@@ -91,7 +91,7 @@ def load_scorer(spec: ScorerSpec, *, cpu: CpuCapability | None = None) -> Scorer
             "precision_reason": runtime.reason,
             "strategy": draws_backend.strategy,
             "cpu": cpu.summary(),
-            "k": draws.mc_samples,
+            "mc_samples": draws.mc_samples,
             "test_time_flip": draws.test_time_flip,
             "passes": draws.passes,
         },

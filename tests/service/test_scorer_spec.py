@@ -56,6 +56,18 @@ def test_the_spec_pickles_as_ray_ships_it_and_loads_the_scorer_it_describes(tiny
     assert (scorer.pipeline.max_pixels, scorer.pipeline.max_bytes) == (123_456, 654_321)
 
 
+def test_the_load_log_names_the_serving_draws_as_the_api_does(tiny_artifact: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """The "model loaded" line says mc_samples, test_time_flip and passes: the response's model fields."""
+    with caplog.at_level("INFO", logger="service.inference.loading"):
+        scorer = load_scorer(ScorerSpec(model_dir=tiny_artifact, backend="torch", device="cpu", mc_samples=3))
+    (record,) = [r for r in caplog.records if r.getMessage() == "model loaded"]
+    identity = scorer.model_identity
+    assert (record.mc_samples, record.test_time_flip, record.passes) == (  # type: ignore[attr-defined]
+        3, identity.test_time_flip, identity.passes)
+    assert not hasattr(record, "k")
+
+
 def test_service_settings_give_the_spec_of_their_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert Settings().scorer_spec() == ScorerSpec()  # model_dir None: the embedded model, found per process
     monkeypatch.setenv("RADSCREEN_MODEL_DIR", str(tmp_path / "m"))
